@@ -1,0 +1,84 @@
+"""The exception hierarchy: every error the library raises derives from `AgentCtxError`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agentctx_fast.protocol import ProtocolViolation
+
+
+class AgentCtxError(Exception):
+    """Base class of every error raised by agentctx_fast."""
+
+
+class InvalidArgumentError(AgentCtxError, ValueError):
+    """An option or argument has a value outside its domain (a negative limit, an unsafe prefix)."""
+
+
+class InvalidMessageTypeError(AgentCtxError, TypeError):
+    """A value that should be a message (or another library type) is not."""
+
+
+class ToolProtocolError(AgentCtxError):
+    """A message list breaks the tool-call protocol; `violations` lists every break."""
+
+    def __init__(self, violations: Sequence[ProtocolViolation]) -> None:
+        self.violations = list(violations)
+        first = self.violations[0] if self.violations else None
+        detail = (
+            f"; first: {first.kind} at message {first.message_id!r} "
+            f"(tool_call_id {first.tool_call_id!r})"
+            if first
+            else ""
+        )
+        super().__init__(f"{len(self.violations)} tool protocol violation(s){detail}")
+
+
+class CompressorOutputError(AgentCtxError):
+    """A context compressor returned messages that cannot be sent to a model."""
+
+
+class CompressionError(AgentCtxError):
+    """A context compressor (or its summary model) failed; the stored history is untouched."""
+
+
+class CoveredMessageNotFoundError(AgentCtxError):
+    """The message a compression state says it covered is not in the history it was given."""
+
+
+class CompressionStateConflictError(AgentCtxError):
+    """A compare-and-set save of a compression state lost against another writer."""
+
+
+class VersionConflictError(AgentCtxError):
+    """A compare-and-set update of a stored message found another version."""
+
+
+class MessageNotFoundError(AgentCtxError):
+    """No stored message has the given id."""
+
+
+class AgentConversationBusyError(AgentCtxError):
+    """The conversation has an open (running or suspended) turn."""
+
+    def __init__(self, message: str, turn_id: str) -> None:
+        super().__init__(message)
+        self.turn_id = turn_id
+
+
+class SerializationError(AgentCtxError):
+    """Stored data could not be serialised or deserialised."""
+
+
+class TurnNotFoundError(AgentCtxError):
+    """No turn with the given id exists."""
+
+
+class TurnStateError(AgentCtxError):
+    """The turn is not in a state that allows the operation."""
+
+
+class ContentTooLargeError(AgentCtxError, ValueError):
+    """Inline content over `MAX_INLINE_BYTES`; store it elsewhere and pass a reference."""

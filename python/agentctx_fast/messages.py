@@ -1,0 +1,251 @@
+"""Immutable message value objects (SPEC §3).
+
+Every message has a stable ``message_id`` (a uuid4 hex string when not given), JSON-serialisable
+``metadata``, a ``version`` for compare-and-set updates and an optional ``turn_id``.
+``model_visible`` is a property of the class: UI messages are never sent to a model.
+
+>>> UserMessage("where is my order?", message_id="u1").text
+'where is my order?'
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeAlias
+
+from agentctx_fast.errors import ContentTooLargeError, InvalidArgumentError, InvalidMessageTypeError
+
+MAX_INLINE_BYTES = 256 * 1024
+"""Largest inline payload a multimodal part may carry; bigger content must be a reference."""
+
+# Kind codes shared with the Rust core (rust/turns.rs `Kind`).
+KIND_SYSTEM, KIND_USER, KIND_AI, KIND_TOOL, KIND_ACTION, KIND_FORM = range(6)
+
+
+def new_message_id() -> str:
+    """A fresh message id: a uuid4 as 32 hex characters."""
+    return uuid.uuid4().hex
+
+
+def _require_str(value: object, what: str) -> None:
+    if not isinstance(value, str):
+        raise InvalidMessageTypeError(f"{what} must be a str, got {type(value).__name__}")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A model's request to run tool ``name`` with ``arguments`` (a JSON string)."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+    def __post_init__(self) -> None:
+        _require_str(self.id, "ToolCall.id")
+        _require_str(self.name, "ToolCall.name")
+        _require_str(self.arguments, f"ToolCall {self.id!r} arguments")
+
+
+@dataclass(frozen=True, slots=True)
+class TextPart:
+    """A text part of a multimodal user message."""
+
+    text: str
+
+    def __post_init__(self) -> None:
+        _require_str(self.text, "TextPart.text")
+
+
+@dataclass(frozen=True, slots=True)
+class _MediaPart:
+    uri: str | None = None
+    mime_type: str | None = None
+    name: str | None = None
+    size_bytes: int | None = None
+    data: bytes | None = None
+
+    def __post_init__(self) -> None:
+        if self.data is not None:
+            if not isinstance(self.data, bytes):
+                raise InvalidMessageTypeError(
+                    f"{type(self).__name__}.data must be bytes, got {type(self.data).__name__}"
+                )
+            if len(self.data) > MAX_INLINE_BYTES:
+                raise ContentTooLargeError(
+                    f"{type(self).__name__} inline data is {len(self.data)} bytes, over the "
+                    f"{MAX_INLINE_BYTES}-byte cap; store it and pass a uri instead"
+                )
+        elif self.uri is None:
+            raise InvalidArgumentError(f"{type(self).__name__} needs a uri or inline data")
+
+
+@dataclass(frozen=True, slots=True)
+class ImagePart(_MediaPart):
+    """An image, by reference (``uri``) or as small inline ``data``."""
+
+
+@dataclass(frozen=True, slots=True)
+class AudioPart(_MediaPart):
+    """An audio clip, by reference or as small inline data."""
+
+
+@dataclass(frozen=True, slots=True)
+class FilePart(_MediaPart):
+    """A file, by reference or as small inline data."""
+
+
+Part: TypeAlias = TextPart | ImagePart | AudioPart | FilePart
+_PART_TYPES = (TextPart, ImagePart, AudioPart, FilePart)
+
+
+@dataclass(frozen=True, slots=True, eq=True)
+class Message:
+    """Base of every message. Use a concrete subclass."""
+
+    message_id: str = field(default_factory=new_message_id, kw_only=True)
+    metadata: dict[str, Any] = field(default_factory=dict, kw_only=True, compare=True)
+    version: int = field(default=0, kw_only=True)
+    turn_id: str | None = field(default=None, kw_only=True)
+
+    model_visible: ClassVar[bool] = True
+    _kind: ClassVar[int] = -1
+
+    def __post_init__(self) -> None:
+        _require_str(self.message_id, "message_id")
+        if not isinstance(self.metadata, dict):
+            raise InvalidMessageTypeError(
+                f"message {self.message_id!r}: metadata must be a dict, "
+                f"got {type(self.metadata).__name__}"
+            )
+        if isinstance(self.version, bool) or not isinstance(self.version, int) or self.version < 0:
+            raise InvalidArgumentError(
+                f"message {self.message_id!r}: version must be an int >= 0, got {self.version!r}"
+            )
+        if self.turn_id is not None:
+            _require_str(self.turn_id, f"message {self.message_id!r} turn_id")
+
+    __hash__ = None  # type: ignore[assignment]  # metadata is a dict
+
+    def with_version(self, version: int) -> Message:
+        """A copy of this message carrying ``version``."""
+        from dataclasses import replace
+
+        return replace(self, version=version)
+
+
+@dataclass(frozen=True, slots=True, eq=True)
+class SystemMessage(Message):
+    """The agent's instructions."""
+
+    text: str = ""
+    _kind: ClassVar[int] = KIND_SYSTEM
+
+    def __post_init__(self) -> None:
+        Message.__post_init__(self)
+        _require_str(self.text, f"message {self.message_id!r} text")
+
+
+@dataclass(frozen=True, slots=True, eq=True)
+class UserMessage(Message):
+    """A user's message: plain text, or a tuple of multimodal parts."""
+
+    content: str | tuple[Part, ...] = ""
+    _kind: ClassVar[int] = KIND_USER
+
+    def __post_init__(self) -> None:
+        Message.__post_init__(self)
+        if isinstance(self.content, list):
+            object.__setattr__(self, "content", tuple(self.content))
+        if isinstance(self.content, tuple):
+            for index, part in enumerate(self.content):
+                if not isinstance(part, _PART_TYPES):
+                    raise InvalidMessageTypeError(
+                        f"message {self.message_id!r}: content[{index}] is not a part, "
+                        f"got {type(part).__name__}"
+                    )
+        else:
+            _require_str(self.content, f"message {self.message_id!r} content")
+
+    @property
+    def text(self) -> str:
+        """The text of the message; for multimodal content, the text parts joined by newlines."""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(part.text for part in self.content if isinstance(part, TextPart))
+
+
+@dataclass(frozen=True, slots=True, eq=True)
+class AiMessage(Message):
+    """A model reply: text, tool calls, or both."""
+
+    text: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    _kind: ClassVar[int] = KIND_AI
+
+    def __post_init__(self) -> None:
+        Message.__post_init__(self)
+        if self.text is not None:
+            _require_str(self.text, f"message {self.message_id!r} text")
+        if isinstance(self.tool_calls, list):
+            object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+        if not isinstance(self.tool_calls, tuple):
+            raise InvalidMessageTypeError(
+                f"message {self.message_id!r}: tool_calls must be a tuple of ToolCall"
+            )
+        for index, call in enumerate(self.tool_calls):
+            if not isinstance(call, ToolCall):
+                raise InvalidMessageTypeError(
+                    f"message {self.message_id!r}: tool_calls[{index}] is not a ToolCall, "
+                    f"got {type(call).__name__}"
+                )
+
+    @property
+    def has_final_text(self) -> bool:
+        """True for a final answer: non-empty text and no tool calls."""
+        return bool(self.text) and not self.tool_calls
+
+
+@dataclass(frozen=True, slots=True, eq=True)
+class ToolMessage(Message):
+    """The result of the tool call ``tool_call_id``."""
+
+    tool_call_id: str = ""
+    text: str = ""
+    tool_name: str | None = None
+    is_error: bool = False
+    _kind: ClassVar[int] = KIND_TOOL
+
+    def __post_init__(self) -> None:
+        Message.__post_init__(self)
+        _require_str(self.tool_call_id, f"message {self.message_id!r} tool_call_id")
+        _require_str(self.text, f"message {self.message_id!r} text")
+
+
+@dataclass(frozen=True, slots=True, eq=True)
+class AgentActionMessage(Message):
+    """A UI action (e.g. a button the page shows). Never sent to a model."""
+
+    payload: dict[str, Any] | None = None
+    model_visible: ClassVar[bool] = False
+    _kind: ClassVar[int] = KIND_ACTION
+
+
+@dataclass(frozen=True, slots=True, eq=True)
+class AgentFormMessage(Message):
+    """A UI form, e.g. an approval request. Never sent to a model."""
+
+    payload: dict[str, Any] | None = None
+    status: str | None = None
+    model_visible: ClassVar[bool] = False
+    _kind: ClassVar[int] = KIND_FORM
+
+
+MESSAGE_TYPES: tuple[type[Message], ...] = (
+    SystemMessage,
+    UserMessage,
+    AiMessage,
+    ToolMessage,
+    AgentActionMessage,
+    AgentFormMessage,
+)

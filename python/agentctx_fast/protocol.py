@@ -1,0 +1,40 @@
+"""Tool-call protocol validation (SPEC §6)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from agentctx_fast._backend import core
+from agentctx_fast.errors import ToolProtocolError
+from agentctx_fast.messages import Message
+
+ViolationKind = Literal["orphan_result", "duplicate_call_id", "missing_result"]
+
+
+@dataclass(frozen=True, slots=True)
+class ProtocolViolation:
+    """One break of the tool-call protocol, reported on ``message_id``."""
+
+    kind: ViolationKind
+    message_id: str
+    tool_call_id: str
+
+
+def validate_tool_protocol(messages: Sequence[Message]) -> list[ProtocolViolation]:
+    """Every protocol violation of ``messages``, in message order; pairing is checked per turn.
+
+    >>> from agentctx_fast import UserMessage, ToolMessage
+    >>> validate_tool_protocol([UserMessage("hi", message_id="u"), ToolMessage("c1", "x",
+    ...     message_id="t")])
+    [ProtocolViolation(kind='orphan_result', message_id='t', tool_call_id='c1')]
+    """
+    return [ProtocolViolation(*v) for v in core.validate(messages)]  # type: ignore[arg-type]
+
+
+def check_tool_protocol(messages: Sequence[Message]) -> None:
+    """Raise `ToolProtocolError` carrying every violation when ``messages`` has any."""
+    violations = validate_tool_protocol(messages)
+    if violations:
+        raise ToolProtocolError(violations)
