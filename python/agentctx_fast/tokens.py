@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from agentctx_fast._backend import core
-from agentctx_fast._reference.api import message_tokens_one
+from agentctx_fast._reference.message_tokens import message_tokens_one
 from agentctx_fast.errors import InvalidArgumentError, InvalidMessageTypeError
 from agentctx_fast.messages import AiMessage, Message, UserMessage
 

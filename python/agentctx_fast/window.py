@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from agentctx_fast._backend import backend, core
+from agentctx_fast._backend import core, native
 from agentctx_fast.errors import (
     AgentCtxError,
     CompressionError,
@@ -38,6 +39,7 @@ class ContextWindow:
         "_seen_history_turns",
         "_unread_end",
         "_dropped",
+        "_engine",
     )
 
     def __init__(
@@ -51,6 +53,7 @@ class ContextWindow:
         history: Sequence[Message],
         seen_history_turns: int,
         unread_end: int,
+        engine: Any = None,
     ) -> None:
         self.messages = messages
         self.estimated_tokens = estimated_tokens
@@ -62,12 +65,13 @@ class ContextWindow:
         self._seen_history_turns = seen_history_turns
         self._unread_end = unread_end
         self._dropped: int | None = None
+        self._engine = core if engine is None else engine
 
     @property
     def dropped_turns(self) -> int:
         """History turns left out of the window (by a limit or by repair)."""
         if self._dropped is None:
-            unread = core.count_turns(self._history, self._unread_end) if self._unread_end else 0
+            unread = self._engine.count_turns(self._history, self._unread_end) if self._unread_end else 0
             self._dropped = self._seen_history_turns + unread - self.attached_turns
         return self._dropped
 
@@ -108,6 +112,36 @@ def build_window(
     >>> [m.message_id for m in w.messages], w.cut_by
     (['system', 'u2'], 'max_attached_turns')
     """
+    return build_window_on(
+        core,
+        messages,
+        system=system,
+        max_attached_turns=max_attached_turns,
+        max_attached_messages=max_attached_messages,
+        compact_completed_tool_turns=compact_completed_tool_turns,
+        compression_keep_recent_turns=compression_keep_recent_turns,
+        context_compressor=context_compressor,
+        max_attached_tokens=max_attached_tokens,
+        token_estimator=token_estimator,
+        turn_statuses=turn_statuses,
+    )
+
+
+def build_window_on(
+    engine: Any,
+    messages: Sequence[Message],
+    *,
+    system: SystemMessage | str | None = None,
+    max_attached_turns: int = 10,
+    max_attached_messages: int = 100,
+    compact_completed_tool_turns: bool = False,
+    compression_keep_recent_turns: int = 2,
+    context_compressor: AgentContextCompressor | None = None,
+    max_attached_tokens: int | None = None,
+    token_estimator: TokenEstimator | None = None,
+    turn_statuses: Mapping[str, TurnStatus] | None = None,
+) -> ContextWindow:
+    """`build_window` on a given core (the Rust module or the reference); for benchmarks."""
     _limit("max_attached_turns", max_attached_turns)
     _limit("max_attached_messages", max_attached_messages)
     _limit("compression_keep_recent_turns", compression_keep_recent_turns)
@@ -132,8 +166,20 @@ def build_window(
     estimator = DEFAULT_ESTIMATOR if token_estimator is None else token_estimator
     if not isinstance(estimator, TokenEstimator):
         raise InvalidArgumentError("token_estimator must have count_text() and estimate()")
-    native_heuristic = backend == "rust" and type(estimator) is HeuristicTokenEstimator
-    result = core.select(
+    native_heuristic = engine is native and type(estimator) is HeuristicTokenEstimator
+    (
+        window,
+        has_system,
+        older_count,
+        older_tokens,
+        tokens,
+        attached_turns,
+        compacted_turns,
+        cut_by,
+        repairs,
+        seen_history_turns,
+        unread_end,
+    ) = engine.select(
         messages,
         system,
         system is None,
@@ -142,35 +188,42 @@ def build_window(
         compact_completed_tool_turns,
         compression_keep_recent_turns,
         max_attached_tokens,
-        None if native_heuristic else estimator.estimate,
+        None if native_heuristic else _checked(estimator),
         turn_statuses,
         TurnStatus.COMPLETED,
     )
-    window = result.messages
-    tokens = result.estimated_tokens
-    if context_compressor is not None and result.older_count:
-        start = 1 if result.has_system else 0
-        older = window[start : start + result.older_count]
-        replacement = _compress(context_compressor, older)
-        window = [*window[:start], *replacement, *window[start + result.older_count :]]
-        tokens += _estimate(estimator, native_heuristic, replacement) - result.older_tokens
+    if context_compressor is not None and older_count:
+        start = 1 if has_system else 0
+        replacement = _compress(context_compressor, window[start : start + older_count])
+        window = [*window[:start], *replacement, *window[start + older_count :]]
+        if native_heuristic:
+            tokens += int(engine.message_tokens(replacement).sum()) - older_tokens
+        else:
+            tokens += _checked(estimator)(replacement) - older_tokens
     return ContextWindow(
         window,
         tokens,
-        result.attached_turns,
-        result.compacted_turns,
-        result.cut_by,
-        [ProtocolViolation(*v) for v in result.repairs],
+        attached_turns,
+        compacted_turns,
+        cut_by,
+        [ProtocolViolation(*v) for v in repairs],
         messages,
-        result.seen_history_turns,
-        result.unread_end,
+        seen_history_turns,
+        unread_end,
+        engine,
     )
 
 
-def _estimate(estimator: TokenEstimator, native: bool, messages: list[Message]) -> int:
-    if native:
-        return int(core.message_tokens(messages).sum())
-    return estimator.estimate(messages)
+def _checked(estimator: TokenEstimator) -> Callable[[Sequence[Message]], int]:
+    def estimate(messages: Sequence[Message]) -> int:
+        tokens = estimator.estimate(messages)
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+            raise InvalidArgumentError(
+                f"token_estimator.estimate must return an int >= 0, got {tokens!r}"
+            )
+        return tokens
+
+    return estimate
 
 
 def _compress(compressor: AgentContextCompressor, older: list[Message]) -> list[Message]:

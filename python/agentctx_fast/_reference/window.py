@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
+from agentctx_fast._reference.message_tokens import heuristic_tokens
 from agentctx_fast._reference.protocol import Violation, validate_segment
 from agentctx_fast._reference.turns import (
     check_message,
@@ -112,7 +113,7 @@ def select(
     compact_completed_tool_turns: bool,
     compression_keep_recent_turns: int,
     max_attached_tokens: int | None,
-    count_tokens: CountTokens,
+    count_tokens: CountTokens | None,
     turn_statuses: Mapping[str, object] | None,
     completed: object,
 ) -> WindowCore:
@@ -121,6 +122,8 @@ def select(
         raise InvalidMessageTypeError(
             f"messages must be a sequence of Message, got {type(messages).__name__}"
         )
+    if count_tokens is None:
+        count_tokens = heuristic_tokens
     if use_leading_system:
         system = leading_system(messages)
     turns = turns_backward(messages)

@@ -1,0 +1,7 @@
+"""``python -m agentctx_fast``: the ``agentctx`` command."""
+
+import sys
+
+from agentctx_fast.cli import main
+
+sys.exit(main())

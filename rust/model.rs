@@ -1,0 +1,121 @@
+//! What the core knows of a message, and how it reads a history it does not own.
+
+use std::sync::Arc;
+
+/// Message kinds; the codes match `agentctx_fast.messages.KIND_*`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    System,
+    User,
+    Ai,
+    Tool,
+    Action,
+    Form,
+}
+
+impl Kind {
+    pub fn from_code(code: i64) -> Option<Kind> {
+        Some(match code {
+            0 => Kind::System,
+            1 => Kind::User,
+            2 => Kind::Ai,
+            3 => Kind::Tool,
+            4 => Kind::Action,
+            5 => Kind::Form,
+            _ => return None,
+        })
+    }
+
+    pub fn model_visible(self) -> bool {
+        !matches!(self, Kind::Action | Kind::Form)
+    }
+}
+
+/// The fields of a message that segmentation, validation and windows need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageInfo {
+    pub kind: Kind,
+    pub message_id: String,
+    pub turn_id: Option<String>,
+    /// An AI message with non-empty text and no tool calls.
+    pub final_text: bool,
+    /// Ids of an AI message's tool calls, in order.
+    pub call_ids: Vec<String>,
+    /// A tool message's `tool_call_id`.
+    pub tool_call_id: String,
+}
+
+impl MessageInfo {
+    pub fn new(kind: Kind, message_id: &str) -> MessageInfo {
+        MessageInfo {
+            kind,
+            message_id: message_id.to_owned(),
+            turn_id: None,
+            final_text: false,
+            call_ids: Vec::new(),
+            tool_call_id: String::new(),
+        }
+    }
+}
+
+/// One message of a window view: an original message of the history, or the synthetic result
+/// that closes call `call` of the AI message at `caller`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Item {
+    Original(usize),
+    MissingResult { caller: usize, call: usize },
+}
+
+/// A history the core reads lazily, by index, so a window never touches turns it cannot use.
+/// `E` is the caller's error type (a Python exception in the binding).
+pub trait Source {
+    type Error: From<crate::error::CoreError>;
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The message at `index`, or `CoreError::NotAMessage`.
+    fn get(&mut self, index: usize) -> Result<Arc<MessageInfo>, Self::Error>;
+    /// Estimated tokens of a view (the items are in window order).
+    fn tokens(&mut self, items: &[Item]) -> Result<u64, Self::Error>;
+    /// Tokens of the system message of the window.
+    fn system_tokens(&mut self) -> Result<u64, Self::Error>;
+    /// The recorded status of a turn: `Some(true)` for COMPLETED, `None` without a record.
+    fn recorded_completed(&mut self, turn_id: &str) -> Result<Option<bool>, Self::Error>;
+}
+
+/// A plain in-memory source, for tests and for callers that already hold every message.
+pub struct VecSource {
+    pub messages: Vec<Arc<MessageInfo>>,
+    pub token_counts: Vec<u64>,
+    pub statuses: Vec<(String, bool)>,
+    pub system_tokens: u64,
+}
+
+impl Source for VecSource {
+    type Error = crate::error::CoreError;
+    fn len(&self) -> usize {
+        self.messages.len()
+    }
+    fn get(&mut self, index: usize) -> Result<Arc<MessageInfo>, Self::Error> {
+        self.messages
+            .get(index)
+            .cloned()
+            .ok_or(crate::error::CoreError::NotAMessage { index, type_name: "NoneType".into() })
+    }
+    fn tokens(&mut self, items: &[Item]) -> Result<u64, Self::Error> {
+        Ok(items
+            .iter()
+            .map(|item| match item {
+                Item::Original(index) => self.token_counts.get(*index).copied().unwrap_or(0),
+                Item::MissingResult { .. } => 4 + crate::tokens::count_text("tool result missing"),
+            })
+            .sum())
+    }
+    fn system_tokens(&mut self) -> Result<u64, Self::Error> {
+        Ok(self.system_tokens)
+    }
+    fn recorded_completed(&mut self, turn_id: &str) -> Result<Option<bool>, Self::Error> {
+        Ok(self.statuses.iter().find(|(id, _)| id == turn_id).map(|(_, done)| *done))
+    }
+}

@@ -1,0 +1,77 @@
+"""Shared test helpers: message builders for compact case specs, and the two cores."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentctx_fast import (
+    AgentActionMessage,
+    AgentFormMessage,
+    AiMessage,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    TurnStatus,
+    UserMessage,
+)
+
+DATA = Path(__file__).parent / "data"
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def build_message(spec: dict[str, Any]) -> Message:
+    """A message from a compact spec: ``{"t": kind, "id", "text", "calls", "call", "turn"}``."""
+    common: dict[str, Any] = {"message_id": spec["id"], "turn_id": spec.get("turn")}
+    kind = spec["t"]
+    text = spec.get("text", f"text of {spec['id']}")
+    if kind == "system":
+        return SystemMessage(text, **common)
+    if kind == "user":
+        return UserMessage(text, **common)
+    if kind == "ai":
+        calls = tuple(ToolCall(c[0], c[1], c[2] if len(c) > 2 else "{}") for c in spec.get("calls", ()))
+        return AiMessage(spec.get("text"), calls, **common)
+    if kind == "tool":
+        return ToolMessage(spec["call"], text, **common)
+    if kind == "action":
+        return AgentActionMessage(payload={"button": "ok"}, **common)
+    if kind == "form":
+        return AgentFormMessage(payload={"approve": True}, **common)
+    raise ValueError(f"unknown spec kind {kind!r}")
+
+
+def load_cases(name: str) -> list[dict[str, Any]]:
+    with open(DATA / name, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def window_kwargs(options: dict[str, Any]) -> dict[str, Any]:
+    kwargs = dict(options)
+    if "turn_statuses" in kwargs:
+        kwargs["turn_statuses"] = {k: TurnStatus(v) for k, v in kwargs["turn_statuses"].items()}
+    return kwargs
+
+
+_ids = itertools.count()
+
+
+def unique_id(prefix: str = "m") -> str:
+    """Ids unique across a test run, so token caches keyed by id never see two contents."""
+    return f"{prefix}{next(_ids)}"
+
+
+def native_or_skip() -> Any:
+    from agentctx_fast import _backend
+
+    if _backend.native is None:
+        if IN_CI:
+            pytest.fail("the Rust extension agentctx_fast._native is not built")
+        pytest.skip("the Rust extension is not built")
+    return _backend.native

@@ -1,0 +1,104 @@
+"""Hypothesis strategies: histories with tool calls, parallel calls, missing and orphan
+results, duplicate call ids, UI messages, stray messages before the first user message,
+explicit turn ids and statuses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+from agentctx_fast import (
+    AgentActionMessage,
+    AgentFormMessage,
+    AiMessage,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    TurnStatus,
+    UserMessage,
+)
+
+CALL_IDS = st.sampled_from(["call_0", "call_1", "call_2", "c-x"])
+TURN_IDS = st.one_of(st.none(), st.sampled_from(["T0", "T1", "T2", "T3"]))
+TEXT = st.one_of(
+    st.sampled_from(["", "ok", "订单 ORD-2024-001 已发货", '{"order_id": "ORD-1", "n": 42}']),
+    st.text(max_size=40),
+)
+
+
+@st.composite
+def _message(draw: st.DrawFn, message_id: str) -> Message:
+    kind = draw(st.sampled_from(["user", "ai", "ai_calls", "tool", "system", "action", "form"]))
+    common: dict[str, Any] = {"message_id": message_id, "turn_id": draw(TURN_IDS)}
+    if kind == "user":
+        return UserMessage(draw(TEXT), **common)
+    if kind == "ai":
+        return AiMessage(draw(st.one_of(st.none(), TEXT)), **common)
+    if kind == "ai_calls":
+        ids = draw(st.lists(CALL_IDS, min_size=1, max_size=3))
+        calls = tuple(ToolCall(i, draw(st.sampled_from(["get_order", "search"])), "{}") for i in ids)
+        return AiMessage(draw(st.one_of(st.none(), TEXT)), calls, **common)
+    if kind == "tool":
+        return ToolMessage(draw(CALL_IDS), draw(TEXT), **common)
+    if kind == "system":
+        return SystemMessage(draw(TEXT), **common)
+    if kind == "action":
+        return AgentActionMessage(payload={"b": 1}, **common)
+    return AgentFormMessage(payload={"f": 1}, status="open", **common)
+
+
+@st.composite
+def _turn(draw: st.DrawFn, prefix: str, number: int) -> list[Message]:
+    """A plausible turn: a user message, steps of parallel calls with (mostly) their results."""
+    turn_id = draw(st.one_of(st.none(), st.just(f"T{number}")))
+    out: list[Message] = [UserMessage(draw(TEXT), message_id=f"{prefix}u{number}", turn_id=turn_id)]
+    for step in range(draw(st.integers(0, 3))):
+        n = draw(st.integers(1, 3))
+        calls = tuple(ToolCall(f"call_{i}", "get_order", '{"id": 1}') for i in range(n))
+        out.append(AiMessage(None, calls, message_id=f"{prefix}a{number}.{step}", turn_id=turn_id))
+        for i in range(n):
+            if draw(st.integers(0, 9)) > 0:  # sometimes a result goes missing
+                out.append(
+                    ToolMessage(f"call_{i}", draw(TEXT), message_id=f"{prefix}t{number}.{step}.{i}",
+                                turn_id=turn_id)
+                )
+    if draw(st.booleans()) or len(out) == 1:
+        out.append(AiMessage(draw(TEXT) or "done", message_id=f"{prefix}f{number}", turn_id=turn_id))
+    return out
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> list[Message]:
+    """Structured turns with random messages spliced in, or a fully random list."""
+    prefix = draw(st.uuids()).hex[:8] + "-"
+    if draw(st.integers(0, 4)) == 0:
+        size = draw(st.integers(0, 30))
+        return [draw(_message(f"{prefix}{i}")) for i in range(size)]
+    out: list[Message] = []
+    for i in range(draw(st.integers(0, 2))):  # stray messages before the first user message
+        out.append(draw(_message(f"{prefix}pre{i}")))
+    for number in range(draw(st.integers(1, 14))):
+        out.extend(draw(_turn(prefix, number)))
+    for i in range(draw(st.integers(0, 4))):  # noise anywhere: UI, orphans, duplicates
+        position = draw(st.integers(0, len(out)))
+        out.insert(position, draw(_message(f"{prefix}x{i}")))
+    return out
+
+
+def window_options(history: list[Message]) -> st.SearchStrategy[dict[str, Any]]:
+    turn_ids = sorted({m.turn_id for m in history if m.turn_id is not None})
+    statuses = st.dictionaries(st.sampled_from(turn_ids), st.sampled_from(list(TurnStatus))) if turn_ids else st.just({})
+    return st.fixed_dictionaries(
+        {},
+        optional={
+            "system": st.one_of(st.none(), st.just("You are a support agent.")),
+            "max_attached_turns": st.integers(0, 12),
+            "max_attached_messages": st.integers(0, 60),
+            "compact_completed_tool_turns": st.booleans(),
+            "compression_keep_recent_turns": st.integers(0, 4),
+            "max_attached_tokens": st.one_of(st.none(), st.integers(0, 600)),
+            "turn_statuses": st.one_of(st.none(), statuses),
+        },
+    )

@@ -1,0 +1,33 @@
+"""The README's Python examples and the docstring examples run as tests."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).parent.parent / "README.md"
+MODULES = [
+    "agentctx_fast",
+    "agentctx_fast.messages",
+    "agentctx_fast.protocol",
+    "agentctx_fast.tokens",
+    "agentctx_fast.turns",
+    "agentctx_fast.window",
+]
+
+
+def test_readme_python_examples_run() -> None:
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+    assert blocks
+    for block in blocks:
+        exec(compile(block, str(README), "exec"), {})
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name: str) -> None:
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0
