@@ -42,7 +42,9 @@ def test_build_window(benchmark: Any, engine: str, options: str, size: int) -> N
     assert isinstance(window.messages[-1], Message)
 
 
-def minimal_scan(messages: list[Message], max_turns: int = 10, max_messages: int = 100) -> list[Message]:
+def minimal_scan(
+    messages: list[Message], max_turns: int = 10, max_messages: int = 100
+) -> list[Message]:
     """The floor: a backward scan applying only the turn and message caps."""
     users = 0
     start = len(messages)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import random
-from functools import lru_cache
+from functools import cache
 
 from agentctx_fast import AiMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
 
@@ -45,7 +45,7 @@ def _tool_result(rng: random.Random, size: int) -> str:
     return json.dumps(items, ensure_ascii=False)[:size]
 
 
-@lru_cache(maxsize=None)
+@cache
 def conversation(size: int, seed: int = 7) -> tuple[Message, ...]:
     """A history of ``size`` messages (a system message first)."""
     rng = random.Random(seed)

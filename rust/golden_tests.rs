@@ -30,7 +30,12 @@ fn message(spec: &Value) -> (MessageInfo, u64) {
         Kind::Ai => {
             let text = spec.get("text").and_then(Value::as_str).unwrap_or("");
             let mut tokens = OVERHEAD + count_text(text);
-            for call in spec.get("calls").and_then(Value::as_array).into_iter().flatten() {
+            for call in spec
+                .get("calls")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
                 let id = call[0].as_str().unwrap_or_default();
                 let name = call[1].as_str().unwrap_or_default();
                 info.call_ids.push(id.to_owned());
@@ -58,13 +63,21 @@ fn golden_window_cases() {
         let case: Value = serde_json::from_str(line).expect("a case is JSON");
         let name = case["name"].as_str().unwrap_or_default();
         let options = &case["options"];
-        let (infos, token_counts): (Vec<_>, Vec<_>) =
-            case["messages"].as_array().expect("messages").iter().map(message).unzip();
+        let (infos, token_counts): (Vec<_>, Vec<_>) = case["messages"]
+            .as_array()
+            .expect("messages")
+            .iter()
+            .map(message)
+            .unzip();
         let system_text = options.get("system").and_then(Value::as_str);
         let statuses = options
             .get("turn_statuses")
             .and_then(Value::as_object)
-            .map(|map| map.iter().map(|(k, v)| (k.clone(), v == "completed")).collect())
+            .map(|map| {
+                map.iter()
+                    .map(|(k, v)| (k.clone(), v == "completed"))
+                    .collect()
+            })
             .unwrap_or_default();
         let mut source = VecSource {
             messages: infos.into_iter().map(Arc::new).collect(),
@@ -85,7 +98,8 @@ fn golden_window_cases() {
                 }
             }
         }
-        let get = |key: &str, default: u64| options.get(key).and_then(Value::as_u64).unwrap_or(default);
+        let get =
+            |key: &str, default: u64| options.get(key).and_then(Value::as_u64).unwrap_or(default);
         let window_options = WindowOptions {
             max_attached_turns: get("max_attached_turns", 10) as usize,
             max_attached_messages: get("max_attached_messages", 100) as usize,
@@ -120,12 +134,26 @@ fn golden_window_cases() {
             expected["cut_by"].as_str().map(str::to_owned),
             "{name}: cut_by"
         );
-        assert_eq!(window.attached_turns as u64, expected["attached_turns"].as_u64().unwrap_or(99), "{name}");
-        assert_eq!(window.compacted_turns as u64, expected["compacted_turns"].as_u64().unwrap_or(99), "{name}");
+        assert_eq!(
+            window.attached_turns as u64,
+            expected["attached_turns"].as_u64().unwrap_or(99),
+            "{name}"
+        );
+        assert_eq!(
+            window.compacted_turns as u64,
+            expected["compacted_turns"].as_u64().unwrap_or(99),
+            "{name}"
+        );
         let repairs: Vec<Vec<String>> = window
             .repairs
             .iter()
-            .map(|v| vec![v.kind.name().to_owned(), v.message_id.clone(), v.tool_call_id.clone()])
+            .map(|v| {
+                vec![
+                    v.kind.name().to_owned(),
+                    v.message_id.clone(),
+                    v.tool_call_id.clone(),
+                ]
+            })
             .collect();
         let expected_repairs: Vec<Vec<String>> =
             serde_json::from_value(expected["repairs"].clone()).expect("repairs");

@@ -101,7 +101,10 @@ impl Source for VecSource {
         self.messages
             .get(index)
             .cloned()
-            .ok_or(crate::error::CoreError::NotAMessage { index, type_name: "NoneType".into() })
+            .ok_or(crate::error::CoreError::NotAMessage {
+                index,
+                type_name: "NoneType".into(),
+            })
     }
     fn tokens(&mut self, items: &[Item]) -> Result<u64, Self::Error> {
         Ok(items
@@ -116,6 +119,10 @@ impl Source for VecSource {
         Ok(self.system_tokens)
     }
     fn recorded_completed(&mut self, turn_id: &str) -> Result<Option<bool>, Self::Error> {
-        Ok(self.statuses.iter().find(|(id, _)| id == turn_id).map(|(_, done)| *done))
+        Ok(self
+            .statuses
+            .iter()
+            .find(|(id, _)| id == turn_id)
+            .map(|(_, done)| *done))
     }
 }

@@ -57,15 +57,16 @@ pub fn validate_segment(segment: &[(usize, Arc<MessageInfo>)]) -> Vec<Violation>
                 }
             }
             Kind::Tool => {
-                if open.remove(message.tool_call_id.as_str()).is_none() {
-                    found.push(Violation {
-                        kind: ViolationKind::OrphanResult,
-                        message_id: message.message_id.clone(),
-                        tool_call_id: message.tool_call_id.clone(),
-                        position,
-                        call_index: 0,
-                    });
+                if open.remove(message.tool_call_id.as_str()).is_some() {
+                    continue;
                 }
+                found.push(Violation {
+                    kind: ViolationKind::OrphanResult,
+                    message_id: message.message_id.clone(),
+                    tool_call_id: message.tool_call_id.clone(),
+                    position,
+                    call_index: 0,
+                });
             }
             _ => {}
         }

@@ -39,10 +39,19 @@ pub struct TurnsBackward {
 
 impl TurnsBackward {
     pub fn new(len: usize) -> TurnsBackward {
-        TurnsBackward { next_index: len, end: len, pending_user: None, earliest_user: None, done: false }
+        TurnsBackward {
+            next_index: len,
+            end: len,
+            pending_user: None,
+            earliest_user: None,
+            done: false,
+        }
     }
 
-    pub fn next_turn<S: Source>(&mut self, source: &mut S) -> Result<Option<(usize, usize)>, S::Error> {
+    pub fn next_turn<S: Source>(
+        &mut self,
+        source: &mut S,
+    ) -> Result<Option<(usize, usize)>, S::Error> {
         if self.done {
             return Ok(None);
         }
@@ -104,5 +113,6 @@ pub fn inferred_completed(turn: &[(usize, Arc<MessageInfo>)], has_missing_result
 
 /// True when any AI message of the turn calls a tool or any tool result is present.
 pub fn has_tool_calls(turn: &[(usize, Arc<MessageInfo>)]) -> bool {
-    turn.iter().any(|(_, m)| (m.kind == Kind::Ai && !m.call_ids.is_empty()) || m.kind == Kind::Tool)
+    turn.iter()
+        .any(|(_, m)| (m.kind == Kind::Ai && !m.call_ids.is_empty()) || m.kind == Kind::Tool)
 }

@@ -4,7 +4,9 @@
 use crate::error::CoreError;
 use crate::model::{Item, Kind, MessageInfo, Source};
 use crate::protocol::{validate_segment, Violation, ViolationKind};
-use crate::turns::{has_tool_calls, inferred_completed, turn_starts, visible_indices, TurnsBackward};
+use crate::turns::{
+    has_tool_calls, inferred_completed, turn_starts, visible_indices, TurnsBackward,
+};
 use std::sync::Arc;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,7 +71,9 @@ pub fn count_turns<S: Source>(source: &mut S, end: usize) -> Result<usize, S::Er
 type Turn = Vec<(usize, Arc<MessageInfo>)>;
 
 fn originals(turn: &Turn) -> Vec<Item> {
-    turn.iter().map(|(index, _)| Item::Original(*index)).collect()
+    turn.iter()
+        .map(|(index, _)| Item::Original(*index))
+        .collect()
 }
 
 /// The turn with orphan results left out and missing results closed synthetically, each
@@ -78,9 +82,15 @@ fn repaired(turn: &Turn, violations: &[Violation]) -> Vec<Item> {
     let mut view = Vec::with_capacity(turn.len() + violations.len());
     // (insert after position, caller position, call index), in the order Python inserts them.
     let mut inserts: Vec<(usize, usize, usize)> = Vec::new();
-    for v in violations.iter().filter(|v| v.kind == ViolationKind::MissingResult) {
+    for v in violations
+        .iter()
+        .filter(|v| v.kind == ViolationKind::MissingResult)
+    {
         let mut last = v.position;
-        while turn.get(last + 1).is_some_and(|(_, m)| m.kind == Kind::Tool) {
+        while turn
+            .get(last + 1)
+            .is_some_and(|(_, m)| m.kind == Kind::Tool)
+        {
             last += 1;
         }
         inserts.push((last, v.position, v.call_index));
@@ -94,7 +104,10 @@ fn repaired(turn: &Turn, violations: &[Violation]) -> Vec<Item> {
         }
         for (_, caller, call) in inserts.iter().filter(|(after, _, _)| *after == position) {
             if let Some((caller_index, _)) = turn.get(*caller) {
-                view.push(Item::MissingResult { caller: *caller_index, call: *call });
+                view.push(Item::MissingResult {
+                    caller: *caller_index,
+                    call: *call,
+                });
             }
         }
     }
@@ -109,7 +122,11 @@ pub fn select<S: Source>(source: &mut S, options: &WindowOptions) -> Result<Wind
     };
     let current = visible_indices(source, current_start, current_end)?;
     let current_items = originals(&current);
-    let system_tokens = if options.has_system { source.system_tokens()? } else { 0 };
+    let system_tokens = if options.has_system {
+        source.system_tokens()?
+    } else {
+        0
+    };
     let mut total_messages = current_items.len();
     let mut total_tokens = system_tokens + source.tokens(&current_items)?;
     let mut kept: Vec<(usize, Vec<Item>, u64)> = Vec::new(); // newest first
@@ -137,7 +154,9 @@ pub fn select<S: Source>(source: &mut S, options: &WindowOptions) -> Result<Wind
             Some(done) => done,
             None => inferred_completed(
                 &turn,
-                violations.iter().any(|v| v.kind == ViolationKind::MissingResult),
+                violations
+                    .iter()
+                    .any(|v| v.kind == ViolationKind::MissingResult),
             ),
         };
         let is_compacted = options.compact_completed_tool_turns
@@ -148,8 +167,17 @@ pub fn select<S: Source>(source: &mut S, options: &WindowOptions) -> Result<Wind
             && last.final_text;
         let mut left_out = false;
         let (view, turn_repairs) = if is_compacted {
-            (vec![Item::Original(start_index(&turn)), Item::Original(last_index)], Vec::new())
-        } else if violations.iter().any(|v| v.kind == ViolationKind::DuplicateCallId) {
+            (
+                vec![
+                    Item::Original(start_index(&turn)),
+                    Item::Original(last_index),
+                ],
+                Vec::new(),
+            )
+        } else if violations
+            .iter()
+            .any(|v| v.kind == ViolationKind::DuplicateCallId)
+        {
             left_out = true;
             (Vec::new(), violations)
         } else if violations.is_empty() {
@@ -157,8 +185,15 @@ pub fn select<S: Source>(source: &mut S, options: &WindowOptions) -> Result<Wind
         } else {
             (repaired(&turn, &violations), violations)
         };
-        let view_tokens = if view.is_empty() { 0 } else { source.tokens(&view)? };
-        if options.max_attached_tokens.is_some_and(|budget| total_tokens + view_tokens > budget) {
+        let view_tokens = if view.is_empty() {
+            0
+        } else {
+            source.tokens(&view)?
+        };
+        if options
+            .max_attached_tokens
+            .is_some_and(|budget| total_tokens + view_tokens > budget)
+        {
             cut_by = Some(CutBy::Tokens);
             break;
         }

@@ -36,7 +36,9 @@ def build_message(spec: dict[str, Any]) -> Message:
     if kind == "user":
         return UserMessage(text, **common)
     if kind == "ai":
-        calls = tuple(ToolCall(c[0], c[1], c[2] if len(c) > 2 else "{}") for c in spec.get("calls", ()))
+        calls = tuple(
+            ToolCall(c[0], c[1], c[2] if len(c) > 2 else "{}") for c in spec.get("calls", ())
+        )
         return AiMessage(spec.get("text"), calls, **common)
     if kind == "tool":
         return ToolMessage(spec["call"], text, **common)

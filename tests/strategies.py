@@ -38,7 +38,9 @@ def _message(draw: st.DrawFn, message_id: str) -> Message:
         return AiMessage(draw(st.one_of(st.none(), TEXT)), **common)
     if kind == "ai_calls":
         ids = draw(st.lists(CALL_IDS, min_size=1, max_size=3))
-        calls = tuple(ToolCall(i, draw(st.sampled_from(["get_order", "search"])), "{}") for i in ids)
+        calls = tuple(
+            ToolCall(i, draw(st.sampled_from(["get_order", "search"])), "{}") for i in ids
+        )
         return AiMessage(draw(st.one_of(st.none(), TEXT)), calls, **common)
     if kind == "tool":
         return ToolMessage(draw(CALL_IDS), draw(TEXT), **common)
@@ -61,11 +63,17 @@ def _turn(draw: st.DrawFn, prefix: str, number: int) -> list[Message]:
         for i in range(n):
             if draw(st.integers(0, 9)) > 0:  # sometimes a result goes missing
                 out.append(
-                    ToolMessage(f"call_{i}", draw(TEXT), message_id=f"{prefix}t{number}.{step}.{i}",
-                                turn_id=turn_id)
+                    ToolMessage(
+                        f"call_{i}",
+                        draw(TEXT),
+                        message_id=f"{prefix}t{number}.{step}.{i}",
+                        turn_id=turn_id,
+                    )
                 )
     if draw(st.booleans()) or len(out) == 1:
-        out.append(AiMessage(draw(TEXT) or "done", message_id=f"{prefix}f{number}", turn_id=turn_id))
+        out.append(
+            AiMessage(draw(TEXT) or "done", message_id=f"{prefix}f{number}", turn_id=turn_id)
+        )
     return out
 
 
@@ -89,7 +97,11 @@ def histories(draw: st.DrawFn) -> list[Message]:
 
 def window_options(history: list[Message]) -> st.SearchStrategy[dict[str, Any]]:
     turn_ids = sorted({m.turn_id for m in history if m.turn_id is not None})
-    statuses = st.dictionaries(st.sampled_from(turn_ids), st.sampled_from(list(TurnStatus))) if turn_ids else st.just({})
+    statuses = (
+        st.dictionaries(st.sampled_from(turn_ids), st.sampled_from(list(TurnStatus)))
+        if turn_ids
+        else st.just({})
+    )
     return st.fixed_dictionaries(
         {},
         optional={

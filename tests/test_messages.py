@@ -6,7 +6,6 @@ import dataclasses
 
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from agentctx_fast import (
     MAX_INLINE_BYTES,
@@ -80,10 +79,21 @@ def test_openai_round_trip_keeps_every_field_it_can_carry(history: list) -> None
 @pytest.mark.parametrize(
     ("entries", "needle"),
     [
-        ([{"role": "user", "content": "a"}, {"role": "wizard", "content": "x"}], "entry 1: unknown role"),
-        ([{"role": "assistant", "tool_calls": [{"function": {"name": "f"}}]}], "entry 0: a tool call has no id"),
         (
-            [{"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": {}}}]}],
+            [{"role": "user", "content": "a"}, {"role": "wizard", "content": "x"}],
+            "entry 1: unknown role",
+        ),
+        (
+            [{"role": "assistant", "tool_calls": [{"function": {"name": "f"}}]}],
+            "entry 0: a tool call has no id",
+        ),
+        (
+            [
+                {
+                    "role": "assistant",
+                    "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": {}}}],
+                }
+            ],
             "entry 0: tool call 'c' arguments",
         ),
         (["nope"], "entry 0 is not an object"),

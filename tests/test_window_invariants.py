@@ -43,13 +43,15 @@ def test_window_invariants(data: st.DataObject) -> None:
         return
     assert [(m.message_id, m) for m in history] == snapshot, "input mutated"
     messages = window.messages
-    has_system = bool(messages) and isinstance(messages[0], SystemMessage) and (
-        options.get("system") is not None or messages[0] is _leading_system(history)
+    has_system = (
+        bool(messages)
+        and isinstance(messages[0], SystemMessage)
+        and (options.get("system") is not None or messages[0] is _leading_system(history))
     )
     body = messages[1:] if has_system else messages
     assert body and isinstance(body[0], UserMessage), "window must start with a user message"
     current = turns[-1]
-    assert body[len(body) - len(current):] == current, "current turn not whole"
+    assert body[len(body) - len(current) :] == current, "current turn not whole"
     history_part = body[: len(body) - len(current)]
     assert validate_tool_protocol(history_part) == [], "history part holds a violation"
     _assert_whole_turns(history_part, turns[:-1])

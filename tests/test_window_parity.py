@@ -65,12 +65,12 @@ def test_select_parity(native: Any, data: st.DataObject) -> None:
 @given(histories())
 def test_whole_history_parity(native: Any, history: list[Any]) -> None:
     for name in ("segment", "validate", "message_tokens"):
-        assert _outcome(lambda: getattr(native, name)(history)) == _outcome(
-            lambda: getattr(reference, name)(history)
+        assert _outcome(lambda name=name: getattr(native, name)(history)) == _outcome(
+            lambda name=name: getattr(reference, name)(history)
         ), name
     for end in (0, len(history) // 2, len(history)):
-        assert _outcome(lambda: native.count_turns(history, end)) == _outcome(
-            lambda: reference.count_turns(history, end)
+        assert _outcome(lambda end=end: native.count_turns(history, end)) == _outcome(
+            lambda end=end: reference.count_turns(history, end)
         )
 
 
@@ -78,22 +78,32 @@ def test_whole_history_parity(native: Any, history: list[Any]) -> None:
 @given(st.data())
 def test_bad_elements_give_the_same_error(native: Any, data: st.DataObject) -> None:
     history = data.draw(histories())
-    junk = data.draw(st.one_of(st.none(), st.integers(), st.text(), st.binary(), st.dictionaries(st.text(), st.integers())))
+    junk = data.draw(
+        st.one_of(
+            st.none(),
+            st.integers(),
+            st.text(),
+            st.binary(),
+            st.dictionaries(st.text(), st.integers()),
+        )
+    )
     history.insert(data.draw(st.integers(0, len(history))), junk)
     options = data.draw(window_options([m for m in history if hasattr(m, "turn_id")]))
     args = _select_args(history, options)
     got = _outcome(lambda: native.select(*args))
     assert got == _outcome(lambda: reference.select(*args))
     for name in ("segment", "validate", "message_tokens"):
-        assert _outcome(lambda: getattr(native, name)(history)) == _outcome(
-            lambda: getattr(reference, name)(history)
+        assert _outcome(lambda name=name: getattr(native, name)(history)) == _outcome(
+            lambda name=name: getattr(reference, name)(history)
         ), name
 
 
 def test_estimator_callback_is_used_the_same_way(native: Any) -> None:
     from conftest import build_message
 
-    history = [build_message({"t": t, "id": f"p{i}"}) for i, t in enumerate("user ai user ai user".split())]
+    history = [
+        build_message({"t": t, "id": f"p{i}"}) for i, t in enumerate("user ai user ai user".split())
+    ]
     seen_native: list[list[str]] = []
     seen_reference: list[list[str]] = []
 

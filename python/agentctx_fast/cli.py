@@ -83,7 +83,7 @@ def _summary(window: ContextWindow) -> dict[str, Any]:
 
 
 def _print_window(window: ContextWindow, as_json: bool) -> None:
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "role": _ROLES.get(type(m).__name__, type(m).__name__),
             "id": m.message_id,

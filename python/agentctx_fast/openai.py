@@ -8,6 +8,7 @@ from typing import Any
 from agentctx_fast.errors import AgentCtxError, InvalidMessageTypeError
 from agentctx_fast.messages import (
     AiMessage,
+    AudioPart,
     FilePart,
     ImagePart,
     Message,
@@ -17,7 +18,6 @@ from agentctx_fast.messages import (
     ToolCall,
     ToolMessage,
     UserMessage,
-    AudioPart,
 )
 
 

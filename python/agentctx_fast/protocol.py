@@ -30,7 +30,7 @@ def validate_tool_protocol(messages: Sequence[Message]) -> list[ProtocolViolatio
     ...     message_id="t")])
     [ProtocolViolation(kind='orphan_result', message_id='t', tool_call_id='c1')]
     """
-    return [ProtocolViolation(*v) for v in core.validate(messages)]  # type: ignore[arg-type]
+    return [ProtocolViolation(*v) for v in core.validate(messages)]
 
 
 def check_tool_protocol(messages: Sequence[Message]) -> None:

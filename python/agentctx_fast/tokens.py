@@ -113,6 +113,12 @@ class TiktokenEstimator(_CachedEstimator):
         return len(self.encoding.encode(text, disallowed_special=()))
 
 
+_CL100K_PATTERN = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+    r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
+
+
 def _load_encoding(encoding: Any) -> tiktoken.Encoding:
     import tiktoken
 
@@ -128,7 +134,7 @@ def _load_encoding(encoding: Any) -> tiktoken.Encoding:
         ranks = load_tiktoken_bpe(encoding)
         return tiktoken.Encoding(
             name=encoding,
-            pat_str=r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s""",
+            pat_str=_CL100K_PATTERN,  # the split of cl100k_base, which .tiktoken files use
             mergeable_ranks=ranks,
             special_tokens={},
         )

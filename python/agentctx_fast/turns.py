@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from enum import Enum
+from enum import StrEnum
 
 import numpy as np
 import numpy.typing as npt
@@ -12,7 +12,7 @@ from agentctx_fast._backend import core
 from agentctx_fast.messages import Message
 
 
-class TurnStatus(str, Enum):
+class TurnStatus(StrEnum):
     """Lifecycle of a turn."""
 
     RUNNING = "running"
@@ -29,7 +29,7 @@ class TurnSegments:
     every tool call has its result. Messages before ``starts[0]`` belong to no turn.
     """
 
-    __slots__ = ("starts", "ends", "completed")
+    __slots__ = ("completed", "ends", "starts")
 
     def __init__(
         self,

@@ -29,17 +29,17 @@ class ContextWindow:
     """
 
     __slots__ = (
-        "messages",
-        "estimated_tokens",
-        "attached_turns",
-        "compacted_turns",
-        "cut_by",
-        "repairs",
+        "_dropped",
+        "_engine",
         "_history",
         "_seen_history_turns",
         "_unread_end",
-        "_dropped",
-        "_engine",
+        "attached_turns",
+        "compacted_turns",
+        "cut_by",
+        "estimated_tokens",
+        "messages",
+        "repairs",
     )
 
     def __init__(
@@ -71,7 +71,9 @@ class ContextWindow:
     def dropped_turns(self) -> int:
         """History turns left out of the window (by a limit or by repair)."""
         if self._dropped is None:
-            unread = self._engine.count_turns(self._history, self._unread_end) if self._unread_end else 0
+            unread = (
+                self._engine.count_turns(self._history, self._unread_end) if self._unread_end else 0
+            )
             self._dropped = self._seen_history_turns + unread - self.attached_turns
         return self._dropped
 

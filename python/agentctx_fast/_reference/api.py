@@ -7,13 +7,14 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from agentctx_fast._reference.message_tokens import message_tokens_one
 from agentctx_fast._reference.protocol import validate, validate_segment
 from agentctx_fast._reference.tokens import count_text
-from agentctx_fast._reference.message_tokens import message_tokens_one
 from agentctx_fast._reference.turns import check_message, inferred_completed, turn_starts
 from agentctx_fast._reference.window import count_turns, select
 
 __all__ = ["count_text", "count_turns", "message_tokens", "segment", "select", "validate"]
+
 
 def segment(
     messages: Sequence[object],

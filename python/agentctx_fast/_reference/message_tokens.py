@@ -47,7 +47,6 @@ def message_tokens_one(message: Message, count: Callable[[str], int] = count_tex
     return 0  # UI messages are never sent
 
 
-
 def heuristic_tokens(messages: Sequence[Message]) -> int:
     """Heuristic tokens of a list of messages."""
     return sum(message_tokens_one(m) for m in messages)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 
 from agentctx_fast._reference.turns import check_message, turn_starts
 from agentctx_fast.messages import AiMessage, Message, ToolMessage
@@ -40,7 +41,7 @@ def validate(messages: Sequence[object]) -> list[Violation]:
     checked = [check_message(messages, index) for index in range(len(messages))]
     bounds = [0, *turn_starts(checked), len(checked)]
     violations: list[Violation] = []
-    for start, end in zip(bounds, bounds[1:], strict=False):
+    for start, end in pairwise(bounds):
         if start < end:
             violations.extend(v for _, v in validate_segment(checked[start:end]))
     return violations

@@ -136,7 +136,9 @@ def select(
     system_tokens = count_tokens([system]) if system is not None else 0
     total_messages = len(current)
     total_tokens = system_tokens + count_tokens(current)
-    kept: list[tuple[int, list[Message], int]] = []  # newest first: (history position, view, tokens)
+    kept: list[
+        tuple[int, list[Message], int]
+    ] = []  # newest first: (history position, view, tokens)
     repairs_by_turn: list[list[Violation]] = []  # newest turn first
     attached = compacted = seen = 0
     cut_by: str | None = None
@@ -212,4 +214,3 @@ def select(
         seen_history_turns=seen,
         unread_end=unread_end,
     )
-

@@ -1,0 +1,15 @@
+//! agentctx_fast's core: turn segmentation, tool-protocol validation, window selection and
+//! heuristic token counting. No PyO3 here; `py.rs` (feature `python`) is the only binding.
+
+pub mod error;
+pub mod model;
+pub mod protocol;
+pub mod tokens;
+pub mod turns;
+pub mod window;
+
+#[cfg(feature = "python")]
+mod py;
+
+#[cfg(test)]
+mod golden_tests;

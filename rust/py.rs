@@ -1,0 +1,590 @@
+//! The only file that knows PyO3: converts Python messages to the core's view at the edge,
+//! runs the core, and turns its errors into the exceptions the pure-Python reference raises.
+
+use crate::error::CoreError;
+use crate::model::{Item, Kind, MessageInfo, Source};
+use crate::protocol::Violation;
+use crate::tokens::{count_text, count_utf8_bytes as count_utf8};
+use crate::window::{self, WindowOptions};
+use crate::{protocol, turns};
+use numpy::PyArray1;
+use pyo3::exceptions::PyTypeError;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyList, PySequence, PyString, PyTuple};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+const MESSAGE_OVERHEAD: u64 = 4;
+const TOOL_CALL_OVERHEAD: u64 = 3;
+const MEDIA_PART_TOKENS: u64 = 85;
+const MISSING_TEXT: &str = "tool result missing";
+
+/// The Python classes the binding needs, imported once.
+struct Classes {
+    message: Py<PyAny>,
+    text_part: Py<PyAny>,
+    tool_message: Py<PyAny>,
+    invalid_argument: Py<PyAny>,
+    invalid_message_type: Py<PyAny>,
+}
+
+static CLASSES: PyOnceLock<Classes> = PyOnceLock::new();
+
+fn classes(py: Python<'_>) -> PyResult<&Classes> {
+    CLASSES.get_or_try_init(py, || {
+        let messages = py.import("agentctx_fast.messages")?;
+        let errors = py.import("agentctx_fast.errors")?;
+        Ok(Classes {
+            message: messages.getattr("Message")?.unbind(),
+            text_part: messages.getattr("TextPart")?.unbind(),
+            tool_message: messages.getattr("ToolMessage")?.unbind(),
+            invalid_argument: errors.getattr("InvalidArgumentError")?.unbind(),
+            invalid_message_type: errors.getattr("InvalidMessageTypeError")?.unbind(),
+        })
+    })
+}
+
+fn raise(py: Python<'_>, class: &Py<PyAny>, message: String) -> PyErr {
+    match class.bind(py).call1((message,)) {
+        Ok(instance) => PyErr::from_value(instance),
+        Err(error) => error,
+    }
+}
+
+/// Converts a core error into the exception the reference raises, with the same text.
+struct Failure(PyErr);
+
+impl From<PyErr> for Failure {
+    fn from(error: PyErr) -> Self {
+        Failure(error)
+    }
+}
+
+impl From<CoreError> for Failure {
+    fn from(error: CoreError) -> Self {
+        Python::attach(|py| {
+            let class = match classes(py) {
+                Ok(classes) => classes,
+                Err(error) => return Failure(error),
+            };
+            let target = match error {
+                CoreError::NotAMessage { .. } => &class.invalid_message_type,
+                CoreError::NoUserMessage => &class.invalid_argument,
+            };
+            Failure(raise(py, target, error.to_string()))
+        })
+    }
+}
+
+impl From<Failure> for PyErr {
+    fn from(failure: Failure) -> Self {
+        failure.0
+    }
+}
+
+fn type_name(object: &Bound<'_, PyAny>) -> String {
+    object
+        .get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "object".into())
+}
+
+fn text_of(object: &Bound<'_, PyAny>, name: &Bound<'_, PyString>) -> PyResult<u64> {
+    let value = object.getattr(name)?;
+    if value.is_none() {
+        return Ok(0);
+    }
+    count_str(value.cast::<PyString>().map_err(PyErr::from)?)
+}
+
+/// Tokens of a Python str; one with lone surrogates is counted from its surrogatepass bytes,
+/// as the reference does.
+fn count_str(text: &Bound<'_, PyString>) -> PyResult<u64> {
+    match text.to_str() {
+        Ok(s) => Ok(count_text(s)),
+        Err(_) => {
+            let encoded =
+                text.call_method1(intern!(text.py(), "encode"), ("utf-8", "surrogatepass"))?;
+            Ok(count_utf8(
+                encoded.cast::<PyBytes>().map_err(PyErr::from)?.as_bytes(),
+            ))
+        }
+    }
+}
+
+/// Heuristic tokens of one message; the formula of `_reference/message_tokens.py`.
+fn heuristic_tokens(py: Python<'_>, object: &Bound<'_, PyAny>, kind: Kind) -> PyResult<u64> {
+    let text = intern!(py, "text");
+    Ok(match kind {
+        Kind::User => {
+            let content = object.getattr(intern!(py, "content"))?;
+            if let Ok(s) = content.cast::<PyString>() {
+                MESSAGE_OVERHEAD + count_str(s)?
+            } else {
+                let text_part = classes(py)?.text_part.bind(py);
+                let mut tokens = MESSAGE_OVERHEAD;
+                for part in content.try_iter()? {
+                    let part = part?;
+                    tokens += if part.is_instance(text_part)? {
+                        text_of(&part, text)?
+                    } else {
+                        MEDIA_PART_TOKENS
+                    };
+                }
+                tokens
+            }
+        }
+        Kind::Ai => {
+            let mut tokens = MESSAGE_OVERHEAD + text_of(object, text)?;
+            for call in object.getattr(intern!(py, "tool_calls"))?.try_iter()? {
+                let call = call?;
+                tokens += TOOL_CALL_OVERHEAD
+                    + text_of(&call, intern!(py, "name"))?
+                    + text_of(&call, intern!(py, "arguments"))?;
+            }
+            tokens
+        }
+        Kind::Tool | Kind::System => MESSAGE_OVERHEAD + text_of(object, text)?,
+        Kind::Action | Kind::Form => 0,
+    })
+}
+
+fn optional_str(value: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+    if value.is_none() {
+        Ok(None)
+    } else {
+        Ok(Some(
+            value
+                .cast::<PyString>()
+                .map_err(PyErr::from)?
+                .to_cow()?
+                .into_owned(),
+        ))
+    }
+}
+
+fn read_info(py: Python<'_>, object: &Bound<'_, PyAny>) -> PyResult<Option<(MessageInfo, Kind)>> {
+    if !object.is_instance(classes(py)?.message.bind(py))? {
+        return Ok(None);
+    }
+    let code: i64 = object.getattr(intern!(py, "_kind"))?.extract()?;
+    let kind = Kind::from_code(code)
+        .ok_or_else(|| PyTypeError::new_err(format!("unknown message kind {code}")))?;
+    let message_id = object.getattr(intern!(py, "message_id"))?;
+    let mut info = MessageInfo::new(
+        kind,
+        &message_id
+            .cast::<PyString>()
+            .map_err(PyErr::from)?
+            .to_cow()?,
+    );
+    info.turn_id = optional_str(&object.getattr(intern!(py, "turn_id"))?)?;
+    match kind {
+        Kind::Ai => {
+            let text = object.getattr(intern!(py, "text"))?;
+            let has_text = !text.is_none() && text.len()? > 0;
+            for call in object.getattr(intern!(py, "tool_calls"))?.try_iter()? {
+                let id = call?.getattr(intern!(py, "id"))?;
+                info.call_ids.push(
+                    id.cast::<PyString>()
+                        .map_err(PyErr::from)?
+                        .to_cow()?
+                        .into_owned(),
+                );
+            }
+            info.final_text = has_text && info.call_ids.is_empty();
+        }
+        Kind::Tool => {
+            let id = object.getattr(intern!(py, "tool_call_id"))?;
+            info.tool_call_id = id
+                .cast::<PyString>()
+                .map_err(PyErr::from)?
+                .to_cow()?
+                .into_owned();
+        }
+        _ => {}
+    }
+    Ok(Some((info, kind)))
+}
+
+/// A Python sequence of messages, read lazily by index.
+struct PySource<'py> {
+    py: Python<'py>,
+    seq: Bound<'py, PySequence>,
+    len: usize,
+    infos: HashMap<usize, Arc<MessageInfo>>,
+    estimator: Option<Bound<'py, PyAny>>,
+    system: Option<Bound<'py, PyAny>>,
+    statuses: Option<Bound<'py, PyAny>>,
+    completed: Option<Bound<'py, PyAny>>,
+    synthetic: HashMap<(usize, usize), Bound<'py, PyAny>>,
+}
+
+impl<'py> PySource<'py> {
+    fn new(py: Python<'py>, messages: &Bound<'py, PyAny>) -> Result<PySource<'py>, Failure> {
+        let seq = match messages.cast::<PySequence>() {
+            Ok(seq) if !messages.is_instance_of::<pyo3::types::PyDict>() => seq.clone(),
+            _ => {
+                return Err(Failure(raise(
+                    py,
+                    &classes(py)?.invalid_message_type,
+                    format!(
+                        "messages must be a sequence of Message, got {}",
+                        type_name(messages)
+                    ),
+                )))
+            }
+        };
+        let len = seq.len()?;
+        Ok(PySource {
+            py,
+            seq,
+            len,
+            infos: HashMap::new(),
+            estimator: None,
+            system: None,
+            statuses: None,
+            completed: None,
+            synthetic: HashMap::new(),
+        })
+    }
+
+    fn object(&self, index: usize) -> PyResult<Bound<'py, PyAny>> {
+        self.seq.get_item(index)
+    }
+
+    fn materialize(&mut self, item: Item) -> Result<Bound<'py, PyAny>, Failure> {
+        match item {
+            Item::Original(index) => Ok(self.object(index)?),
+            Item::MissingResult { caller, call } => {
+                if let Some(existing) = self.synthetic.get(&(caller, call)) {
+                    return Ok(existing.clone());
+                }
+                let py = self.py;
+                let ai = self.object(caller)?;
+                let tool_call = ai.getattr(intern!(py, "tool_calls"))?.get_item(call)?;
+                let call_id = tool_call.getattr(intern!(py, "id"))?;
+                let kwargs = pyo3::types::PyDict::new(py);
+                kwargs.set_item("tool_name", tool_call.getattr(intern!(py, "name"))?)?;
+                kwargs.set_item("is_error", true)?;
+                kwargs.set_item(
+                    "message_id",
+                    format!(
+                        "{}:missing",
+                        call_id.cast::<PyString>().map_err(PyErr::from)?.to_cow()?
+                    ),
+                )?;
+                kwargs.set_item("turn_id", ai.getattr(intern!(py, "turn_id"))?)?;
+                let message = classes(py)?
+                    .tool_message
+                    .bind(py)
+                    .call((call_id, MISSING_TEXT), Some(&kwargs))?;
+                self.synthetic.insert((caller, call), message.clone());
+                Ok(message)
+            }
+        }
+    }
+}
+
+impl<'py> Source for PySource<'py> {
+    type Error = Failure;
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn get(&mut self, index: usize) -> Result<Arc<MessageInfo>, Failure> {
+        if let Some(info) = self.infos.get(&index) {
+            return Ok(info.clone());
+        }
+        let object = self.object(index)?;
+        match read_info(self.py, &object)? {
+            Some((info, _)) => {
+                let info = Arc::new(info);
+                self.infos.insert(index, info.clone());
+                Ok(info)
+            }
+            None => Err(CoreError::NotAMessage {
+                index,
+                type_name: type_name(&object),
+            }
+            .into()),
+        }
+    }
+
+    fn tokens(&mut self, items: &[Item]) -> Result<u64, Failure> {
+        match self.estimator.clone() {
+            Some(estimator) => {
+                let mut objects = Vec::with_capacity(items.len());
+                for item in items {
+                    objects.push(self.materialize(*item)?);
+                }
+                let list = PyList::new(self.py, objects)?;
+                Ok(estimator.call1((list,))?.extract::<u64>()?)
+            }
+            None => {
+                let mut total = 0;
+                for item in items {
+                    total += match item {
+                        Item::Original(index) => {
+                            let kind = self.get(*index)?.kind;
+                            heuristic_tokens(self.py, &self.object(*index)?, kind)?
+                        }
+                        Item::MissingResult { .. } => MESSAGE_OVERHEAD + count_text(MISSING_TEXT),
+                    };
+                }
+                Ok(total)
+            }
+        }
+    }
+
+    fn system_tokens(&mut self) -> Result<u64, Failure> {
+        let Some(system) = self.system.clone() else {
+            return Ok(0);
+        };
+        match self.estimator.clone() {
+            Some(estimator) => {
+                let list = PyList::new(self.py, [system])?;
+                Ok(estimator.call1((list,))?.extract::<u64>()?)
+            }
+            None => Ok(heuristic_tokens(self.py, &system, Kind::System)?),
+        }
+    }
+
+    fn recorded_completed(&mut self, turn_id: &str) -> Result<Option<bool>, Failure> {
+        let (Some(statuses), Some(completed)) = (&self.statuses, &self.completed) else {
+            return Ok(None);
+        };
+        if !statuses.contains(turn_id)? {
+            return Ok(None);
+        }
+        Ok(Some(statuses.get_item(turn_id)?.eq(completed)?))
+    }
+}
+
+fn violation_tuple<'py>(py: Python<'py>, v: &Violation) -> PyResult<Bound<'py, PyTuple>> {
+    PyTuple::new(
+        py,
+        [
+            v.kind.name(),
+            v.message_id.as_str(),
+            v.tool_call_id.as_str(),
+        ],
+    )
+}
+
+#[pyfunction]
+fn validate<'py>(py: Python<'py>, messages: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+    let mut source = PySource::new(py, messages)?;
+    let violations = protocol::validate(&mut source)?;
+    let tuples: PyResult<Vec<_>> = violations.iter().map(|v| violation_tuple(py, v)).collect();
+    PyList::new(py, tuples?)
+}
+
+/// Turn starts, ends and inferred completion, as arrays.
+type Segments<'py> = (
+    Bound<'py, PyArray1<i64>>,
+    Bound<'py, PyArray1<i64>>,
+    Bound<'py, PyArray1<bool>>,
+);
+
+#[pyfunction]
+fn segment<'py>(py: Python<'py>, messages: &Bound<'py, PyAny>) -> PyResult<Segments<'py>> {
+    let mut source = PySource::new(py, messages)?;
+    let len = source.len;
+    for index in 0..len {
+        source.get(index)?;
+    }
+    let starts = turns::turn_starts(&mut source, len)?;
+    let mut ends: Vec<i64> = starts.iter().skip(1).map(|s| *s as i64).collect();
+    if !starts.is_empty() {
+        ends.push(len as i64);
+    }
+    let mut completed = Vec::with_capacity(starts.len());
+    for (start, end) in starts.iter().zip(ends.iter()) {
+        let turn = turns::visible_indices(&mut source, *start, *end as usize)?;
+        let violations = protocol::validate_segment(&turn);
+        let missing = violations
+            .iter()
+            .any(|v| v.kind == protocol::ViolationKind::MissingResult);
+        completed.push(turns::inferred_completed(&turn, missing));
+    }
+    let starts: Vec<i64> = starts.into_iter().map(|s| s as i64).collect();
+    Ok((
+        PyArray1::from_vec(py, starts),
+        PyArray1::from_vec(py, ends),
+        PyArray1::from_vec(py, completed),
+    ))
+}
+
+#[pyfunction]
+fn count_turns(py: Python<'_>, messages: &Bound<'_, PyAny>, end: usize) -> PyResult<usize> {
+    let mut source = PySource::new(py, messages)?;
+    Ok(window::count_turns(&mut source, end)?)
+}
+
+#[pyfunction]
+fn message_tokens<'py>(
+    py: Python<'py>,
+    messages: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyArray1<i64>>> {
+    let mut source = PySource::new(py, messages)?;
+    let mut counts = Vec::with_capacity(source.len);
+    for index in 0..source.len {
+        let kind = source.get(index)?.kind;
+        counts.push(heuristic_tokens(py, &source.object(index)?, kind)? as i64);
+    }
+    Ok(PyArray1::from_vec(py, counts))
+}
+
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (messages, system, use_leading_system, max_attached_turns, max_attached_messages, compact_completed_tool_turns, compression_keep_recent_turns, max_attached_tokens, count_tokens, turn_statuses, completed))]
+fn select<'py>(
+    py: Python<'py>,
+    messages: &Bound<'py, PyAny>,
+    system: Option<Bound<'py, PyAny>>,
+    use_leading_system: bool,
+    max_attached_turns: usize,
+    max_attached_messages: usize,
+    compact_completed_tool_turns: bool,
+    compression_keep_recent_turns: usize,
+    max_attached_tokens: Option<u64>,
+    count_tokens: Option<Bound<'py, PyAny>>,
+    turn_statuses: Option<Bound<'py, PyAny>>,
+    completed: Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let mut source = PySource::new(py, messages)?;
+    source.system = system;
+    if use_leading_system {
+        source.system = match window::leading_system(&mut source)? {
+            Some(index) => Some(source.object(index)?),
+            None => None,
+        };
+    }
+    source.estimator = count_tokens;
+    source.statuses = turn_statuses;
+    source.completed = Some(completed);
+    let options = WindowOptions {
+        max_attached_turns,
+        max_attached_messages,
+        compact_completed_tool_turns,
+        compression_keep_recent_turns,
+        max_attached_tokens,
+        has_system: source.system.is_some(),
+    };
+    let result = window::select(&mut source, &options)?;
+    let mut objects = Vec::with_capacity(result.items.len() + 1);
+    if let Some(system) = source.system.clone() {
+        objects.push(system);
+    }
+    for item in &result.items {
+        objects.push(source.materialize(*item)?);
+    }
+    let repairs: PyResult<Vec<_>> = result
+        .repairs
+        .iter()
+        .map(|v| violation_tuple(py, v))
+        .collect();
+    let values: Vec<Bound<'py, PyAny>> = vec![
+        PyList::new(py, objects)?.into_any(),
+        options.has_system.into_pyobject(py)?.to_owned().into_any(),
+        result.older_count.into_pyobject(py)?.into_any(),
+        result.older_tokens.into_pyobject(py)?.into_any(),
+        result.estimated_tokens.into_pyobject(py)?.into_any(),
+        result.attached_turns.into_pyobject(py)?.into_any(),
+        result.compacted_turns.into_pyobject(py)?.into_any(),
+        match result.cut_by {
+            Some(cut) => PyString::new(py, cut.name()).into_any(),
+            None => py.None().into_bound(py),
+        },
+        PyList::new(py, repairs?)?.into_any(),
+        result.seen_history_turns.into_pyobject(py)?.into_any(),
+        result.unread_end.into_pyobject(py)?.into_any(),
+    ];
+    PyTuple::new(py, values)
+}
+
+/// Inputs at least this large are counted with the GIL released (below it, detaching costs
+/// more than it lets other threads gain).
+const DETACH_BYTES: usize = 64 * 1024;
+
+/// The UTF-8 bytes of a str, borrowed from the object; a str with lone surrogates is encoded
+/// with `surrogatepass` (WTF-8), which the core counts like the reference does.
+enum Text<'a, 'py> {
+    Str(&'a str),
+    Wtf8(Bound<'py, PyBytes>),
+}
+
+impl<'a, 'py> Text<'a, 'py> {
+    fn new(text: &'a Bound<'py, PyString>) -> PyResult<Self> {
+        match text.to_str() {
+            Ok(s) => Ok(Text::Str(s)),
+            Err(_) => Ok(Text::Wtf8(
+                text.call_method1("encode", ("utf-8", "surrogatepass"))?
+                    .cast_into::<PyBytes>()?,
+            )),
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Text::Str(s) => s.as_bytes(),
+            Text::Wtf8(b) => b.as_bytes(),
+        }
+    }
+}
+
+/// Estimated tokens of `text` (the heuristic of `rust/tokens.rs`).
+#[pyfunction(name = "count_text")]
+fn count_text_py(py: Python<'_>, text: &Bound<'_, PyString>) -> PyResult<u64> {
+    let text = Text::new(text)?;
+    let bytes = text.bytes();
+    if bytes.len() >= DETACH_BYTES {
+        Ok(py.detach(|| count_utf8(bytes)))
+    } else {
+        Ok(count_utf8(bytes))
+    }
+}
+
+/// Estimated tokens of every text, as an int64 array.
+#[pyfunction]
+fn count_texts<'py>(
+    py: Python<'py>,
+    texts: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyArray1<i64>>> {
+    let strings = texts
+        .try_iter()?
+        .map(|item| Ok(item?.cast_into::<PyString>()?))
+        .collect::<PyResult<Vec<_>>>()?;
+    let views = strings
+        .iter()
+        .map(Text::new)
+        .collect::<PyResult<Vec<_>>>()?;
+    let slices: Vec<&[u8]> = views.iter().map(Text::bytes).collect();
+    let count =
+        |slices: &[&[u8]]| -> Vec<i64> { slices.iter().map(|b| count_utf8(b) as i64).collect() };
+    let total: usize = slices.iter().map(|b| b.len()).sum();
+    let counts = if total >= DETACH_BYTES {
+        py.detach(|| count(&slices))
+    } else {
+        count(&slices)
+    };
+    Ok(PyArray1::from_vec(py, counts))
+}
+
+#[pymodule]
+fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    module.add_function(wrap_pyfunction!(count_text_py, module)?)?;
+    module.add_function(wrap_pyfunction!(count_texts, module)?)?;
+    module.add_function(wrap_pyfunction!(count_turns, module)?)?;
+    module.add_function(wrap_pyfunction!(message_tokens, module)?)?;
+    module.add_function(wrap_pyfunction!(segment, module)?)?;
+    module.add_function(wrap_pyfunction!(select, module)?)?;
+    module.add_function(wrap_pyfunction!(validate, module)?)?;
+    Ok(())
+}
