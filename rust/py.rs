@@ -14,6 +14,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyList, PySequence, PyString, PyTuple};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 const MESSAGE_OVERHEAD: u64 = 4;
@@ -28,6 +29,7 @@ struct Classes {
     tool_message: Py<PyAny>,
     invalid_argument: Py<PyAny>,
     invalid_message_type: Py<PyAny>,
+    object_setattr: Py<PyAny>,
 }
 
 static CLASSES: PyOnceLock<Classes> = PyOnceLock::new();
@@ -42,6 +44,11 @@ fn classes(py: Python<'_>) -> PyResult<&Classes> {
             tool_message: messages.getattr("ToolMessage")?.unbind(),
             invalid_argument: errors.getattr("InvalidArgumentError")?.unbind(),
             invalid_message_type: errors.getattr("InvalidMessageTypeError")?.unbind(),
+            object_setattr: py
+                .import("builtins")?
+                .getattr("object")?
+                .getattr("__setattr__")?
+                .unbind(),
         })
     })
 }
@@ -210,12 +217,74 @@ fn read_info(py: Python<'_>, object: &Bound<'_, PyAny>) -> PyResult<Option<(Mess
     Ok(Some((info, kind)))
 }
 
+/// What the core knows of one message, computed once and kept on the message object (its
+/// `_core` slot), so later windows over the same objects read it without any attribute lookup
+/// beyond one slot. Messages are immutable, so it never goes stale.
+#[pyclass(frozen, module = "agentctx_fast._native")]
+struct MessageCore {
+    info: Arc<MessageInfo>,
+    /// Heuristic tokens, `u64::MAX` until first counted.
+    tokens: AtomicU64,
+}
+
+#[pymethods]
+impl MessageCore {
+    /// Copies and pickles of a message drop the cache; it is rebuilt on first use.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, ())> {
+        Ok((py.import("builtins")?.getattr("dict")?, ()))
+    }
+    fn __copy__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+    fn __deepcopy__(slf: Py<Self>, _memo: &Bound<'_, PyAny>) -> Py<Self> {
+        slf
+    }
+}
+
+/// The cached core of a message, creating it on first sight; `None` for a non-message.
+fn core_of<'py>(
+    py: Python<'py>,
+    object: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, MessageCore>>> {
+    if let Ok(Some(cached)) = object.getattr_opt(intern!(py, "_core")) {
+        if let Ok(core) = cached.cast_into::<MessageCore>() {
+            return Ok(Some(core));
+        }
+    }
+    let Some((info, _)) = read_info(py, object)? else {
+        return Ok(None);
+    };
+    let core = Bound::new(
+        py,
+        MessageCore {
+            info: Arc::new(info),
+            tokens: AtomicU64::new(u64::MAX),
+        },
+    )?;
+    // Frozen dataclasses refuse setattr; object.__setattr__ writes the slot directly.
+    classes(py)?
+        .object_setattr
+        .bind(py)
+        .call1((object, intern!(py, "_core"), &core))?;
+    Ok(Some(core))
+}
+
+/// Heuristic tokens of a message, counted once per object.
+fn cached_tokens(py: Python<'_>, object: &Bound<'_, PyAny>, core: &MessageCore) -> PyResult<u64> {
+    let known = core.tokens.load(Ordering::Relaxed);
+    if known != u64::MAX {
+        return Ok(known);
+    }
+    let tokens = heuristic_tokens(py, object, core.info.kind)?;
+    core.tokens.store(tokens, Ordering::Relaxed);
+    Ok(tokens)
+}
+
 /// A Python sequence of messages, read lazily by index.
 struct PySource<'py> {
     py: Python<'py>,
     seq: Bound<'py, PySequence>,
     len: usize,
-    infos: HashMap<usize, Arc<MessageInfo>>,
     estimator: Option<Bound<'py, PyAny>>,
     system: Option<Bound<'py, PyAny>>,
     statuses: Option<Bound<'py, PyAny>>,
@@ -243,7 +312,6 @@ impl<'py> PySource<'py> {
             py,
             seq,
             len,
-            infos: HashMap::new(),
             estimator: None,
             system: None,
             statuses: None,
@@ -297,16 +365,9 @@ impl<'py> Source for PySource<'py> {
     }
 
     fn get(&mut self, index: usize) -> Result<Arc<MessageInfo>, Failure> {
-        if let Some(info) = self.infos.get(&index) {
-            return Ok(info.clone());
-        }
         let object = self.object(index)?;
-        match read_info(self.py, &object)? {
-            Some((info, _)) => {
-                let info = Arc::new(info);
-                self.infos.insert(index, info.clone());
-                Ok(info)
-            }
+        match core_of(self.py, &object)? {
+            Some(core) => Ok(core.get().info.clone()),
             None => Err(CoreError::NotAMessage {
                 index,
                 type_name: type_name(&object),
@@ -330,8 +391,11 @@ impl<'py> Source for PySource<'py> {
                 for item in items {
                     total += match item {
                         Item::Original(index) => {
-                            let kind = self.get(*index)?.kind;
-                            heuristic_tokens(self.py, &self.object(*index)?, kind)?
+                            let object = self.object(*index)?;
+                            match core_of(self.py, &object)? {
+                                Some(core) => cached_tokens(self.py, &object, core.get())?,
+                                None => 0, // unreachable: items are messages the scan checked
+                            }
                         }
                         Item::MissingResult { .. } => MESSAGE_OVERHEAD + count_text(MISSING_TEXT),
                     };
@@ -431,11 +495,18 @@ fn message_tokens<'py>(
     py: Python<'py>,
     messages: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyArray1<i64>>> {
-    let mut source = PySource::new(py, messages)?;
+    let source = PySource::new(py, messages)?;
     let mut counts = Vec::with_capacity(source.len);
     for index in 0..source.len {
-        let kind = source.get(index)?.kind;
-        counts.push(heuristic_tokens(py, &source.object(index)?, kind)? as i64);
+        let object = source.object(index)?;
+        let Some(core) = core_of(py, &object)? else {
+            let error = CoreError::NotAMessage {
+                index,
+                type_name: type_name(&object),
+            };
+            return Err(Failure::from(error).into());
+        };
+        counts.push(cached_tokens(py, &object, core.get())? as i64);
     }
     Ok(PyArray1::from_vec(py, counts))
 }
@@ -579,6 +650,7 @@ fn count_texts<'py>(
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    module.add_class::<MessageCore>()?;
     module.add_function(wrap_pyfunction!(count_text_py, module)?)?;
     module.add_function(wrap_pyfunction!(count_texts, module)?)?;
     module.add_function(wrap_pyfunction!(count_turns, module)?)?;

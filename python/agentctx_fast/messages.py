@@ -107,6 +107,8 @@ class Message:
     metadata: dict[str, Any] = field(default_factory=dict, kw_only=True, compare=True)
     version: int = field(default=0, kw_only=True)
     turn_id: str | None = field(default=None, kw_only=True)
+    # The Rust core's cached view of this message (set by the extension on first use).
+    _core: Any = field(default=None, init=False, repr=False, compare=False)
 
     model_visible: ClassVar[bool] = True
     _kind: ClassVar[int] = -1

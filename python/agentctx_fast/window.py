@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 from agentctx_fast._backend import core, native
@@ -160,14 +161,14 @@ def build_window_on(
             f"got {type(turn_statuses).__name__}"
         )
     if isinstance(system, str):
-        system = SystemMessage(system, message_id="system")
+        system = _system_message(system)
     elif system is not None and not isinstance(system, SystemMessage):
         raise InvalidMessageTypeError(
             f"system must be a SystemMessage, a str or None, got {type(system).__name__}"
         )
     estimator = DEFAULT_ESTIMATOR if token_estimator is None else token_estimator
-    if not isinstance(estimator, TokenEstimator):
-        raise InvalidArgumentError("token_estimator must have count_text() and estimate()")
+    if token_estimator is not None and not callable(getattr(token_estimator, "estimate", None)):
+        raise InvalidArgumentError("token_estimator must have an estimate(messages) method")
     native_heuristic = engine is native and type(estimator) is HeuristicTokenEstimator
     (
         window,
@@ -214,6 +215,12 @@ def build_window_on(
         unread_end,
         engine,
     )
+
+
+@lru_cache(maxsize=64)
+def _system_message(text: str) -> SystemMessage:
+    # Agents pass the same instructions every call; one message object keeps its cached core.
+    return SystemMessage(text, message_id="system")
 
 
 def _checked(estimator: TokenEstimator) -> Callable[[Sequence[Message]], int]:
