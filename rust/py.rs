@@ -611,7 +611,11 @@ impl<'a, 'py> Text<'a, 'py> {
 
 /// Estimated tokens of `text` (the heuristic of `rust/tokens.rs`).
 #[pyfunction(name = "count_text")]
-fn count_text_py(py: Python<'_>, text: &Bound<'_, PyString>) -> PyResult<u64> {
+fn count_text_py(py: Python<'_>, text: &Bound<'_, PyAny>) -> PyResult<u64> {
+    let Ok(text) = text.cast::<PyString>() else {
+        let message = format!("count_text needs a str, got {}", type_name(text));
+        return Err(raise(py, &classes(py)?.invalid_message_type, message));
+    };
     let text = Text::new(text)?;
     let bytes = text.bytes();
     if bytes.len() >= DETACH_BYTES {

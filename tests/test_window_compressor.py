@@ -35,7 +35,9 @@ def _tool_turn(n: int, prefix: str) -> list[Message]:
     """A completed tool turn: question, call, result, final answer."""
     return [
         UserMessage(f"where is order ORD-{n}?", message_id=f"{prefix}u{n}"),
-        AiMessage(None, (ToolCall("call_0", "get_order", f'{{"id": {n}}}'),), message_id=f"{prefix}a{n}"),
+        AiMessage(
+            None, (ToolCall("call_0", "get_order", f'{{"id": {n}}}'),), message_id=f"{prefix}a{n}"
+        ),
         ToolMessage("call_0", f'{{"id": {n}, "status": "shipped"}}', message_id=f"{prefix}t{n}"),
         AiMessage(f"order ORD-{n} has shipped", message_id=f"{prefix}f{n}"),
     ]
@@ -247,7 +249,11 @@ INVALID: list[tuple[str, Callable[[list[Message]], Any], str]] = [
     ("None", lambda older: None, r"list of messages.*NoneType"),
     ("a dict", lambda older: {"summary": 1}, r"list of messages.*dict"),
     ("a generator", lambda older: (m for m in older), r"list of messages.*generator"),
-    ("a non-message element", lambda older: [_ok_user(), {"role": "user"}], r"\[1\].*not a Message"),
+    (
+        "a non-message element",
+        lambda older: [_ok_user(), {"role": "user"}],
+        r"\[1\].*not a Message",
+    ),
     ("a str element", lambda older: ["summary"], r"\[0\].*not a Message"),
     (
         "a UI action",

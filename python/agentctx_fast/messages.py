@@ -33,6 +33,19 @@ def _require_str(value: object, what: str) -> None:
         raise InvalidMessageTypeError(f"{what} must be a str, got {type(value).__name__}")
 
 
+def _require_id(value: object, what: str) -> None:
+    """Identifiers are stored as keys and sent to model APIs: valid Unicode text only."""
+    _require_str(value, what)
+    assert isinstance(value, str)
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidArgumentError(
+                f"{what} must be valid Unicode text, got {value!r} with a lone surrogate"
+            ) from None
+
+
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """A model's request to run tool ``name`` with ``arguments`` (a JSON string)."""
@@ -42,8 +55,8 @@ class ToolCall:
     arguments: str = "{}"
 
     def __post_init__(self) -> None:
-        _require_str(self.id, "ToolCall.id")
-        _require_str(self.name, "ToolCall.name")
+        _require_id(self.id, "ToolCall.id")
+        _require_id(self.name, "ToolCall.name")
         _require_str(self.arguments, f"ToolCall {self.id!r} arguments")
 
 
@@ -114,7 +127,7 @@ class Message:
     _kind: ClassVar[int] = -1
 
     def __post_init__(self) -> None:
-        _require_str(self.message_id, "message_id")
+        _require_id(self.message_id, "message_id")
         if not isinstance(self.metadata, dict):
             raise InvalidMessageTypeError(
                 f"message {self.message_id!r}: metadata must be a dict, "
@@ -125,7 +138,7 @@ class Message:
                 f"message {self.message_id!r}: version must be an int >= 0, got {self.version!r}"
             )
         if self.turn_id is not None:
-            _require_str(self.turn_id, f"message {self.message_id!r} turn_id")
+            _require_id(self.turn_id, f"message {self.message_id!r} turn_id")
 
     __hash__ = None  # type: ignore[assignment]  # metadata is a dict
 
@@ -220,7 +233,9 @@ class ToolMessage(Message):
 
     def __post_init__(self) -> None:
         Message.__post_init__(self)
-        _require_str(self.tool_call_id, f"message {self.message_id!r} tool_call_id")
+        _require_id(self.tool_call_id, f"message {self.message_id!r} tool_call_id")
+        if self.tool_name is not None:
+            _require_id(self.tool_name, f"message {self.message_id!r} tool_name")
         _require_str(self.text, f"message {self.message_id!r} text")
 
 

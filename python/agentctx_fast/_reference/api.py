@@ -10,7 +10,12 @@ import numpy.typing as npt
 from agentctx_fast._reference.message_tokens import message_tokens_one
 from agentctx_fast._reference.protocol import validate, validate_segment
 from agentctx_fast._reference.tokens import count_text
-from agentctx_fast._reference.turns import check_message, inferred_completed, turn_starts
+from agentctx_fast._reference.turns import (
+    check_message,
+    check_sequence,
+    inferred_completed,
+    turn_starts,
+)
 from agentctx_fast._reference.window import count_turns, select
 
 __all__ = ["count_text", "count_turns", "message_tokens", "segment", "select", "validate"]
@@ -20,6 +25,7 @@ def segment(
     messages: Sequence[object],
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
     """Turn starts, ends and inferred completion as arrays."""
+    check_sequence(messages)
     checked = [check_message(messages, index) for index in range(len(messages))]
     starts = turn_starts(checked)
     ends = [*starts[1:], len(checked)] if starts else []
@@ -37,6 +43,7 @@ def segment(
 
 def message_tokens(messages: Sequence[object]) -> npt.NDArray[np.int64]:
     """Heuristic tokens of every message."""
+    check_sequence(messages)
     return np.array(
         [message_tokens_one(check_message(messages, i)) for i in range(len(messages))],
         dtype=np.int64,

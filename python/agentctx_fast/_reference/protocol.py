@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import pairwise
 
-from agentctx_fast._reference.turns import check_message, turn_starts
+from agentctx_fast._reference.turns import check_message, check_sequence, turn_starts
 from agentctx_fast.messages import AiMessage, Message, ToolMessage
 
 # (kind, message_id, tool_call_id)
@@ -38,6 +38,7 @@ def validate_segment(segment: Sequence[Message]) -> list[tuple[int, Violation]]:
 
 def validate(messages: Sequence[object]) -> list[Violation]:
     """Every violation of the list, turn by turn (messages before the first turn form one)."""
+    check_sequence(messages)
     checked = [check_message(messages, index) for index in range(len(messages))]
     bounds = [0, *turn_starts(checked), len(checked)]
     violations: list[Violation] = []

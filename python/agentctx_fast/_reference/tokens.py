@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import re
 
+from agentctx_fast.errors import InvalidMessageTypeError
+
 _CJK = "\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef\U00020000-\U0002ffff"
 _RUNS = re.compile(
     r"([A-Za-z]+)|([0-9]+)|([\t\n\x0b\x0c\r ]+)|([\x00-\x08\x0e-\x1f!-/:-@\[-`{-\x7f]+)"
@@ -27,6 +29,8 @@ _RUNS = re.compile(
 
 def count_text(text: str) -> int:
     """Estimated cl100k tokens of ``text``."""
+    if not isinstance(text, str):
+        raise InvalidMessageTypeError(f"count_text needs a str, got {type(text).__name__}")
     tokens = 0
     for match in _RUNS.finditer(text):
         group = match.lastindex

@@ -8,6 +8,15 @@ from agentctx_fast.errors import InvalidMessageTypeError
 from agentctx_fast.messages import AiMessage, Message, ToolMessage, UserMessage
 
 
+def check_sequence(messages: object) -> Sequence[object]:
+    """``messages`` itself, or a typed error when it is not a sequence (a list or a tuple)."""
+    if not isinstance(messages, Sequence):
+        raise InvalidMessageTypeError(
+            f"messages must be a sequence of Message, got {type(messages).__name__}"
+        )
+    return messages
+
+
 def check_message(messages: Sequence[object], index: int) -> Message:
     """``messages[index]``, or a typed error naming the index when it is not a message."""
     message = messages[index]

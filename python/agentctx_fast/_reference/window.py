@@ -13,13 +13,14 @@ from agentctx_fast._reference.message_tokens import heuristic_tokens
 from agentctx_fast._reference.protocol import Violation, validate_segment
 from agentctx_fast._reference.turns import (
     check_message,
+    check_sequence,
     has_tool_calls,
     inferred_completed,
     turn_starts,
     turns_backward,
     visible_messages,
 )
-from agentctx_fast.errors import InvalidArgumentError, InvalidMessageTypeError
+from agentctx_fast.errors import InvalidArgumentError
 from agentctx_fast.messages import AiMessage, Message, SystemMessage, ToolMessage, UserMessage
 
 CountTokens = Callable[[Sequence[Message]], int]
@@ -54,6 +55,7 @@ def leading_system(messages: Sequence[object]) -> SystemMessage | None:
 
 def count_turns(messages: Sequence[object], end: int) -> int:
     """Number of turns that start in ``messages[:end]``."""
+    check_sequence(messages)
     return len(turn_starts(messages[:end]))
 
 
@@ -118,10 +120,7 @@ def select(
     completed: object,
 ) -> WindowCore:
     """Apply rules 1-7 of SPEC §5; see `agentctx_fast.window.build_window`."""
-    if not isinstance(messages, Sequence):
-        raise InvalidMessageTypeError(
-            f"messages must be a sequence of Message, got {type(messages).__name__}"
-        )
+    check_sequence(messages)
     if count_tokens is None:
         count_tokens = heuristic_tokens
     if use_leading_system:
