@@ -51,10 +51,8 @@ class _CachedEstimator:
         key = (message.message_id, message.version)
         fingerprint = _fingerprint(message)
         hit = self._young.get(key)
-        if hit is None:
-            hit = self._old.get(key)
-            if hit is not None and hit[0] == fingerprint:
-                self._remember(key, hit)
+        if hit is None and (hit := self._old.get(key)) is not None:
+            self._remember(key, hit)  # promote, so a value in use survives the next rotation
         if hit is not None and hit[0] == fingerprint:
             return hit[1]
         tokens = self._tokenize(message)
