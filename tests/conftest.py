@@ -21,6 +21,8 @@ from agentctx_fast import (
     TurnStatus,
     UserMessage,
 )
+from server_fixtures import *  # noqa: F403  (session servers)
+from store_fixtures import *  # noqa: F403  (the parametrised store)
 
 DATA = Path(__file__).parent / "data"
 IN_CI = os.environ.get("CI", "").lower() == "true"

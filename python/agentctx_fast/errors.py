@@ -82,3 +82,15 @@ class TurnStateError(AgentCtxError):
 
 class ContentTooLargeError(AgentCtxError, ValueError):
     """Inline content over `MAX_INLINE_BYTES`; store it elsewhere and pass a reference."""
+
+
+class DuplicateMessageError(AgentCtxError, ValueError):
+    """`add_message` was given a message whose id the chat memory already holds."""
+
+
+class StoreError(AgentCtxError):
+    """A store operation failed; nothing was half-written."""
+
+
+class StoreUnavailableError(StoreError):
+    """The store's server could not be reached or dropped the connection mid-operation."""

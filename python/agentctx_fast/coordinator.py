@@ -1,0 +1,314 @@
+"""The trigger-based compression coordinator (SPEC §9).
+
+It separates *when* to compress (a trigger) from *how* (a compressor), and persists the running
+summary per conversation with compare-and-set, so two requests never overwrite each other's
+summary and a threshold reached once does not call the summary model on every later request.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Protocol, runtime_checkable
+
+from agentctx_fast.errors import (
+    AgentCtxError,
+    CompressionError,
+    CompressionStateConflictError,
+    CoveredMessageNotFoundError,
+    InvalidArgumentError,
+    InvalidMessageTypeError,
+)
+from agentctx_fast.messages import Message, ToolMessage
+from agentctx_fast.tokens import DEFAULT_ESTIMATOR, TokenEstimator
+from agentctx_fast.turns import segment_turns
+from agentctx_fast.window import AgentContextCompressor, validate_compressor_output
+
+
+@dataclass(frozen=True, slots=True)
+class AgentContextCompressionState:
+    """The persisted compression state of one conversation; ``version`` 0 means never saved."""
+
+    conversation_id: str
+    version: int = 0
+    compression_version: int = 0
+    covered_until_message_id: str | None = None
+    summary: tuple[Message, ...] = ()
+    covered_tokens: int = 0
+    covered_turns: int = 0
+    updated_at: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.conversation_id, str) or not self.conversation_id:
+            raise InvalidArgumentError(
+                f"conversation_id must be a non-empty str, got {self.conversation_id!r}"
+            )
+        for name in ("version", "compression_version", "covered_tokens", "covered_turns"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidArgumentError(f"{name} must be an int >= 0, got {value!r}")
+        if self.covered_until_message_id is not None and not isinstance(
+            self.covered_until_message_id, str
+        ):
+            raise InvalidArgumentError("covered_until_message_id must be a str or None")
+        if isinstance(self.summary, list):
+            object.__setattr__(self, "summary", tuple(self.summary))
+        if not isinstance(self.summary, tuple) or not all(
+            isinstance(m, Message) for m in self.summary
+        ):
+            raise InvalidMessageTypeError("summary must be a tuple of messages")
+        if self.updated_at is not None and not isinstance(self.updated_at, datetime):
+            raise InvalidArgumentError("updated_at must be a datetime or None")
+
+
+@runtime_checkable
+class AgentContextCompressionStateStore(Protocol):
+    """Where coordinators keep compression states: a load and a compare-and-set save."""
+
+    def load(self, conversation_id: str) -> AgentContextCompressionState | None:
+        """The saved state, or None when the conversation has none."""
+        ...
+
+    def save(self, state: AgentContextCompressionState, expected_version: int) -> bool:
+        """Store ``state`` as version ``expected_version + 1`` if the stored version is
+        ``expected_version`` (0: none stored); False on conflict."""
+        ...
+
+
+def check_expected_version(state: object, expected_version: object) -> None:
+    """Argument checks shared by every `AgentContextCompressionStateStore.save`."""
+    if not isinstance(state, AgentContextCompressionState):
+        raise InvalidMessageTypeError(
+            f"state must be an AgentContextCompressionState, got {type(state).__name__}"
+        )
+    if (
+        isinstance(expected_version, bool)
+        or not isinstance(expected_version, int)
+        or expected_version < 0
+    ):
+        raise InvalidArgumentError(
+            f"expected_version must be an int >= 0, got {expected_version!r}"
+        )
+
+
+class InMemoryCompressionStateStore:
+    """The plain in-process state store; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._states: dict[str, AgentContextCompressionState] = {}
+
+    def load(self, conversation_id: str) -> AgentContextCompressionState | None:
+        with self._lock:
+            return self._states.get(conversation_id)
+
+    def save(self, state: AgentContextCompressionState, expected_version: int) -> bool:
+        check_expected_version(state, expected_version)
+        with self._lock:
+            stored = self._states.get(state.conversation_id)
+            if (0 if stored is None else stored.version) != expected_version:
+                return False
+            self._states[state.conversation_id] = replace(state, version=expected_version + 1)
+            return True
+
+
+@dataclass(frozen=True, slots=True)
+class CompressionTriggerInput:
+    """What a trigger sees to decide whether to compress now."""
+
+    conversation_id: str
+    state: AgentContextCompressionState
+    pending_messages: tuple[Message, ...]
+    estimated_pending_tokens: int
+    pending_turns: int
+    largest_tool_result_chars: int
+    seconds_since_last_compression: float | None
+
+
+CompressionTrigger = Callable[[CompressionTriggerInput], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentContextCompressionResult:
+    """``model_messages`` = the summary messages + the messages it does not cover yet."""
+
+    model_messages: list[Message] = field(default_factory=list)
+    state: AgentContextCompressionState | None = None
+    compressed: bool = False
+
+
+class AgentContextCompressionCoordinator:
+    """Compresses a conversation's compressible history when a trigger says so.
+
+    ``token_estimator`` is a `TokenEstimator` or a callable ``messages -> int``; the default
+    is the heuristic estimator.
+
+    >>> from agentctx_fast import AiMessage, UserMessage
+    >>> from agentctx_fast.compressors import AgentContextCompressors
+    >>> store = InMemoryCompressionStateStore()
+    >>> coordinator = AgentContextCompressionCoordinator(
+    ...     store, lambda t: t.pending_turns >= 2, AgentContextCompressors.text_excerpt(200))
+    >>> history = [UserMessage("a", message_id="u1"), AiMessage("b", message_id="a1")]
+    >>> coordinator.compress("c1", history).compressed
+    False
+    >>> history += [UserMessage("c", message_id="u2"), AiMessage("d", message_id="a2")]
+    >>> result = coordinator.compress("c1", history)
+    >>> result.compressed, result.state.version, result.state.covered_until_message_id
+    (True, 1, 'a2')
+    """
+
+    def __init__(
+        self,
+        state_store: AgentContextCompressionStateStore,
+        trigger: CompressionTrigger,
+        compressor: AgentContextCompressor,
+        token_estimator: TokenEstimator | Callable[[Sequence[Message]], int] | None = None,
+        *,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        for name, value in (("trigger", trigger), ("compressor", compressor)):
+            if not callable(value):
+                raise InvalidArgumentError(f"{name} must be callable")
+        for method in ("load", "save"):
+            if not callable(getattr(state_store, method, None)):
+                raise InvalidArgumentError(f"state_store must have a {method}() method")
+        self._store = state_store
+        self._trigger = trigger
+        self._compressor = compressor
+        self._estimate = _estimate_function(token_estimator)
+        self._clock = clock or (lambda: datetime.now(UTC))
+
+    def compress(
+        self, conversation_id: str, compressible_history: Sequence[Message]
+    ) -> AgentContextCompressionResult:
+        """The model view of ``compressible_history`` (complete, ascending), compressing first
+        when the trigger says yes and there are messages the summary does not cover."""
+        history = _checked_history(compressible_history)
+        state = self._store.load(conversation_id) or AgentContextCompressionState(conversation_id)
+        pending = _pending(history, state)
+        if not pending or not self._triggered(conversation_id, state, pending):
+            return AgentContextCompressionResult([*state.summary, *pending], state, False)
+        summary = _run_compressor(self._compressor, [*state.summary, *pending])
+        candidate = replace(
+            state,
+            version=state.version + 1,
+            compression_version=state.compression_version + 1,
+            covered_until_message_id=pending[-1].message_id,
+            summary=tuple(summary),
+            covered_tokens=state.covered_tokens + self._estimate(pending),
+            covered_turns=state.covered_turns + _count_turns(pending),
+            updated_at=self._clock(),
+        )
+        if not self._store.save(candidate, state.version):
+            raise CompressionStateConflictError(
+                f"conversation {conversation_id!r}: the compression state moved past version "
+                f"{state.version} while compressing; reload and retry"
+            )
+        return AgentContextCompressionResult(list(summary), candidate, True)
+
+    def _triggered(
+        self, conversation_id: str, state: AgentContextCompressionState, pending: list[Message]
+    ) -> bool:
+        since = (
+            None
+            if state.updated_at is None
+            else max((self._clock() - state.updated_at).total_seconds(), 0.0)
+        )
+        trigger_input = CompressionTriggerInput(
+            conversation_id=conversation_id,
+            state=state,
+            pending_messages=tuple(pending),
+            estimated_pending_tokens=self._estimate(pending),
+            pending_turns=_count_turns(pending),
+            largest_tool_result_chars=max(
+                (len(m.text) for m in pending if isinstance(m, ToolMessage)), default=0
+            ),
+            seconds_since_last_compression=since,
+        )
+        decision = self._trigger(trigger_input)
+        if not isinstance(decision, bool):
+            raise InvalidArgumentError(
+                f"compression trigger must return a bool, got {type(decision).__name__}"
+            )
+        return decision
+
+
+def _estimate_function(
+    estimator: TokenEstimator | Callable[[Sequence[Message]], int] | None,
+) -> Callable[[Sequence[Message]], int]:
+    if estimator is None:
+        return DEFAULT_ESTIMATOR.estimate
+    estimate = getattr(estimator, "estimate", None)
+    if callable(estimate):
+        function: Callable[[Sequence[Message]], int] = estimate
+    elif callable(estimator):
+        function = estimator
+    else:
+        raise InvalidArgumentError("token_estimator must be a TokenEstimator or a callable")
+
+    def checked(messages: Sequence[Message]) -> int:
+        tokens = function(messages)
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+            raise InvalidArgumentError(f"token_estimator must return an int >= 0, got {tokens!r}")
+        return tokens
+
+    return checked
+
+
+def _checked_history(history: object) -> list[Message]:
+    if not isinstance(history, Sequence) or isinstance(history, (str, bytes)):
+        raise InvalidMessageTypeError(
+            f"compressible_history must be a sequence of messages, got {type(history).__name__}"
+        )
+    messages = list(history)
+    for index, message in enumerate(messages):
+        if not isinstance(message, Message):
+            raise InvalidMessageTypeError(
+                f"compressible_history[{index}] is not a Message: {type(message).__name__}"
+            )
+    return messages
+
+
+def _pending(history: list[Message], state: AgentContextCompressionState) -> list[Message]:
+    covered = state.covered_until_message_id
+    if covered is None:
+        return history
+    # Scan from the end: the covered message is usually close to it.
+    for index in range(len(history) - 1, -1, -1):
+        if history[index].message_id == covered:
+            return history[index + 1 :]
+    raise CoveredMessageNotFoundError(
+        f"conversation {state.conversation_id!r}: covered message {covered!r} is not in the "
+        f"compressible history ({len(history)} messages); pass the complete history"
+    )
+
+
+def _count_turns(messages: Sequence[Message]) -> int:
+    return len(segment_turns(messages))
+
+
+def _run_compressor(compressor: AgentContextCompressor, messages: list[Message]) -> list[Message]:
+    try:
+        output = compressor(messages)
+    except CompressionError:
+        raise
+    except AgentCtxError as error:
+        raise CompressionError(f"context compressor failed: {error}") from error
+    except Exception as error:
+        raise CompressionError(
+            f"context compressor failed: {type(error).__name__}: {error}"
+        ) from error
+    return validate_compressor_output(output)
+
+
+__all__ = [
+    "AgentContextCompressionCoordinator",
+    "AgentContextCompressionResult",
+    "AgentContextCompressionState",
+    "AgentContextCompressionStateStore",
+    "CompressionTrigger",
+    "CompressionTriggerInput",
+    "InMemoryCompressionStateStore",
+]

@@ -1,0 +1,201 @@
+"""Chat memory (SPEC §10): the business timeline of one conversation, never cleared by the library.
+
+A store implements the small abstract core (`add_message_if_absent`, `get_messages`,
+`get_message`, `update_message`, `message_count`, `clear`); the rest has default
+implementations built on it, which database stores override with indexed queries.
+
+>>> from agentctx_fast import UserMessage
+>>> memory = InMemoryChatMemory()
+>>> memory.add_message_if_absent(UserMessage("hi", message_id="u1"))
+True
+>>> memory.add_message_if_absent(UserMessage("hi", message_id="u1"))
+False
+>>> [m.message_id for m in memory.get_messages()]
+['u1']
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import replace
+
+from agentctx_fast.errors import (
+    DuplicateMessageError,
+    InvalidArgumentError,
+    InvalidMessageTypeError,
+    MessageNotFoundError,
+    VersionConflictError,
+)
+from agentctx_fast.messages import Message
+
+ChatMemoryProvider = Callable[[str], "ChatMemory"]
+"""Locates the memory of a conversation id; it does not create ids or own the lifecycle."""
+
+_PAGE = 256  # page size of the default `get_model_messages`
+
+
+def check_message(message: object) -> Message:
+    """``message`` if it is a `Message`, else `InvalidMessageTypeError`."""
+    if not isinstance(message, Message):
+        raise InvalidMessageTypeError(f"not a Message: {type(message).__name__}")
+    return message
+
+
+def check_page(count: object, offset: object) -> None:
+    """Validates the paging arguments of `ChatMemory.get_messages`."""
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
+        raise InvalidArgumentError(f"count must be None or an int >= 0, got {count!r}")
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise InvalidArgumentError(f"offset must be an int >= 0, got {offset!r}")
+
+
+def check_version(expected_version: object) -> int:
+    """Validates the ``expected_version`` of a compare-and-set update."""
+    if (
+        isinstance(expected_version, bool)
+        or not isinstance(expected_version, int)
+        or expected_version < 0
+    ):
+        raise InvalidArgumentError(
+            f"expected_version must be an int >= 0, got {expected_version!r}"
+        )
+    return expected_version
+
+
+def check_update(stored: Message, message: Message) -> None:
+    """An update keeps the message's type, so its role and model visibility never change."""
+    if type(stored) is not type(message):
+        raise InvalidArgumentError(
+            f"update_message cannot turn {type(stored).__name__} {message.message_id!r} "
+            f"into a {type(message).__name__}"
+        )
+
+
+class ChatMemory(ABC):
+    """The timeline of one conversation, oldest first, with paged reads and CAS updates."""
+
+    @abstractmethod
+    def add_message_if_absent(self, message: Message) -> bool:
+        """Append ``message`` unless its ``message_id`` is stored; True when it was appended.
+
+        Atomic: of concurrent calls with one id, exactly one returns True.
+        """
+
+    @abstractmethod
+    def get_messages(self, count: int | None = None, offset: int = 0) -> list[Message]:
+        """The ``count`` messages that end ``offset`` messages before the newest, oldest first.
+
+        ``count=None`` means every message up to that point.
+        """
+
+    @abstractmethod
+    def get_message(self, message_id: str) -> Message | None:
+        """The stored message with this id, or None."""
+
+    @abstractmethod
+    def update_message(self, message: Message, expected_version: int) -> Message:
+        """Replace the stored message with ``message``'s id if its version is ``expected_version``.
+
+        Returns the stored message, carrying ``expected_version + 1``. Raises
+        `VersionConflictError` on another version and `MessageNotFoundError` for an unknown id.
+        """
+
+    @abstractmethod
+    def message_count(self) -> int:
+        """How many messages the conversation holds, UI messages included."""
+
+    @abstractmethod
+    def clear(self) -> None:
+        """Remove every message. Exists for applications; the library never calls it."""
+
+    def add_message(self, message: Message) -> None:
+        """Append ``message``; `DuplicateMessageError` if its id is already stored."""
+        if not self.add_message_if_absent(message):
+            raise DuplicateMessageError(f"message {message.message_id!r} is already stored")
+
+    def get_model_messages(self, count: int | None = None) -> list[Message]:
+        """The last ``count`` model-visible messages, oldest first (UI messages dropped first)."""
+        check_page(count, 0)
+        if count == 0:
+            return []
+        kept: list[Message] = []
+        offset = 0
+        while count is None or len(kept) < count:
+            page = self.get_messages(_PAGE, offset)
+            kept.extend(m for m in reversed(page) if m.model_visible)
+            if len(page) < _PAGE:
+                break
+            offset += _PAGE
+        kept = kept if count is None else kept[:count]
+        kept.reverse()
+        return kept
+
+
+class InMemoryChatMemory(ChatMemory):
+    """The plain in-process chat memory; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._messages: list[Message] = []
+        self._positions: dict[str, int] = {}
+        self._visible: list[int] = []  # positions of model-visible messages
+
+    def add_message_if_absent(self, message: Message) -> bool:
+        check_message(message)
+        with self._lock:
+            if message.message_id in self._positions:
+                return False
+            self._positions[message.message_id] = len(self._messages)
+            if message.model_visible:
+                self._visible.append(len(self._messages))
+            self._messages.append(message)
+            return True
+
+    def get_messages(self, count: int | None = None, offset: int = 0) -> list[Message]:
+        check_page(count, offset)
+        with self._lock:
+            end = max(len(self._messages) - offset, 0)
+            start = 0 if count is None else max(end - count, 0)
+            return self._messages[start:end]
+
+    def get_model_messages(self, count: int | None = None) -> list[Message]:
+        check_page(count, 0)
+        with self._lock:
+            positions = self._visible if count is None else self._visible[-count:] if count else []
+            return [self._messages[p] for p in positions]
+
+    def get_message(self, message_id: str) -> Message | None:
+        with self._lock:
+            position = self._positions.get(message_id)
+            return None if position is None else self._messages[position]
+
+    def update_message(self, message: Message, expected_version: int) -> Message:
+        check_message(message)
+        check_version(expected_version)
+        with self._lock:
+            position = self._positions.get(message.message_id)
+            if position is None:
+                raise MessageNotFoundError(f"no stored message {message.message_id!r}")
+            stored = self._messages[position]
+            check_update(stored, message)
+            if stored.version != expected_version:
+                raise VersionConflictError(
+                    f"message {message.message_id!r} is at version {stored.version}, "
+                    f"not {expected_version}"
+                )
+            updated = replace(message, version=expected_version + 1)
+            self._messages[position] = updated
+            return updated
+
+    def message_count(self) -> int:
+        with self._lock:
+            return len(self._messages)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._messages.clear()
+            self._positions.clear()
+            self._visible.clear()
+

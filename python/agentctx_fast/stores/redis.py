@@ -1,0 +1,280 @@
+"""`RedisAgentStore` on redis-py: every write is one Lua script, atomic on the server.
+
+Keys of a conversation ``c`` under prefix ``p``: ``p conv:c:m`` (hash id → record),
+``…:v`` (hash id → version), ``…:k`` (hash id → message class), ``…:o`` (list of ids in append
+order) and ``…:vis`` (list of model-visible ids). Pages are ``LRANGE`` from the tail, which
+costs the page, not the conversation. Compression states live in ``p compression:c``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
+
+import redis
+from redis import exceptions as redis_exc
+
+from agentctx_fast.coordinator import AgentContextCompressionState, check_expected_version
+from agentctx_fast.errors import (
+    InvalidArgumentError,
+    MessageNotFoundError,
+    SerializationError,
+    StoreError,
+    StoreUnavailableError,
+    VersionConflictError,
+)
+from agentctx_fast.memory import (
+    ChatMemory,
+    ChatMemoryProvider,
+    check_message,
+    check_page,
+    check_version,
+)
+from agentctx_fast.messages import Message
+from agentctx_fast.stores._common import check_conversation_id, check_key_prefix
+from agentctx_fast.stores.serializer import (
+    AgentStoreSerializer,
+    JsonAgentStoreSerializer,
+    dump,
+    load_message,
+    load_state,
+)
+
+# KEYS: records, versions, kinds, order, visible. ARGV: id, record, version, kind, visible.
+_ADD_IF_ABSENT = """
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[4])
+redis.call('RPUSH', KEYS[4], ARGV[1])
+if ARGV[5] == '1' then redis.call('RPUSH', KEYS[5], ARGV[1]) end
+return 1
+"""
+
+# KEYS: records, versions, kinds. ARGV: id, expected version, record, kind.
+# Returns {1} applied, {0, version} conflict, {-1} unknown id, {-2, kind} other class.
+_UPDATE = """
+local version = redis.call('HGET', KEYS[2], ARGV[1])
+if not version then return {-1} end
+local kind = redis.call('HGET', KEYS[3], ARGV[1])
+if kind ~= ARGV[4] then return {-2, kind} end
+if version ~= ARGV[2] then return {0, version} end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+redis.call('HSET', KEYS[2], ARGV[1], tostring(tonumber(ARGV[2]) + 1))
+return {1}
+"""
+
+# KEYS: an id list, records. ARGV: start, stop (LRANGE indexes). One consistent snapshot.
+_PAGE = """
+local ids = redis.call('LRANGE', KEYS[1], ARGV[1], ARGV[2])
+local out = {}
+for first = 1, #ids, 1000 do
+  local last = math.min(first + 999, #ids)
+  local chunk = redis.call('HMGET', KEYS[2], unpack(ids, first, last))
+  for i = 1, #chunk do out[#out + 1] = chunk[i] end
+end
+return out
+"""
+
+# KEYS: the state hash. ARGV: expected version, record.
+_SAVE_STATE = """
+local version = redis.call('HGET', KEYS[1], 'version') or '0'
+if version ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'version', tostring(tonumber(ARGV[1]) + 1), 'data', ARGV[2])
+return 1
+"""
+
+
+def _raw(value: object) -> bytes:
+    # The store's own client returns bytes; a caller's client may decode responses to str.
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if not isinstance(value, bytes):
+        raise SerializationError(f"unexpected Redis reply of type {type(value).__name__}")
+    return value
+
+
+@contextmanager
+def _translated(action: str) -> Iterator[None]:
+    try:
+        yield
+    except (redis_exc.ConnectionError, redis_exc.TimeoutError) as error:
+        raise StoreUnavailableError(f"Redis unavailable while {action}: {error}") from error
+    except redis_exc.RedisError as error:
+        raise StoreError(f"Redis error while {action}: {error}") from error
+
+
+class RedisAgentStore:
+    """Chat memories and compression states in Redis under ``key_prefix``.
+
+    ``client_or_url`` is a `redis.Redis` client (the caller closes it) or a URL such as
+    ``redis://127.0.0.1:6379/0`` (the store creates the client and `close` closes it).
+    """
+
+    def __init__(
+        self,
+        client_or_url: redis.Redis | str,
+        key_prefix: str = "agent:",
+        serializer: AgentStoreSerializer | None = None,
+    ) -> None:
+        check_key_prefix(key_prefix)
+        if isinstance(client_or_url, str):
+            try:
+                self.client: redis.Redis = redis.Redis.from_url(client_or_url)
+            except ValueError as error:
+                raise InvalidArgumentError(f"cannot use Redis URL: {error}") from error
+            self._owns_client = True
+        elif isinstance(client_or_url, redis.Redis):
+            self.client = client_or_url
+            self._owns_client = False
+        else:
+            raise InvalidArgumentError(
+                f"client_or_url must be a redis.Redis client or a URL, "
+                f"got {type(client_or_url).__name__}"
+            )
+        self.key_prefix = key_prefix
+        self.serializer: AgentStoreSerializer = serializer or JsonAgentStoreSerializer()
+        self._add = self.client.register_script(_ADD_IF_ABSENT)
+        self._update = self.client.register_script(_UPDATE)
+        self._page = self.client.register_script(_PAGE)
+        self._save_state = self.client.register_script(_SAVE_STATE)
+
+    def chat_memory(self, conversation_id: str) -> RedisChatMemory:
+        """The memory of ``conversation_id`` (a light handle; create as many as you like)."""
+        return RedisChatMemory(self, check_conversation_id(conversation_id))
+
+    def chat_memory_provider(self) -> ChatMemoryProvider:
+        """A provider that locates each conversation's memory in this store."""
+        return self.chat_memory
+
+    def compression_state_store(self) -> RedisCompressionStateStore:
+        """The compression states of every conversation in this store."""
+        return RedisCompressionStateStore(self)
+
+    def close(self) -> None:
+        """Close the client if this store created it."""
+        if self._owns_client:
+            self.client.close()
+
+    def _key(self, *parts: str) -> str:
+        return self.key_prefix + ":".join(parts)
+
+
+class RedisChatMemory(ChatMemory):
+    """One conversation's messages in Redis."""
+
+    def __init__(self, store: RedisAgentStore, conversation_id: str) -> None:
+        self._store = store
+        self.conversation_id = conversation_id
+        base = store._key("conv", conversation_id)
+        self._records = base + ":m"
+        self._versions = base + ":v"
+        self._kinds = base + ":k"
+        self._order = base + ":o"
+        self._visible = base + ":vis"
+
+    def add_message_if_absent(self, message: Message) -> bool:
+        check_message(message)
+        record = dump(self._store.serializer, message)
+        keys = [self._records, self._versions, self._kinds, self._order, self._visible]
+        args: list[Any] = [
+            message.message_id,
+            record,
+            message.version,
+            type(message).__name__,
+            "1" if message.model_visible else "0",
+        ]
+        with _translated(f"adding message {message.message_id!r}"):
+            return bool(self._store._add(keys=keys, args=args) == 1)
+
+    def get_messages(self, count: int | None = None, offset: int = 0) -> list[Message]:
+        check_page(count, offset)
+        return self._read_page(self._order, count, offset)
+
+    def get_model_messages(self, count: int | None = None) -> list[Message]:
+        check_page(count, 0)
+        return self._read_page(self._visible, count, 0)
+
+    def _read_page(self, ids_key: str, count: int | None, offset: int) -> list[Message]:
+        if count == 0:
+            return []
+        stop = -(offset + 1)
+        start = 0 if count is None else -(offset + count)
+        with _translated("reading messages"):
+            records = self._store._page(keys=[ids_key, self._records], args=[start, stop])
+        serializer = self._store.serializer
+        return [load_message(serializer, _raw(record)) for record in records if record is not None]
+
+    def get_message(self, message_id: str) -> Message | None:
+        with _translated(f"reading message {message_id!r}"):
+            record = self._store.client.hget(self._records, message_id)
+        return None if record is None else load_message(self._store.serializer, _raw(record))
+
+    def update_message(self, message: Message, expected_version: int) -> Message:
+        check_message(message)
+        check_version(expected_version)
+        updated = replace(message, version=expected_version + 1)
+        record = dump(self._store.serializer, updated)
+        kind = type(message).__name__
+        with _translated(f"updating message {message.message_id!r}"):
+            outcome = self._store._update(
+                keys=[self._records, self._versions, self._kinds],
+                args=[message.message_id, expected_version, record, kind],
+            )
+        status = int(outcome[0])
+        if status == 1:
+            return updated
+        if status == -1:
+            raise MessageNotFoundError(f"no stored message {message.message_id!r}")
+        if status == -2:
+            stored_kind = outcome[1].decode() if isinstance(outcome[1], bytes) else outcome[1]
+            raise InvalidArgumentError(
+                f"update_message cannot turn {stored_kind} {message.message_id!r} into a {kind}"
+            )
+        raise VersionConflictError(
+            f"message {message.message_id!r} is at version {int(outcome[1])}, "
+            f"not {expected_version}"
+        )
+
+    def message_count(self) -> int:
+        with _translated("counting messages"):
+            return int(self._store.client.llen(self._order))
+
+    def clear(self) -> None:
+        with _translated("clearing messages"):
+            self._store.client.delete(
+                self._records, self._versions, self._kinds, self._order, self._visible
+            )
+
+
+class RedisCompressionStateStore:
+    """Compression states in Redis hashes, saved by a compare-and-set script."""
+
+    def __init__(self, store: RedisAgentStore) -> None:
+        self._store = store
+
+    def load(self, conversation_id: str) -> AgentContextCompressionState | None:
+        with _translated("loading a compression state"):
+            version, data = self._store.client.hmget(
+                self._store._key("compression", conversation_id), ["version", "data"]
+            )
+        if data is None:
+            return None
+        state = load_state(self._store.serializer, _raw(data))
+        try:
+            return replace(state, version=int(_raw(version)))
+        except (TypeError, ValueError) as error:
+            raise SerializationError(
+                f"conversation {conversation_id!r}: stored state version {version!r} is not an int"
+            ) from error
+
+    def save(self, state: AgentContextCompressionState, expected_version: int) -> bool:
+        check_expected_version(state, expected_version)
+        data = dump(self._store.serializer, replace(state, version=expected_version + 1))
+        with _translated("saving a compression state"):
+            applied = self._store._save_state(
+                keys=[self._store._key("compression", state.conversation_id)],
+                args=[expected_version, data],
+            )
+        return bool(applied == 1)

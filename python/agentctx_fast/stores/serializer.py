@@ -1,0 +1,370 @@
+"""`JsonAgentStoreSerializer`: messages and compression states as tagged UTF-8 JSON (SPEC §12).
+
+The type is a tag from a closed registry; an unknown tag is an error, never a class to load.
+Every field is checked on the way in, so a corrupt or hostile record is a `SerializationError`
+and never a half-built object.
+
+>>> from agentctx_fast import UserMessage
+>>> serializer = JsonAgentStoreSerializer()
+>>> data = serializer.dumps(UserMessage("hi", message_id="u1"))
+>>> data[:16]
+b'{"type":"user","'
+>>> serializer.loads(data).text
+'hi'
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, Protocol, runtime_checkable
+
+from agentctx_fast.coordinator import AgentContextCompressionState
+from agentctx_fast.errors import AgentCtxError, SerializationError
+from agentctx_fast.messages import (
+    AgentActionMessage,
+    AgentFormMessage,
+    AiMessage,
+    AudioPart,
+    FilePart,
+    ImagePart,
+    Message,
+    Part,
+    SystemMessage,
+    TextPart,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
+
+
+@runtime_checkable
+class AgentStoreSerializer(Protocol):
+    """What a store needs: bytes for messages and compression states, and back."""
+
+    def dumps(self, obj: object) -> bytes: ...
+
+    def loads(self, data: bytes) -> Any: ...
+
+
+class _Reader:
+    """Typed access to one decoded JSON object; every mistake is a `SerializationError`."""
+
+    __slots__ = ("_fields", "_tag", "_used")
+
+    def __init__(self, fields: object, tag: str) -> None:
+        if not isinstance(fields, dict):
+            raise SerializationError(f"{tag}: expected a JSON object, got {type(fields).__name__}")
+        self._fields: dict[str, Any] = fields
+        self._tag = tag
+        self._used = {"type"}
+
+    def get(self, name: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
+        self._used.add(name)
+        if name not in self._fields:
+            if default is ...:
+                raise SerializationError(f"{self._tag}: missing field {name!r}")
+            return default
+        value = self._fields[name]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+            raise SerializationError(
+                f"{self._tag}: field {name!r} has type {type(value).__name__}"
+            )
+        return value
+
+    def optional(self, name: str, kind: type) -> Any:
+        return self.get(name, (kind, type(None)), None)
+
+    def done(self) -> None:
+        unknown = sorted(set(self._fields) - self._used)
+        if unknown:
+            raise SerializationError(f"{self._tag}: unknown field(s) {unknown}")
+
+
+def _check_json_value(value: object, where: str) -> None:
+    """Metadata and payloads must round-trip exactly: JSON types only, str keys, finite floats."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise SerializationError(f"{where}: {value!r} is not valid JSON")
+        return
+    if isinstance(value, list):
+        for item in value:
+            _check_json_value(item, where)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise SerializationError(f"{where}: key {key!r} is not a str")
+            _check_json_value(item, where)
+        return
+    raise SerializationError(f"{where}: {type(value).__name__} is not JSON-serialisable")
+
+
+_PART_TAGS: dict[type, str] = {ImagePart: "image", AudioPart: "audio", FilePart: "file"}
+_PART_CLASSES = {tag: cls for cls, tag in _PART_TAGS.items()}
+
+
+def _dump_part(part: Part) -> dict[str, Any]:
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text}
+    return {
+        "type": _PART_TAGS[type(part)],
+        "uri": part.uri,
+        "mime_type": part.mime_type,
+        "name": part.name,
+        "size_bytes": part.size_bytes,
+        "data": None if part.data is None else base64.b64encode(part.data).decode("ascii"),
+    }
+
+
+def _load_part(fields: object, where: str) -> Part:
+    if not isinstance(fields, dict):
+        raise SerializationError(f"{where}: a content part must be a JSON object")
+    tag = fields.get("type")
+    reader = _Reader(fields, f"{where} part {tag!r}")
+    if tag == "text":
+        part: Part = TextPart(reader.get("text", str))
+    elif isinstance(tag, str) and tag in _PART_CLASSES:
+        data = reader.optional("data", str)
+        try:
+            raw = None if data is None else base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError) as error:
+            raise SerializationError(f"{where}: part data is not base64") from error
+        part = _PART_CLASSES[tag](
+            uri=reader.optional("uri", str),
+            mime_type=reader.optional("mime_type", str),
+            name=reader.optional("name", str),
+            size_bytes=reader.optional("size_bytes", int),
+            data=raw,
+        )
+    else:
+        raise SerializationError(f"{where}: unknown content part type {tag!r}")
+    reader.done()
+    return part
+
+
+def _common(message: Message, tag: str) -> dict[str, Any]:
+    _check_json_value(message.metadata, f"message {message.message_id!r} metadata")
+    return {
+        "type": tag,
+        "message_id": message.message_id,
+        "metadata": message.metadata,
+        "version": message.version,
+        "turn_id": message.turn_id,
+    }
+
+
+def _dump_message(message: Message) -> dict[str, Any]:
+    tag = _MESSAGE_TAGS.get(type(message))
+    if tag is None:
+        raise SerializationError(f"no type tag for {type(message).__name__}")
+    out = _common(message, tag)
+    if isinstance(message, (SystemMessage, AiMessage, ToolMessage)):
+        out["text"] = message.text
+    if isinstance(message, UserMessage):
+        content = message.content
+        out["content"] = content if isinstance(content, str) else [_dump_part(p) for p in content]
+    elif isinstance(message, AiMessage):
+        out["tool_calls"] = [
+            {"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls
+        ]
+    elif isinstance(message, ToolMessage):
+        out.update(
+            tool_call_id=message.tool_call_id,
+            tool_name=message.tool_name,
+            is_error=message.is_error,
+        )
+    elif isinstance(message, (AgentActionMessage, AgentFormMessage)):
+        _check_json_value(message.payload, f"message {message.message_id!r} payload")
+        out["payload"] = message.payload
+        if isinstance(message, AgentFormMessage):
+            out["status"] = message.status
+    return out
+
+
+def _load_message(fields: object, where: str = "message") -> Message:
+    if not isinstance(fields, dict):
+        raise SerializationError(f"{where}: expected a JSON object")
+    tag = fields.get("type")
+    if not isinstance(tag, str) or tag not in _MESSAGE_LOADERS:
+        raise SerializationError(f"{where}: unknown message type tag {tag!r}")
+    reader = _Reader(fields, f"{where} {tag!r}")
+    common = {
+        "message_id": reader.get("message_id", str),
+        "metadata": reader.get("metadata", dict),
+        "version": reader.get("version", int),
+        "turn_id": reader.optional("turn_id", str),
+    }
+    message = _MESSAGE_LOADERS[tag](reader, common)
+    reader.done()
+    return message
+
+
+def _load_ai(reader: _Reader, common: dict[str, Any]) -> Message:
+    calls = []
+    for index, call in enumerate(reader.get("tool_calls", list)):
+        call_reader = _Reader(call, f"tool_calls[{index}]")
+        calls.append(
+            ToolCall(
+                call_reader.get("id", str),
+                call_reader.get("name", str),
+                call_reader.get("arguments", str),
+            )
+        )
+        call_reader.done()
+    return AiMessage(reader.optional("text", str), tuple(calls), **common)
+
+
+def _load_user(reader: _Reader, common: dict[str, Any]) -> Message:
+    content = reader.get("content", (str, list))
+    if isinstance(content, list):
+        content = tuple(_load_part(p, f"message {common['message_id']!r}") for p in content)
+    return UserMessage(content, **common)
+
+
+_MESSAGE_TAGS: dict[type, str] = {
+    SystemMessage: "system",
+    UserMessage: "user",
+    AiMessage: "ai",
+    ToolMessage: "tool",
+    AgentActionMessage: "action",
+    AgentFormMessage: "form",
+}
+_MESSAGE_LOADERS: dict[str, Callable[[_Reader, dict[str, Any]], Message]] = {
+    "system": lambda r, c: SystemMessage(r.get("text", str), **c),
+    "user": _load_user,
+    "ai": _load_ai,
+    "tool": lambda r, c: ToolMessage(
+        r.get("tool_call_id", str),
+        r.get("text", str),
+        r.optional("tool_name", str),
+        r.get("is_error", bool),
+        **c,
+    ),
+    "action": lambda r, c: AgentActionMessage(r.optional("payload", dict), **c),
+    "form": lambda r, c: AgentFormMessage(
+        r.optional("payload", dict), r.optional("status", str), **c
+    ),
+}
+
+
+def _dump_state(state: AgentContextCompressionState) -> dict[str, Any]:
+    return {
+        "type": "compression_state",
+        "conversation_id": state.conversation_id,
+        "version": state.version,
+        "compression_version": state.compression_version,
+        "covered_until_message_id": state.covered_until_message_id,
+        "summary": [_dump_message(m) for m in state.summary],
+        "covered_tokens": state.covered_tokens,
+        "covered_turns": state.covered_turns,
+        "updated_at": None if state.updated_at is None else state.updated_at.isoformat(),
+    }
+
+
+def _load_state(fields: dict[str, Any]) -> AgentContextCompressionState:
+    reader = _Reader(fields, "compression_state")
+    updated_at = reader.optional("updated_at", str)
+    try:
+        when = None if updated_at is None else datetime.fromisoformat(updated_at)
+    except ValueError as error:
+        raise SerializationError(f"compression_state: bad updated_at {updated_at!r}") from error
+    state = AgentContextCompressionState(
+        conversation_id=reader.get("conversation_id", str),
+        version=reader.get("version", int),
+        compression_version=reader.get("compression_version", int),
+        covered_until_message_id=reader.optional("covered_until_message_id", str),
+        summary=tuple(
+            _load_message(m, f"summary[{i}]") for i, m in enumerate(reader.get("summary", list))
+        ),
+        covered_tokens=reader.get("covered_tokens", int),
+        covered_turns=reader.get("covered_turns", int),
+        updated_at=when,
+    )
+    reader.done()
+    return state
+
+
+class JsonAgentStoreSerializer:
+    """The default serializer: a UTF-8 JSON object with a top-level ``"type"`` tag."""
+
+    def dumps(self, obj: object) -> bytes:
+        """``obj`` (a message or a compression state) as bytes."""
+        try:
+            if isinstance(obj, Message):
+                fields = _dump_message(obj)
+            elif isinstance(obj, AgentContextCompressionState):
+                fields = _dump_state(obj)
+            else:
+                raise SerializationError(f"cannot serialise {type(obj).__name__}")
+            return json.dumps(
+                fields, ensure_ascii=False, allow_nan=False, separators=(",", ":")
+            ).encode("utf-8")
+        except (ValueError, TypeError, UnicodeEncodeError) as error:
+            raise SerializationError(f"cannot serialise {type(obj).__name__}: {error}") from error
+
+    def loads(self, data: bytes) -> Message | AgentContextCompressionState:
+        """The object ``data`` holds; `SerializationError` for anything but a valid record."""
+        if isinstance(data, (bytearray, memoryview)):
+            data = bytes(data)
+        if not isinstance(data, bytes):
+            raise SerializationError(f"expected bytes, got {type(data).__name__}")
+        try:
+            fields = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as error:
+            raise SerializationError(f"stored record is not valid UTF-8 JSON: {error}") from error
+        if not isinstance(fields, dict):
+            raise SerializationError("stored record is not a JSON object")
+        try:
+            if fields.get("type") == "compression_state":
+                return _load_state(fields)
+            return _load_message(fields)
+        except SerializationError:
+            raise
+        except AgentCtxError as error:  # a field value the message classes refuse
+            raise SerializationError(f"stored record is invalid: {error}") from error
+
+
+def load_message(serializer: AgentStoreSerializer, data: bytes) -> Message:
+    """``serializer.loads`` for a record that must be a message."""
+    obj = _loads(serializer, data)
+    if not isinstance(obj, Message):
+        raise SerializationError(f"expected a message record, got {type(obj).__name__}")
+    return obj
+
+
+def load_state(serializer: AgentStoreSerializer, data: bytes) -> AgentContextCompressionState:
+    """``serializer.loads`` for a record that must be a compression state."""
+    obj = _loads(serializer, data)
+    if not isinstance(obj, AgentContextCompressionState):
+        raise SerializationError(f"expected a compression state, got {type(obj).__name__}")
+    return obj
+
+
+def dump(serializer: AgentStoreSerializer, obj: object) -> bytes:
+    """``serializer.dumps``, held to returning bytes and raising only `SerializationError`."""
+    try:
+        data = serializer.dumps(obj)
+    except SerializationError:
+        raise
+    except Exception as error:
+        raise SerializationError(f"serializer failed on {type(obj).__name__}: {error}") from error
+    if not isinstance(data, bytes):
+        raise SerializationError(f"serializer.dumps returned {type(data).__name__}, not bytes")
+    return data
+
+
+def _loads(serializer: AgentStoreSerializer, data: bytes) -> object:
+    try:
+        return serializer.loads(data)
+    except SerializationError:
+        raise
+    except Exception as error:
+        raise SerializationError(f"serializer failed to load a record: {error}") from error
