@@ -79,3 +79,16 @@ def native_or_skip() -> Any:
             pytest.fail("the Rust extension agentctx_fast._native is not built")
         pytest.skip("the Rust extension is not built")
     return _backend.native
+
+
+_SERVER_FIXTURES = {"postgres_server", "redis_server", "server_store_kind", "own_server"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks tests that need a real server ``servers`` (``-m "not servers"`` leaves them out)."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if _SERVER_FIXTURES & set(getattr(item, "fixturenames", ())) or params.get(
+            "store_kind"
+        ) in ("postgresql", "redis"):
+            item.add_marker(pytest.mark.servers)

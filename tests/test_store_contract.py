@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from store_fixtures import new_conversation_id
 
 from agentctx_fast import (
     AgentActionMessage,
@@ -26,6 +25,7 @@ from agentctx_fast import (
 )
 from agentctx_fast.coordinator import AgentContextCompressionState
 from agentctx_fast.memory import ChatMemory
+from store_fixtures import new_conversation_id
 
 
 def timeline(n: int, prefix: str = "m") -> list[Message]:
