@@ -12,10 +12,16 @@ import pytest
 README = Path(__file__).parent.parent / "README.md"
 MODULES = [
     "agentctx_fast",
+    "agentctx_fast.compressors",
+    "agentctx_fast.coordinator",
+    "agentctx_fast.memory",
     "agentctx_fast.messages",
     "agentctx_fast.protocol",
     "agentctx_fast.tokens",
     "agentctx_fast.turns",
+    "agentctx_fast.stores.memory",
+    "agentctx_fast.stores.serializer",
+    "agentctx_fast.stores.sql",
     "agentctx_fast.window",
 ]
 

@@ -6,6 +6,16 @@ True
 """
 
 from agentctx_fast._backend import backend
+from agentctx_fast.chat_model import ChatModel
+from agentctx_fast.compressors import AgentContextCompressors, IncrementalCompressor
+from agentctx_fast.coordinator import (
+    AgentContextCompressionCoordinator,
+    AgentContextCompressionResult,
+    AgentContextCompressionState,
+    AgentContextCompressionStateStore,
+    CompressionTriggerInput,
+    InMemoryCompressionStateStore,
+)
 from agentctx_fast.errors import (
     AgentConversationBusyError,
     AgentCtxError,
@@ -26,6 +36,7 @@ from agentctx_fast.errors import (
     TurnStateError,
     VersionConflictError,
 )
+from agentctx_fast.memory import ChatMemory, ChatMemoryProvider, InMemoryChatMemory
 from agentctx_fast.messages import (
     MAX_INLINE_BYTES,
     AgentActionMessage,
@@ -43,6 +54,7 @@ from agentctx_fast.messages import (
 )
 from agentctx_fast.openai import OpenAIFormatError, from_openai, to_openai
 from agentctx_fast.protocol import ProtocolViolation, check_tool_protocol, validate_tool_protocol
+from agentctx_fast.stores import InMemoryAgentStore, JsonAgentStoreSerializer
 from agentctx_fast.tokens import HeuristicTokenEstimator, TiktokenEstimator, TokenEstimator
 from agentctx_fast.turns import TurnSegments, TurnStatus, segment_turns
 from agentctx_fast.window import AgentContextCompressor, ContextWindow, build_window
@@ -50,14 +62,23 @@ from agentctx_fast.window import AgentContextCompressor, ContextWindow, build_wi
 __all__ = [
     "MAX_INLINE_BYTES",
     "AgentActionMessage",
+    "AgentContextCompressionCoordinator",
+    "AgentContextCompressionResult",
+    "AgentContextCompressionState",
+    "AgentContextCompressionStateStore",
     "AgentContextCompressor",
+    "AgentContextCompressors",
     "AgentConversationBusyError",
     "AgentCtxError",
     "AgentFormMessage",
     "AiMessage",
     "AudioPart",
+    "ChatMemory",
+    "ChatMemoryProvider",
+    "ChatModel",
     "CompressionError",
     "CompressionStateConflictError",
+    "CompressionTriggerInput",
     "CompressorOutputError",
     "ContentTooLargeError",
     "ContextWindow",
@@ -66,13 +87,20 @@ __all__ = [
     "FilePart",
     "HeuristicTokenEstimator",
     "ImagePart",
+    "InMemoryAgentStore",
+    "InMemoryChatMemory",
+    "InMemoryCompressionStateStore",
+    "IncrementalCompressor",
     "InvalidArgumentError",
     "InvalidMessageTypeError",
+    "JsonAgentStoreSerializer",
     "Message",
     "MessageNotFoundError",
     "OpenAIFormatError",
     "ProtocolViolation",
+    "RedisAgentStore",
     "SerializationError",
+    "SqlAgentStore",
     "StoreError",
     "StoreUnavailableError",
     "SystemMessage",
@@ -96,3 +124,12 @@ __all__ = [
     "to_openai",
     "validate_tool_protocol",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # The SQL and Redis stores import SQLAlchemy / redis-py, optional extras: load on use.
+    if name in ("SqlAgentStore", "RedisAgentStore"):
+        from agentctx_fast import stores
+
+        return getattr(stores, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
