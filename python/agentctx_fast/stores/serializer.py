@@ -309,6 +309,10 @@ class JsonAgentStoreSerializer:
             ).encode("utf-8")
         except (ValueError, TypeError, UnicodeEncodeError) as error:
             raise SerializationError(f"cannot serialise {type(obj).__name__}: {error}") from error
+        except RecursionError as error:  # cyclic or absurdly deep metadata
+            raise SerializationError(
+                f"cannot serialise {type(obj).__name__}: metadata is cyclic or nested too deeply"
+            ) from error
 
     def loads(self, data: bytes) -> Message | AgentContextCompressionState:
         """The object ``data`` holds; `SerializationError` for anything but a valid record."""
