@@ -14,8 +14,6 @@ from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
 from agentctx_fast.errors import (
-    AgentCtxError,
-    CompressionError,
     CompressionStateConflictError,
     CoveredMessageNotFoundError,
     InvalidArgumentError,
@@ -24,7 +22,8 @@ from agentctx_fast.errors import (
 from agentctx_fast.messages import Message, ToolMessage
 from agentctx_fast.tokens import DEFAULT_ESTIMATOR, TokenEstimator
 from agentctx_fast.turns import segment_turns
-from agentctx_fast.window import AgentContextCompressor, validate_compressor_output
+from agentctx_fast.window import AgentContextCompressor
+from agentctx_fast.window import _compress as run_compressor
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +189,7 @@ class AgentContextCompressionCoordinator:
         pending = _pending(history, state)
         if not pending or not self._triggered(conversation_id, state, pending):
             return AgentContextCompressionResult([*state.summary, *pending], state, False)
-        summary = _run_compressor(self._compressor, [*state.summary, *pending])
+        summary = run_compressor(self._compressor, [*state.summary, *pending])
         candidate = replace(
             state,
             version=state.version + 1,
@@ -288,19 +287,6 @@ def _pending(history: list[Message], state: AgentContextCompressionState) -> lis
 def _count_turns(messages: Sequence[Message]) -> int:
     return len(segment_turns(messages))
 
-
-def _run_compressor(compressor: AgentContextCompressor, messages: list[Message]) -> list[Message]:
-    try:
-        output = compressor(messages)
-    except CompressionError:
-        raise
-    except AgentCtxError as error:
-        raise CompressionError(f"context compressor failed: {error}") from error
-    except Exception as error:
-        raise CompressionError(
-            f"context compressor failed: {type(error).__name__}: {error}"
-        ) from error
-    return validate_compressor_output(output)
 
 
 __all__ = [
