@@ -52,15 +52,28 @@ from agentctx_fast.messages import (
     ToolMessage,
     UserMessage,
 )
+from agentctx_fast.metrics import AgentMetrics, InMemoryMetrics, MetricSummary
 from agentctx_fast.openai import OpenAIFormatError, from_openai, to_openai
 from agentctx_fast.protocol import ProtocolViolation, check_tool_protocol, validate_tool_protocol
+from agentctx_fast.runner import Agent, AgentRunner, AgentTurn
+from agentctx_fast.scripted import ScriptedChatModel, ScriptExhaustedError
 from agentctx_fast.stores import InMemoryAgentStore, JsonAgentStoreSerializer
+from agentctx_fast.stores.turns import (
+    AgentTurnSnapshot,
+    AgentTurnStore,
+    ConversationLease,
+    InMemoryAgentTurnStore,
+    LeaseRenewal,
+    PendingApproval,
+)
 from agentctx_fast.tokens import HeuristicTokenEstimator, TiktokenEstimator, TokenEstimator
+from agentctx_fast.tools import Tool, ToolResultPage
 from agentctx_fast.turns import TurnSegments, TurnStatus, segment_turns
 from agentctx_fast.window import AgentContextCompressor, ContextWindow, build_window
 
 __all__ = [
     "MAX_INLINE_BYTES",
+    "Agent",
     "AgentActionMessage",
     "AgentContextCompressionCoordinator",
     "AgentContextCompressionResult",
@@ -71,6 +84,11 @@ __all__ = [
     "AgentConversationBusyError",
     "AgentCtxError",
     "AgentFormMessage",
+    "AgentMetrics",
+    "AgentRunner",
+    "AgentTurn",
+    "AgentTurnSnapshot",
+    "AgentTurnStore",
     "AiMessage",
     "AudioPart",
     "ChatMemory",
@@ -82,23 +100,31 @@ __all__ = [
     "CompressorOutputError",
     "ContentTooLargeError",
     "ContextWindow",
+    "ConversationLease",
     "CoveredMessageNotFoundError",
     "DuplicateMessageError",
     "FilePart",
     "HeuristicTokenEstimator",
     "ImagePart",
     "InMemoryAgentStore",
+    "InMemoryAgentTurnStore",
     "InMemoryChatMemory",
     "InMemoryCompressionStateStore",
+    "InMemoryMetrics",
     "IncrementalCompressor",
     "InvalidArgumentError",
     "InvalidMessageTypeError",
     "JsonAgentStoreSerializer",
+    "LeaseRenewal",
     "Message",
     "MessageNotFoundError",
+    "MetricSummary",
     "OpenAIFormatError",
+    "PendingApproval",
     "ProtocolViolation",
     "RedisAgentStore",
+    "ScriptExhaustedError",
+    "ScriptedChatModel",
     "SerializationError",
     "SqlAgentStore",
     "StoreError",
@@ -107,9 +133,11 @@ __all__ = [
     "TextPart",
     "TiktokenEstimator",
     "TokenEstimator",
+    "Tool",
     "ToolCall",
     "ToolMessage",
     "ToolProtocolError",
+    "ToolResultPage",
     "TurnNotFoundError",
     "TurnSegments",
     "TurnStateError",

@@ -7,10 +7,11 @@ import threading
 from agentctx_fast.coordinator import InMemoryCompressionStateStore
 from agentctx_fast.memory import ChatMemoryProvider, InMemoryChatMemory
 from agentctx_fast.stores._common import check_conversation_id
+from agentctx_fast.stores.turns import InMemoryAgentTurnStore
 
 
 class InMemoryAgentStore:
-    """Chat memories and compression states held in this process; thread-safe.
+    """Chat memories, compression states, turns and leases held in this process; thread-safe.
 
     >>> store = InMemoryAgentStore()
     >>> store.chat_memory("c1") is store.chat_memory("c1")
@@ -21,6 +22,7 @@ class InMemoryAgentStore:
         self._lock = threading.Lock()
         self._memories: dict[str, InMemoryChatMemory] = {}
         self._states = InMemoryCompressionStateStore()
+        self._turns = InMemoryAgentTurnStore()
 
     def chat_memory(self, conversation_id: str) -> InMemoryChatMemory:
         """The memory of ``conversation_id`` (the same object on every call)."""
@@ -38,6 +40,10 @@ class InMemoryAgentStore:
     def compression_state_store(self) -> InMemoryCompressionStateStore:
         """The compression states of every conversation in this store."""
         return self._states
+
+    def turn_store(self) -> InMemoryAgentTurnStore:
+        """Turn snapshots and conversation leases (protects the threads of this process)."""
+        return self._turns
 
     def close(self) -> None:
         """Nothing to release; present so every store closes the same way."""

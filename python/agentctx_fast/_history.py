@@ -1,0 +1,103 @@
+"""Paged history reads for the runner: read only as far back as a window can reach.
+
+A window attaches at most ``max_attached_turns`` whole history turns, and never more history
+messages than ``max_attached_messages`` (after compaction, which leaves at least two messages
+of a turn). So the runner reads pages from the newest message backwards until the whole turns
+it holds already exceed one of those limits, or the history starts; the window it then builds
+is the one the whole history would give.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from agentctx_fast.memory import ChatMemory
+from agentctx_fast.messages import AiMessage, Message, ToolMessage
+from agentctx_fast.turns import segment_turns
+
+_FIRST_PAGE_MIN = 64
+
+
+def read_history(
+    memory: ChatMemory,
+    *,
+    max_attached_turns: int,
+    max_attached_messages: int,
+    compact: bool,
+    keep_recent_turns: int,
+    must_include: str | None = None,
+) -> list[Message]:
+    """The tail of ``memory`` a window over the whole conversation depends on, oldest first.
+
+    ``must_include`` is a message id the result must reach back to (a resumed turn's first
+    message). The result starts at a turn boundary unless it is the whole history.
+    """
+    page = max(_FIRST_PAGE_MIN, max_attached_messages + 16)
+    collected: list[Message] = []
+    while True:
+        chunk = memory.get_messages(page, len(collected))
+        collected = chunk + collected
+        if len(chunk) < page:
+            return collected  # the start of the history
+        start = _window_reach(
+            collected, max_attached_turns, max_attached_messages, compact, keep_recent_turns
+        )
+        if must_include is not None and start is not None:
+            found = next((i for i, m in enumerate(collected) if m.message_id == must_include), None)
+            start = None if found is None else min(start, found)
+        if start is not None:
+            return collected[start:]
+        page *= 2
+
+
+def _window_reach(
+    messages: Sequence[Message],
+    max_turns: int,
+    max_messages: int,
+    compact: bool,
+    keep_recent: int,
+) -> int | None:
+    """Where the window's reach starts in ``messages``, or None if it may reach further back.
+
+    The first segment may be the tail of an older turn, so only later segments count as whole.
+    """
+    segments = segment_turns(messages)
+    count = len(segments)
+    if count < 2:
+        return None
+    starts = segments.starts.tolist()
+    ends = segments.ends.tolist()
+    whole_history = count - 2  # neither the possibly partial first turn nor the current one
+    if whole_history >= max_turns:
+        return int(starts[count - 1 - max_turns]) if max_turns else int(starts[count - 1])
+    total = 0
+    for age, index in enumerate(range(count - 2, 0, -1)):
+        total += _least_size(messages[starts[index] : ends[index]], compact and age >= keep_recent)
+        if total > max_messages:
+            return int(starts[index])
+    return None
+
+
+def _least_size(turn: Sequence[Message], compactable: bool) -> int:
+    """A lower bound of the messages ``turn`` takes in a window.
+
+    Repairs can leave tool results out (orphans) and a turn with a repeated open call id out
+    whole, so only user and AI messages count, and a turn that repeats a call id counts 0.
+    """
+    call_ids = [c.id for m in turn if isinstance(m, AiMessage) for c in m.tool_calls]
+    if len(set(call_ids)) < len(call_ids):
+        return 0
+    size = sum(1 for m in turn if m.model_visible and not isinstance(m, ToolMessage))
+    return min(size, 2) if compactable and call_ids else size
+
+
+def unanswered_calls(messages: Sequence[Message]) -> list[tuple[str, str]]:
+    """``(tool_call_id, tool_name)`` of the calls in ``messages`` that have no result, in order."""
+    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    return [
+        (call.id, call.name)
+        for m in messages
+        if isinstance(m, AiMessage)
+        for call in m.tool_calls
+        if call.id not in answered
+    ]

@@ -1,0 +1,188 @@
+"""Tools the agent can call (SPEC §11) and the paged tool-result protocol (SPEC §13).
+
+>>> def get_order(order_id: str, verbose: bool = False) -> dict:
+...     '''Look an order up by its id.'''
+...     return {"id": order_id, "status": "shipped"}
+>>> tool = Tool("get_order", get_order)
+>>> tool.parameters["required"], tool.description
+(['order_id'], 'Look an order up by its id.')
+>>> tool.invoke('{"order_id": "ORD-1"}').text
+'{"id": "ORD-1", "status": "shipped"}'
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentctx_fast.errors import InvalidArgumentError
+
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_JSON_TYPES: dict[Any, str] = {
+    str: "string",
+    int: "integer",
+    float: "number",
+    bool: "boolean",
+    list: "array",
+    tuple: "array",
+    dict: "object",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResultPage:
+    """One page of a large tool result, so a tool never returns an unbounded blob.
+
+    The model reads ``has_more`` and asks for the next page by passing ``next_cursor`` back as
+    the tool's ``cursor`` argument; a call with a non-null ``cursor`` counts as a page request.
+
+    >>> ToolResultPage([{"id": 1}], has_more=True, next_cursor="c2").to_text()
+    '{"items": [{"id": 1}], "has_more": true, "next_cursor": "c2", "truncated": false}'
+    """
+
+    items: Sequence[Any]
+    has_more: bool
+    next_cursor: str | None = None
+    truncated: bool = False
+    truncation_reason: str | None = None
+
+    def to_text(self) -> str:
+        """The page as the JSON text of a `ToolMessage`."""
+        body: dict[str, Any] = {
+            "items": list(self.items),
+            "has_more": self.has_more,
+            "next_cursor": self.next_cursor,
+            "truncated": self.truncated,
+        }
+        if self.truncation_reason is not None:
+            body["truncation_reason"] = self.truncation_reason
+        return json.dumps(body, ensure_ascii=False, allow_nan=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    """What one tool call produced: the result text and how it went."""
+
+    text: str
+    is_error: bool = False
+    truncated: bool = False
+    page_request: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A function the model may call. ``parameters`` (a JSON schema) is derived from ``fn``'s
+    signature when None; ``requires_approval`` suspends the turn until the user decides."""
+
+    name: str
+    fn: Callable[..., Any]
+    description: str = ""
+    parameters: Mapping[str, Any] | None = field(default=None)
+    requires_approval: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _TOOL_NAME.fullmatch(self.name):
+            raise InvalidArgumentError(
+                f"tool name must be 1-64 characters of [A-Za-z0-9_-], got {self.name!r}"
+            )
+        if not callable(self.fn):
+            raise InvalidArgumentError(f"tool {self.name!r}: fn must be callable")
+        if not isinstance(self.description, str):
+            raise InvalidArgumentError(f"tool {self.name!r}: description must be a str")
+        if not isinstance(self.requires_approval, bool):
+            raise InvalidArgumentError(f"tool {self.name!r}: requires_approval must be a bool")
+        if self.parameters is None:
+            object.__setattr__(self, "parameters", schema_of(self.fn))
+        elif not isinstance(self.parameters, Mapping):
+            raise InvalidArgumentError(f"tool {self.name!r}: parameters must be a JSON schema")
+        if not self.description:
+            object.__setattr__(self, "description", inspect.getdoc(self.fn) or "")
+
+    def invoke(self, arguments: str) -> ToolOutcome:
+        """Parse the call's JSON ``arguments``, call ``fn(**arguments)`` and render the result.
+
+        Nothing escapes: malformed arguments, a raising tool or an unserialisable result all
+        become an error outcome the model can read.
+        """
+        try:
+            parsed = json.loads(arguments) if arguments.strip() else {}
+        except ValueError as error:
+            return ToolOutcome(f"invalid arguments for tool {self.name}: {error}", is_error=True)
+        if not isinstance(parsed, dict):
+            return ToolOutcome(
+                f"invalid arguments for tool {self.name}: expected a JSON object, "
+                f"got {type(parsed).__name__}",
+                is_error=True,
+            )
+        page_request = parsed.get("cursor") is not None
+        try:
+            result = self.fn(**parsed)
+        except Exception as error:  # a tool's failure is a result the model can react to
+            return ToolOutcome(
+                f"tool {self.name} failed: {type(error).__name__}: {error}",
+                is_error=True,
+                page_request=page_request,
+            )
+        if isinstance(result, str):
+            return ToolOutcome(result, page_request=page_request)
+        if isinstance(result, ToolResultPage):
+            try:
+                text = result.to_text()
+            except (TypeError, ValueError) as error:
+                return _unserialisable(self.name, error, page_request)
+            return ToolOutcome(text, truncated=result.truncated, page_request=page_request)
+        try:
+            return ToolOutcome(
+                json.dumps(result, ensure_ascii=False, allow_nan=False), page_request=page_request
+            )
+        except (TypeError, ValueError, RecursionError) as error:
+            return _unserialisable(self.name, error, page_request)
+
+
+def _unserialisable(name: str, error: Exception, page_request: bool) -> ToolOutcome:
+    return ToolOutcome(
+        f"tool {name} returned a result that is not JSON-serialisable: {error}",
+        is_error=True,
+        page_request=page_request,
+    )
+
+
+def schema_of(fn: Callable[..., Any]) -> dict[str, Any]:
+    """A JSON schema of ``fn``'s keyword parameters from its signature and annotations."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return {"type": "object", "properties": {}}
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # unresolvable forward references: fall back to untyped properties
+        hints = {}
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for name, parameter in signature.parameters.items():
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            continue
+        properties[name] = _schema_of_type(hints.get(name, parameter.annotation))
+        if parameter.default is parameter.empty:
+            required.append(name)
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = required
+    return schema
+
+
+def _schema_of_type(annotation: Any) -> dict[str, Any]:
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return _schema_of_type(options[0]) if len(options) == 1 else {}
+    if origin is typing.Literal:
+        return {"enum": list(typing.get_args(annotation))}
+    kind = _JSON_TYPES.get(origin or annotation)
+    return {"type": kind} if kind else {}
