@@ -14,7 +14,12 @@ MODULES = [
     "agentctx_fast",
     "agentctx_fast.compressors",
     "agentctx_fast.coordinator",
+    "agentctx_fast.agent",
     "agentctx_fast.memory",
+    "agentctx_fast.metrics",
+    "agentctx_fast.runner",
+    "agentctx_fast.scripted",
+    "agentctx_fast.tools",
     "agentctx_fast.messages",
     "agentctx_fast.protocol",
     "agentctx_fast.tokens",
@@ -22,6 +27,7 @@ MODULES = [
     "agentctx_fast.stores.memory",
     "agentctx_fast.stores.serializer",
     "agentctx_fast.stores.sql",
+    "agentctx_fast.stores.turns",
     "agentctx_fast.window",
 ]
 

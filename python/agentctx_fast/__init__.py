@@ -6,6 +6,7 @@ True
 """
 
 from agentctx_fast._backend import backend
+from agentctx_fast.agent import Agent, AgentTurn
 from agentctx_fast.chat_model import ChatModel
 from agentctx_fast.compressors import AgentContextCompressors, IncrementalCompressor
 from agentctx_fast.coordinator import (
@@ -55,7 +56,7 @@ from agentctx_fast.messages import (
 from agentctx_fast.metrics import AgentMetrics, InMemoryMetrics, MetricSummary
 from agentctx_fast.openai import OpenAIFormatError, from_openai, to_openai
 from agentctx_fast.protocol import ProtocolViolation, check_tool_protocol, validate_tool_protocol
-from agentctx_fast.runner import Agent, AgentRunner, AgentTurn
+from agentctx_fast.runner import AgentRunner
 from agentctx_fast.scripted import ScriptedChatModel, ScriptExhaustedError
 from agentctx_fast.stores import InMemoryAgentStore, JsonAgentStoreSerializer
 from agentctx_fast.stores.turns import (

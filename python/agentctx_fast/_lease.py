@@ -82,6 +82,9 @@ class LeaseKeeper:
         while not self._wake.wait(interval / 2):
             with self._lock:
                 held = list(self._held.values())
+                if not held:  # idle: exit; the next `hold` starts a new thread
+                    self._thread = None
+                    return
             for lease in held:
                 if self._clock() - lease.renewed_at < interval:
                     continue
@@ -89,4 +92,5 @@ class LeaseKeeper:
                     self.renew(lease)
                 except AgentCtxError:
                     pass  # the store is unreachable now; the next round tries again
-        self._thread = None
+        with self._lock:
+            self._thread = None

@@ -1,9 +1,11 @@
 """``agentctx``: the command-line tools.
 
-``agentctx window FILE`` reads a conversation in OpenAI chat format (a JSON array, or JSONL) and
-prints the window the model would get. Entries with ``"role": "ui"`` are UI-only messages
-(``"kind": "action"`` or ``"form"``, with an optional ``payload``): they stay in the history but
-never reach the model.
+``agentctx demo`` runs a customer-support conversation with tools, an approval and a resumed
+turn on the embedded SQLite store (or ``--store redis://…`` / ``postgresql://…``) and prints
+every model window. ``agentctx window FILE`` reads a conversation in OpenAI chat format (a
+JSON array, or JSONL) and prints the window the model would get. Entries with ``"role": "ui"``
+are UI-only messages (``"kind": "action"`` or ``"form"``, with an optional ``payload``): they
+stay in the history but never reach the model.
 """
 
 from __future__ import annotations
@@ -124,6 +126,32 @@ def _window_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _store_for(url: str) -> Any:
+    if url.startswith(("redis://", "rediss://", "unix://")):
+        from agentctx_fast.stores.redis import RedisAgentStore
+
+        return RedisAgentStore(url)
+    from agentctx_fast.stores.sql import SqlAgentStore
+
+    if url.startswith(("postgresql://", "postgres://")):
+        url = "postgresql+psycopg://" + url.split("://", 1)[1]
+    store = SqlAgentStore(url)
+    store.schema().initialize()
+    return store
+
+
+def _demo_command(args: argparse.Namespace) -> int:
+    from agentctx_fast.demo import run_demo
+
+    url = args.store or f"sqlite:///{Path(args.db).resolve()}"
+    store = _store_for(url)
+    try:
+        turns = run_demo(store)
+    finally:
+        store.close()
+    return 0 if all(t.status.value == "completed" for t in turns) else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``agentctx`` command."""
     parser = argparse.ArgumentParser(prog="agentctx", description=__doc__.splitlines()[0])
@@ -138,6 +166,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     window.add_argument("--keep-recent", type=int, default=2, help="compression_keep_recent_turns")
     window.add_argument("--json", action="store_true", help="print the window as JSON")
     window.set_defaults(run=_window_command)
+    demo = commands.add_parser("demo", help="run the support demo and print every model window")
+    demo.add_argument("--db", default="agentctx-demo.db", help="SQLite file (default: %(default)s)")
+    demo.add_argument("--store", help="a store URL instead: redis://… or postgresql://…")
+    demo.set_defaults(run=_demo_command)
     args = parser.parse_args(argv)
     try:
         return int(args.run(args))

@@ -25,7 +25,7 @@ from typing import Any
 from agentctx_fast import metrics as m
 from agentctx_fast._history import read_history, unanswered_calls
 from agentctx_fast._lease import HeldLease, LeaseKeeper
-from agentctx_fast.chat_model import ChatModel
+from agentctx_fast.agent import Agent, AgentTurn
 from agentctx_fast.errors import (
     AgentCtxError,
     InvalidArgumentError,
@@ -45,79 +45,13 @@ from agentctx_fast.stores.turns import (
     PendingApproval,
     dump_snapshot,
 )
-from agentctx_fast.tokens import TokenEstimator
-from agentctx_fast.tools import Tool, ToolOutcome
+from agentctx_fast.tools import ToolOutcome
 from agentctx_fast.turns import TurnStatus
-from agentctx_fast.window import AgentContextCompressor, ContextWindow, _limit, build_window
+from agentctx_fast.window import AgentContextCompressor, ContextWindow, build_window
+
+__all__ = ["REFUSED_TEXT", "Agent", "AgentRunner", "AgentTurn"]
 
 REFUSED_TEXT = "refused by the user"
-
-
-@dataclass(frozen=True, slots=True)
-class Agent:
-    """A model, its instructions and tools, and the window options for every model call."""
-
-    name: str
-    chat_model: ChatModel
-    instructions: str | None = None
-    tools: Sequence[Tool] = ()
-    max_attached_turns: int = 10
-    max_attached_messages: int = 100
-    compact_completed_tool_turns: bool = False
-    compression_keep_recent_turns: int = 2
-    context_compressor: AgentContextCompressor | None = None
-    max_attached_tokens: int | None = None
-    token_estimator: TokenEstimator | None = None
-    max_steps: int = 16
-    _tools_by_name: Mapping[str, Tool] = field(default_factory=dict, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise InvalidArgumentError(f"agent name must be a non-empty str, got {self.name!r}")
-        if not callable(getattr(self.chat_model, "chat", None)):
-            raise InvalidArgumentError(f"agent {self.name!r}: chat_model needs a chat() method")
-        if self.instructions is not None and not isinstance(self.instructions, str):
-            raise InvalidArgumentError(f"agent {self.name!r}: instructions must be a str or None")
-        tools = tuple(self.tools)
-        for tool in tools:
-            if not isinstance(tool, Tool):
-                raise InvalidArgumentError(
-                    f"agent {self.name!r}: tools must be Tool objects, got {type(tool).__name__}"
-                )
-        by_name = {tool.name: tool for tool in tools}
-        if len(by_name) != len(tools):
-            raise InvalidArgumentError(f"agent {self.name!r}: two tools share a name")
-        object.__setattr__(self, "tools", tools)
-        object.__setattr__(self, "_tools_by_name", by_name)
-        _limit("max_attached_turns", self.max_attached_turns)
-        _limit("max_attached_messages", self.max_attached_messages)
-        _limit("compression_keep_recent_turns", self.compression_keep_recent_turns)
-        _limit("max_attached_tokens", self.max_attached_tokens, optional=True)
-        if not isinstance(self.compact_completed_tool_turns, bool):
-            raise InvalidArgumentError("compact_completed_tool_turns must be a bool")
-        if self.context_compressor is not None and not callable(self.context_compressor):
-            raise InvalidArgumentError("context_compressor must be callable")
-        steps = self.max_steps
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-            raise InvalidArgumentError(f"max_steps must be an int >= 1, got {steps!r}")
-
-    def tool(self, name: str) -> Tool | None:
-        """The tool called ``name``, or None."""
-        return self._tools_by_name.get(name)
-
-
-@dataclass(frozen=True, slots=True)
-class AgentTurn:
-    """What one turn did: its messages (UI forms included), final answer or error."""
-
-    turn_id: str
-    conversation_id: str | None
-    status: TurnStatus
-    messages: tuple[Message, ...] = ()
-    final_message: AiMessage | None = None
-    error: str | None = None
-    pending_approvals: tuple[PendingApproval, ...] = ()
-    step_count: int = 0
 
 
 @dataclass(slots=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from redis import exceptions as redis_exc
@@ -41,6 +41,9 @@ from agentctx_fast.stores.serializer import (
     load_message,
     load_state,
 )
+
+if TYPE_CHECKING:
+    from agentctx_fast.stores.redis_turns import RedisAgentTurnStore
 
 # KEYS: records, versions, kinds, order, visible. ARGV: id, record, version, kind, visible.
 _ADD_IF_ABSENT = """
@@ -106,7 +109,7 @@ def _translated(action: str) -> Iterator[None]:
 
 
 class RedisAgentStore:
-    """Chat memories and compression states in Redis under ``key_prefix``.
+    """Chat memories, compression states, turns and leases in Redis under ``key_prefix``.
 
     ``client_or_url`` is a `redis.Redis` client (the caller closes it) or a URL such as
     ``redis://127.0.0.1:6379/0`` (the store creates the client and `close` closes it).
@@ -139,6 +142,7 @@ class RedisAgentStore:
         self._update = self.client.register_script(_UPDATE)
         self._page = self.client.register_script(_PAGE)
         self._save_state = self.client.register_script(_SAVE_STATE)
+        self._turn_store: RedisAgentTurnStore | None = None
 
     def chat_memory(self, conversation_id: str) -> RedisChatMemory:
         """The memory of ``conversation_id`` (a light handle; create as many as you like)."""
@@ -151,6 +155,14 @@ class RedisAgentStore:
     def compression_state_store(self) -> RedisCompressionStateStore:
         """The compression states of every conversation in this store."""
         return RedisCompressionStateStore(self)
+
+    def turn_store(self) -> RedisAgentTurnStore:
+        """Turn snapshots and conversation leases (the runner's busy protection)."""
+        if self._turn_store is None:
+            from agentctx_fast.stores.redis_turns import RedisAgentTurnStore
+
+            self._turn_store = RedisAgentTurnStore(self)
+        return self._turn_store
 
     def close(self) -> None:
         """Close the client if this store created it."""

@@ -43,6 +43,7 @@ from agentctx_fast.stores.serializer import (
     load_message,
     load_state,
 )
+from agentctx_fast.stores.sql_turns import SqlAgentTurnStore, turn_tables
 
 _SEQ = sa.BigInteger().with_variant(sa.Integer(), "sqlite")  # SQLite: an alias of the rowid
 
@@ -77,6 +78,7 @@ class _Tables:
             sa.Column("version", sa.Integer, nullable=False),
             sa.Column("data", sa.LargeBinary, nullable=False),
         )
+        self.turns, self.leases = turn_tables(self.metadata, prefix, sa.BigInteger)
 
 
 @contextmanager
@@ -142,7 +144,7 @@ class SqlSchema:
 
 
 class SqlAgentStore:
-    """Chat memories and compression states in SQL tables named ``{table_prefix}…``.
+    """Chat memories, compression states, turns and leases in SQL tables ``{table_prefix}…``.
 
     ``engine_or_url`` is an SQLAlchemy `Engine` (its lifecycle stays the caller's) or a URL
     such as ``sqlite:///agent.db`` or ``postgresql+psycopg://user@host/db`` (the store owns
@@ -201,6 +203,10 @@ class SqlAgentStore:
         """The compression states of every conversation in this store."""
         return SqlCompressionStateStore(self)
 
+    def turn_store(self) -> SqlAgentTurnStore:
+        """Turn snapshots and conversation leases (the runner's busy protection)."""
+        return SqlAgentTurnStore(self)
+
     def close(self) -> None:
         """Dispose the engine if this store created it."""
         if self._owns_engine:
@@ -214,6 +220,12 @@ class SqlAgentStore:
     @contextmanager
     def _connect(self) -> Iterator[Connection]:
         with self._serial, self.engine.connect() as connection:
+            yield connection
+
+    @contextmanager
+    def _translated_io(self, action: str, *, write: bool = False) -> Iterator[Connection]:
+        """A connection (in a transaction when ``write``) whose errors become store errors."""
+        with _translated(action), (self._begin() if write else self._connect()) as connection:
             yield connection
 
     def _insert_if_absent(self, table: sa.Table, values: dict[str, Any], keys: list[str]) -> Any:

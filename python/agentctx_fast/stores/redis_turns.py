@@ -1,0 +1,225 @@
+"""Turn snapshots and conversation leases in Redis: every decision is one Lua script.
+
+Keys under prefix ``p``: ``p turn:c:t`` (hash: version, data) and ``p lease:c`` (hash: turn_id,
+status, owner, expires_at, cancel_requested). Times are the caller's wall-clock seconds.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from agentctx_fast.errors import SerializationError, StoreError
+from agentctx_fast.stores.redis import _raw, _translated
+from agentctx_fast.stores.turns import (
+    AgentTurnSnapshot,
+    ConversationLease,
+    LeaseRenewal,
+    busy_error,
+    check_lease_arguments,
+    check_snapshot_save,
+    dump_snapshot,
+    load_snapshot,
+)
+from agentctx_fast.turns import TurnStatus
+
+if TYPE_CHECKING:
+    from agentctx_fast.stores.redis import RedisAgentStore
+
+# KEYS: the turn hash. ARGV: expected version, data.
+_SAVE_TURN = """
+local version = redis.call('HGET', KEYS[1], 'version') or '0'
+if version ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'version', tostring(tonumber(ARGV[1]) + 1), 'data', ARGV[2])
+return 1
+"""
+
+# KEYS: the lease hash. ARGV: turn_id, owner, expires_at, now.
+# Returns {1} taken, {2, old turn} taken over an expired lease, {0, turn, status} busy.
+_ACQUIRE = """
+local lease = redis.call('HMGET', KEYS[1], 'turn_id', 'status', 'expires_at')
+if lease[1] then
+  if lease[2] ~= 'running' or tonumber(lease[3]) > tonumber(ARGV[4]) then
+    return {0, lease[1], lease[2]}
+  end
+end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'turn_id', ARGV[1], 'status', 'running', 'owner', ARGV[2],
+           'expires_at', ARGV[3], 'cancel_requested', '0')
+if lease[1] then return {2, lease[1]} end
+return {1}
+"""
+
+# KEYS: the lease hash. ARGV: turn_id, owner, expires_at. Returns 0 lost, 1 renewed, 2 cancel.
+_RENEW = """
+local lease = redis.call('HMGET', KEYS[1], 'turn_id', 'owner', 'cancel_requested')
+if lease[1] ~= ARGV[1] or lease[2] ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], 'expires_at', ARGV[3])
+if lease[3] == '1' then return 2 end
+return 1
+"""
+
+# KEYS: the lease hash. ARGV: turn_id, owner.
+_SUSPEND = """
+local lease = redis.call('HMGET', KEYS[1], 'turn_id', 'owner')
+if lease[1] ~= ARGV[1] or lease[2] ~= ARGV[2] then return 0 end
+redis.call('HDEL', KEYS[1], 'owner', 'expires_at')
+redis.call('HSET', KEYS[1], 'status', 'suspended', 'cancel_requested', '0')
+return 1
+"""
+
+# KEYS: the lease hash. ARGV: turn_id, owner, expires_at.
+_REACQUIRE = """
+local lease = redis.call('HMGET', KEYS[1], 'turn_id', 'status')
+if lease[1] ~= ARGV[1] or lease[2] ~= 'suspended' then return 0 end
+redis.call('HSET', KEYS[1], 'status', 'running', 'owner', ARGV[2], 'expires_at', ARGV[3])
+return 1
+"""
+
+# KEYS: the lease hash. ARGV: turn_id, now.
+_REQUEST_CANCEL = """
+local lease = redis.call('HMGET', KEYS[1], 'turn_id', 'status', 'expires_at')
+if lease[1] ~= ARGV[1] or lease[2] ~= 'running' then return 0 end
+if tonumber(lease[3]) <= tonumber(ARGV[2]) then return 0 end
+redis.call('HSET', KEYS[1], 'cancel_requested', '1')
+return 1
+"""
+
+# KEYS: the lease hash. ARGV: turn_id, owner ('' for none), now.
+_RELEASE = """
+local lease = redis.call('HMGET', KEYS[1], 'turn_id', 'status', 'owner', 'expires_at')
+if lease[1] ~= ARGV[1] then return 0 end
+if ARGV[2] ~= '' then
+  if lease[3] ~= ARGV[2] then return 0 end
+elseif lease[2] ~= 'suspended' and tonumber(lease[4]) > tonumber(ARGV[3]) then
+  return 0
+end
+redis.call('DEL', KEYS[1])
+return 1
+"""
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+class RedisAgentTurnStore:
+    """The `AgentTurnStore` of a `RedisAgentStore`."""
+
+    def __init__(self, store: RedisAgentStore) -> None:
+        self._store = store
+        client = store.client
+        self._save = client.register_script(_SAVE_TURN)
+        self._acquire = client.register_script(_ACQUIRE)
+        self._renew = client.register_script(_RENEW)
+        self._suspend = client.register_script(_SUSPEND)
+        self._reacquire = client.register_script(_REACQUIRE)
+        self._cancel = client.register_script(_REQUEST_CANCEL)
+        self._release = client.register_script(_RELEASE)
+
+    def _turn_key(self, conversation_id: str, turn_id: str) -> str:
+        return self._store._key("turn", conversation_id, turn_id)
+
+    def _lease_key(self, conversation_id: str) -> str:
+        return self._store._key("lease", conversation_id)
+
+    def _run(self, action: str, script: Any, keys: list[str], args: list[Any]) -> Any:
+        with _translated(action):
+            return script(keys=keys, args=args)
+
+    def load_turn(self, conversation_id: str, turn_id: str) -> AgentTurnSnapshot | None:
+        with _translated(f"loading turn {turn_id!r}"):
+            version, data = self._store.client.hmget(
+                self._turn_key(conversation_id, turn_id), ["version", "data"]
+            )
+        if version is None or data is None:
+            return None
+        try:
+            number = int(_text(version))
+        except ValueError:
+            raise SerializationError(f"turn {turn_id!r}: stored version is not a number") from None
+        return load_snapshot(_raw(data), number)
+
+    def save_turn(self, snapshot: AgentTurnSnapshot, expected_version: int) -> bool:
+        check_snapshot_save(snapshot, expected_version)
+        data = dump_snapshot(snapshot)
+        key = self._turn_key(snapshot.conversation_id, snapshot.turn_id)
+        applied = self._run(
+            f"saving turn {snapshot.turn_id!r}", self._save, [key], [str(expected_version), data]
+        )
+        return bool(applied == 1)
+
+    def open_turn(self, conversation_id: str) -> ConversationLease | None:
+        with _translated("reading a conversation lease"):
+            fields = self._store.client.hgetall(self._lease_key(conversation_id))
+        if not fields:
+            return None
+        lease = {_text(k): _text(v) for k, v in fields.items()}
+        expires = lease.get("expires_at")
+        return ConversationLease(
+            conversation_id,
+            lease["turn_id"],
+            TurnStatus(lease["status"]),
+            lease.get("owner"),
+            None if expires is None else float(expires),
+            lease.get("cancel_requested") == "1",
+        )
+
+    def acquire_conversation(
+        self, conversation_id: str, turn_id: str, owner: str, lease_seconds: float, now: float
+    ) -> str | None:
+        check_lease_arguments(conversation_id, turn_id, owner, lease_seconds)
+        reply = self._run(
+            "taking a conversation lease",
+            self._acquire,
+            [self._lease_key(conversation_id)],
+            [turn_id, owner, repr(now + lease_seconds), repr(float(now))],
+        )
+        code = int(reply[0])
+        if code == 1:
+            return None
+        if code == 2:
+            return _text(reply[1])
+        if code == 0:
+            lease = ConversationLease(
+                conversation_id, _text(reply[1]), TurnStatus(_text(reply[2])), None, None
+            )
+            raise busy_error(conversation_id, lease)
+        raise StoreError(f"unexpected lease script reply {reply!r}")
+
+    def renew_lease(
+        self, conversation_id: str, turn_id: str, owner: str, lease_seconds: float, now: float
+    ) -> LeaseRenewal:
+        check_lease_arguments(conversation_id, turn_id, owner, lease_seconds)
+        code = self._run(
+            "renewing a conversation lease",
+            self._renew,
+            [self._lease_key(conversation_id)],
+            [turn_id, owner, repr(now + lease_seconds)],
+        )
+        return {1: LeaseRenewal.RENEWED, 2: LeaseRenewal.CANCEL_REQUESTED}.get(
+            int(code), LeaseRenewal.LOST
+        )
+
+    def suspend_conversation(self, conversation_id: str, turn_id: str, owner: str) -> bool:
+        key = self._lease_key(conversation_id)
+        return bool(self._run("suspending a turn", self._suspend, [key], [turn_id, owner]) == 1)
+
+    def reacquire_conversation(
+        self, conversation_id: str, turn_id: str, owner: str, lease_seconds: float, now: float
+    ) -> bool:
+        check_lease_arguments(conversation_id, turn_id, owner, lease_seconds)
+        args = [turn_id, owner, repr(now + lease_seconds)]
+        key = self._lease_key(conversation_id)
+        return bool(self._run("resuming a turn", self._reacquire, [key], args) == 1)
+
+    def request_cancel(self, conversation_id: str, turn_id: str, now: float) -> bool:
+        key = self._lease_key(conversation_id)
+        args = [turn_id, repr(float(now))]
+        return bool(self._run("flagging a cancellation", self._cancel, [key], args) == 1)
+
+    def release_conversation(
+        self, conversation_id: str, turn_id: str, owner: str | None, now: float
+    ) -> bool:
+        key = self._lease_key(conversation_id)
+        args = [turn_id, owner or "", repr(float(now))]
+        return bool(self._run("releasing a conversation", self._release, [key], args) == 1)

@@ -1,0 +1,248 @@
+"""Turn snapshots and conversation leases in SQL: every decision is one conditional statement.
+
+Snapshots: ``INSERT … ON CONFLICT DO NOTHING`` for version 0, ``UPDATE … WHERE version =
+:expected`` after. Leases: taking a conversation is one upsert whose ``DO UPDATE … WHERE``
+only replaces a running lease that expired (and records the turn it replaced); renewing,
+suspending, resuming, flagging and releasing are ``UPDATE``/``DELETE … WHERE`` on the owner,
+turn and status. No lease decision is a client-side read followed by a write.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from agentctx_fast.errors import StoreError
+from agentctx_fast.stores.turns import (
+    AgentTurnSnapshot,
+    ConversationLease,
+    LeaseRenewal,
+    busy_error,
+    check_lease_arguments,
+    check_snapshot_save,
+    dump_snapshot,
+    load_snapshot,
+)
+from agentctx_fast.turns import TurnStatus
+
+if TYPE_CHECKING:
+    from agentctx_fast.stores.sql import SqlAgentStore
+
+_RUNNING = TurnStatus.RUNNING.value
+_SUSPENDED = TurnStatus.SUSPENDED.value
+
+
+def turn_tables(metadata: sa.MetaData, prefix: str, version_type: Any) -> tuple[sa.Table, sa.Table]:
+    """The ``{prefix}turns`` and ``{prefix}conversation_leases`` tables."""
+    turns = sa.Table(
+        f"{prefix}turns",
+        metadata,
+        sa.Column("conversation_id", sa.String, primary_key=True),
+        sa.Column("turn_id", sa.String, primary_key=True),
+        sa.Column("version", version_type, nullable=False),
+        sa.Column("status", sa.String(32), nullable=False),
+        sa.Column("data", sa.LargeBinary, nullable=False),
+    )
+    leases = sa.Table(
+        f"{prefix}conversation_leases",
+        metadata,
+        sa.Column("conversation_id", sa.String, primary_key=True),
+        sa.Column("turn_id", sa.String, nullable=False),
+        sa.Column("status", sa.String(32), nullable=False),
+        sa.Column("owner", sa.String, nullable=True),
+        sa.Column("expires_at", sa.Float, nullable=True),
+        sa.Column("cancel_requested", sa.Boolean, nullable=False),
+        sa.Column("previous_turn_id", sa.String, nullable=True),
+    )
+    return turns, leases
+
+
+class SqlAgentTurnStore:
+    """The `AgentTurnStore` of a `SqlAgentStore` (SQLite or PostgreSQL)."""
+
+    def __init__(self, store: SqlAgentStore) -> None:
+        self._store = store
+        self._turns = store._tables.turns
+        self._leases = store._tables.leases
+
+    # -- snapshots --------------------------------------------------------------------------
+
+    def load_turn(self, conversation_id: str, turn_id: str) -> AgentTurnSnapshot | None:
+        table = self._turns
+        query = sa.select(table.c.version, table.c.data).where(
+            table.c.conversation_id == conversation_id, table.c.turn_id == turn_id
+        )
+        with self._store._translated_io(f"loading turn {turn_id!r}") as connection:
+            row = connection.execute(query).first()
+        return None if row is None else load_snapshot(row.data, row.version)
+
+    def save_turn(self, snapshot: AgentTurnSnapshot, expected_version: int) -> bool:
+        check_snapshot_save(snapshot, expected_version)
+        data = dump_snapshot(snapshot)
+        table = self._turns
+        if expected_version == 0:
+            values = {
+                "conversation_id": snapshot.conversation_id,
+                "turn_id": snapshot.turn_id,
+                "version": 1,
+                "status": snapshot.status.value,
+                "data": data,
+            }
+            statement: Any = self._store._insert_if_absent(
+                table, values, ["conversation_id", "turn_id"]
+            )
+            if statement is None:
+                raise StoreError(f"turn snapshots need SQLite or PostgreSQL, not {self._dialect}")
+        else:
+            statement = (
+                sa.update(table)
+                .where(
+                    table.c.conversation_id == snapshot.conversation_id,
+                    table.c.turn_id == snapshot.turn_id,
+                    table.c.version == expected_version,
+                )
+                .values(version=expected_version + 1, status=snapshot.status.value, data=data)
+            )
+        statement = statement.returning(table.c.version)
+        with self._store._translated_io(f"saving turn {snapshot.turn_id!r}", write=True) as c:
+            return c.execute(statement).first() is not None
+
+    # -- leases -----------------------------------------------------------------------------
+
+    @property
+    def _dialect(self) -> str:
+        return self._store._dialect
+
+    def open_turn(self, conversation_id: str) -> ConversationLease | None:
+        table = self._leases
+        query = sa.select(table).where(table.c.conversation_id == conversation_id)
+        with self._store._translated_io("reading a conversation lease") as connection:
+            row = connection.execute(query).first()
+        return None if row is None else _lease(row)
+
+    def acquire_conversation(
+        self, conversation_id: str, turn_id: str, owner: str, lease_seconds: float, now: float
+    ) -> str | None:
+        check_lease_arguments(conversation_id, turn_id, owner, lease_seconds)
+        table = self._leases
+        insert: Any
+        if self._dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        elif self._dialect == "sqlite":
+            from sqlalchemy.dialects.sqlite import insert
+        else:
+            raise StoreError(f"conversation leases need SQLite or PostgreSQL, not {self._dialect}")
+        statement: Any = insert(table).values(
+            conversation_id=conversation_id,
+            turn_id=turn_id,
+            status=_RUNNING,
+            owner=owner,
+            expires_at=now + lease_seconds,
+            cancel_requested=False,
+            previous_turn_id=None,
+        )
+        statement = statement.on_conflict_do_update(
+            index_elements=["conversation_id"],
+            set_={
+                "turn_id": statement.excluded.turn_id,
+                "status": _RUNNING,
+                "owner": statement.excluded.owner,
+                "expires_at": statement.excluded.expires_at,
+                "cancel_requested": False,
+                "previous_turn_id": table.c.turn_id,
+            },
+            where=(table.c.status == _RUNNING) & (table.c.expires_at <= now),
+        ).returning(table.c.previous_turn_id)
+        for _ in range(3):
+            with self._store._translated_io("taking a conversation lease", write=True) as c:
+                row = c.execute(statement).first()
+            if row is not None:
+                return None if row.previous_turn_id is None else str(row.previous_turn_id)
+            lease = self.open_turn(conversation_id)
+            if lease is not None:
+                raise busy_error(conversation_id, lease)
+            # released between the two statements: try again
+        raise StoreError(f"conversation {conversation_id!r}: the lease kept changing")
+
+    def renew_lease(
+        self, conversation_id: str, turn_id: str, owner: str, lease_seconds: float, now: float
+    ) -> LeaseRenewal:
+        check_lease_arguments(conversation_id, turn_id, owner, lease_seconds)
+        table = self._leases
+        statement = (
+            sa.update(table)
+            .where(*self._held(conversation_id, turn_id), table.c.owner == owner)
+            .values(expires_at=now + lease_seconds)
+            .returning(table.c.cancel_requested)
+        )
+        with self._store._translated_io("renewing a conversation lease", write=True) as c:
+            row = c.execute(statement).first()
+        if row is None:
+            return LeaseRenewal.LOST
+        return LeaseRenewal.CANCEL_REQUESTED if row.cancel_requested else LeaseRenewal.RENEWED
+
+    def suspend_conversation(self, conversation_id: str, turn_id: str, owner: str) -> bool:
+        table = self._leases
+        statement = (
+            sa.update(table)
+            .where(*self._held(conversation_id, turn_id), table.c.owner == owner)
+            .values(status=_SUSPENDED, owner=None, expires_at=None, cancel_requested=False)
+        )
+        return self._applied(statement, "suspending a turn")
+
+    def reacquire_conversation(
+        self, conversation_id: str, turn_id: str, owner: str, lease_seconds: float, now: float
+    ) -> bool:
+        check_lease_arguments(conversation_id, turn_id, owner, lease_seconds)
+        table = self._leases
+        statement = (
+            sa.update(table)
+            .where(*self._held(conversation_id, turn_id), table.c.status == _SUSPENDED)
+            .values(status=_RUNNING, owner=owner, expires_at=now + lease_seconds)
+        )
+        return self._applied(statement, "resuming a turn")
+
+    def request_cancel(self, conversation_id: str, turn_id: str, now: float) -> bool:
+        table = self._leases
+        statement = (
+            sa.update(table)
+            .where(
+                *self._held(conversation_id, turn_id),
+                table.c.status == _RUNNING,
+                table.c.expires_at > now,
+            )
+            .values(cancel_requested=True)
+        )
+        return self._applied(statement, "flagging a turn for cancellation")
+
+    def release_conversation(
+        self, conversation_id: str, turn_id: str, owner: str | None, now: float
+    ) -> bool:
+        table = self._leases
+        condition = (
+            table.c.owner == owner
+            if owner is not None
+            else (table.c.status == _SUSPENDED) | (table.c.expires_at <= now)
+        )
+        statement = sa.delete(table).where(*self._held(conversation_id, turn_id), condition)
+        return self._applied(statement, "releasing a conversation")
+
+    def _held(self, conversation_id: str, turn_id: str) -> tuple[Any, Any]:
+        table = self._leases
+        return table.c.conversation_id == conversation_id, table.c.turn_id == turn_id
+
+    def _applied(self, statement: Any, action: str) -> bool:
+        with self._store._translated_io(action, write=True) as connection:
+            return bool(connection.execute(statement).rowcount == 1)
+
+
+def _lease(row: Any) -> ConversationLease:
+    return ConversationLease(
+        row.conversation_id,
+        row.turn_id,
+        TurnStatus(row.status),
+        row.owner,
+        row.expires_at,
+        bool(row.cancel_requested),
+    )
