@@ -150,12 +150,6 @@ def test_unserialisable_metadata_writes_nothing(store: Any, conversation: str) -
     assert runner.run(Agent("a", model), conversation, "hi").status is TurnStatus.COMPLETED
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: run() with a UserMessage whose message_id is already stored loses the new user "
-    "message (add_message_if_absent returns False and the runner goes on), so the turn's reply "
-    "is stored without its question, inside the previous turn",
-)
 def test_user_message_with_a_stored_id(store: Any, conversation: str) -> None:
     agent = Agent("a", ScriptedChatModel([AiMessage("one"), AiMessage("two")]))
     runner = _runner(store)
@@ -345,14 +339,6 @@ def _plain_turn(runner: AgentRunner, conversation: str, index: int, **options: A
     return runner.run(Agent("a", model, **options), conversation, f"question {index}")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: _history.read_history is called by run() before the user message is stored, "
-    "so _window_reach counts the newest stored turn as the current one and every history "
-    "turn's age one too low; a completed tool turn at age compression_keep_recent_turns is then "
-    "counted uncompacted and the read stops too early: the window misses turns that the whole "
-    "history would attach",
-)
 def test_paged_history_read_misses_turns_when_a_compactable_turn_sits_at_the_keep_boundary(
     store: Any, conversation: str
 ) -> None:
@@ -897,11 +883,6 @@ def test_cancel_a_running_turn_from_another_thread(store: Any, conversation: str
     check_memory(memory, [turn, _next_turn_works(runner, conversation)])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: runner._loop checks the cancel flag only at the top of each step; a model "
-    "reply that arrives after cancel() returned is still stored and the turn ends COMPLETED",
-)
 def test_cancel_acknowledged_during_a_final_answer_still_cancels(
     store: Any, conversation: str
 ) -> None:
@@ -913,12 +894,6 @@ def test_cancel_acknowledged_during_a_final_answer_still_cancels(
     assert runner.turn(conversation, "running-turn").status is TurnStatus.CANCELLED
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: runner._loop runs the tools of a model reply that arrived after cancel() "
-    "returned (_call_tools before the next cancel check): a cancelled turn still has side "
-    "effects",
-)
 def test_no_tool_runs_after_cancel_was_acknowledged(store: Any, conversation: str) -> None:
     tool = Recorder("side effect")
     _, _, turn = _cancel_while_model_blocks(store, conversation, calls(call("c1", "t")), tool)
@@ -1163,12 +1138,6 @@ class _Clock:
         return self.now
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a runner whose expired lease another runner took over keeps writing: "
-    "runner._call_tools/_append store the late tool result (after the next turn, an "
-    "orphan_result) because the lease is checked only at the top of _loop",
-)
 def test_a_runner_that_lost_its_lease_writes_nothing_more() -> None:
     clock = _Clock()
     store = InMemoryAgentStore()
@@ -1200,3 +1169,34 @@ def test_a_runner_that_lost_its_lease_writes_nothing_more() -> None:
         thread.join(20)
     assert len(out) == 1  # the slow runner returned or raised, it did not hang
     assert memory.get_messages() == after_takeover
+
+
+@pytest.mark.parametrize("reply", ["final", "tool call"])
+def test_a_reply_that_arrives_after_a_takeover_is_not_written(reply: str) -> None:
+    clock = _Clock()
+    store = InMemoryAgentStore()
+    conversation = new_conversation_id()
+    slow = AgentRunner(store, lease_seconds=1.0, clock=clock)
+    slow.close()  # no renewing thread: the lease expires when the clock moves on
+    tool = Recorder("side effect")
+    late = AiMessage("late answer") if reply == "final" else calls(call("c1", "t"))
+    model = _BlockingModel(late, AiMessage("should not be asked"))
+    agent = Agent("a", model, tools=[Tool("t", tool, parameters={"type": "object"})])
+    thread, out = _run_in_thread(slow, agent, conversation, "slow-turn")
+    try:
+        assert model.entered.wait(20)
+        clock.now += 10
+        fast = AgentRunner(store, lease_seconds=1.0, clock=clock)
+        taken = fast.run(Agent("b", ScriptedChatModel([AiMessage("fast")])), conversation, "hi")
+        assert taken.status is TurnStatus.COMPLETED
+        memory = store.chat_memory(conversation)
+        after_takeover = memory.get_messages()
+    finally:
+        model.release.set()
+        thread.join(20)
+    (turn,) = out
+    assert isinstance(turn, AgentTurn) and turn.status is TurnStatus.FAILED
+    assert "lease lost" in (turn.error or "")
+    assert tool.calls == []
+    assert memory.get_messages() == after_takeover
+    assert "late answer" not in [m.text for m in after_takeover if isinstance(m, AiMessage)]

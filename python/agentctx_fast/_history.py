@@ -26,11 +26,14 @@ def read_history(
     compact: bool,
     keep_recent_turns: int,
     must_include: str | None = None,
+    current_stored: bool = True,
 ) -> list[Message]:
     """The tail of ``memory`` a window over the whole conversation depends on, oldest first.
 
     ``must_include`` is a message id the result must reach back to (a resumed turn's first
-    message). The result starts at a turn boundary unless it is the whole history.
+    message). ``current_stored=False`` says the current turn is not written yet (a new turn
+    reads before it stores its user message), so the newest stored turn is a history turn.
+    The result starts at a turn boundary unless it is the whole history.
     """
     page = max(_FIRST_PAGE_MIN, max_attached_messages + 16)
     collected: list[Message] = []
@@ -40,7 +43,12 @@ def read_history(
         if len(chunk) < page:
             return collected  # the start of the history
         start = _window_reach(
-            collected, max_attached_turns, max_attached_messages, compact, keep_recent_turns
+            collected,
+            max_attached_turns,
+            max_attached_messages,
+            compact,
+            keep_recent_turns,
+            current_stored,
         )
         if must_include is not None and start is not None:
             found = next((i for i, m in enumerate(collected) if m.message_id == must_include), None)
@@ -56,22 +64,25 @@ def _window_reach(
     max_messages: int,
     compact: bool,
     keep_recent: int,
+    current_stored: bool,
 ) -> int | None:
     """Where the window's reach starts in ``messages``, or None if it may reach further back.
 
     The first segment may be the tail of an older turn, so only later segments count as whole.
+    When ``current_stored``, the last segment is the current turn; otherwise every later
+    segment is a history turn.
     """
     segments = segment_turns(messages)
     count = len(segments)
     if count < 2:
         return None
-    starts = segments.starts.tolist()
+    starts = [*segments.starts.tolist(), len(messages)]
     ends = segments.ends.tolist()
-    whole_history = count - 2  # neither the possibly partial first turn nor the current one
-    if whole_history >= max_turns:
-        return int(starts[count - 1 - max_turns]) if max_turns else int(starts[count - 1])
+    newest = count - 2 if current_stored else count - 1  # the newest history turn
+    if newest >= max_turns:  # segments 1..newest are whole history turns
+        return int(starts[newest + 1 - max_turns])
     total = 0
-    for age, index in enumerate(range(count - 2, 0, -1)):
+    for age, index in enumerate(range(newest, 0, -1)):
         total += _least_size(messages[starts[index] : ends[index]], compact and age >= keep_recent)
         if total > max_messages:
             return int(starts[index])

@@ -28,6 +28,7 @@ from agentctx_fast._lease import HeldLease, LeaseKeeper
 from agentctx_fast.agent import Agent, AgentTurn
 from agentctx_fast.errors import (
     AgentCtxError,
+    DuplicateMessageError,
     InvalidArgumentError,
     InvalidMessageTypeError,
     TurnNotFoundError,
@@ -45,7 +46,7 @@ from agentctx_fast.stores.turns import (
     PendingApproval,
     dump_snapshot,
 )
-from agentctx_fast.tools import ToolOutcome
+from agentctx_fast.tools import Tool, ToolOutcome
 from agentctx_fast.turns import TurnStatus
 from agentctx_fast.window import AgentContextCompressor, ContextWindow, build_window
 
@@ -154,11 +155,21 @@ class AgentRunner:
         try:
             if stale is not None:
                 self._recover(memory, conversation_id, stale, agent)
+            # A caller's own message id may already be stored (a str gets an id made from the
+            # turn id, which save_turn guards); under the lease, only a caller error does that.
+            if not isinstance(message, str) and memory.get_message(user.message_id) is not None:
+                raise DuplicateMessageError(
+                    f"message {user.message_id!r} is already stored in conversation "
+                    f"{conversation_id!r}: a new turn needs a new user message"
+                )
             if not self.turn_store.save_turn(snapshot, 0):
                 raise TurnStateError(f"turn {turn_id!r} already exists")
             run.snapshot = replace(snapshot, version=1)
-            run.history = self._history(agent, memory)
-            memory.add_message_if_absent(user)
+            run.history = self._history(agent, memory, current_stored=False)
+            if not memory.add_message_if_absent(user):
+                raise DuplicateMessageError(
+                    f"message {user.message_id!r} was stored by another writer meanwhile"
+                )
         except BaseException:
             self._abandon(run)
             raise
@@ -209,13 +220,10 @@ class AgentRunner:
         )  # fmt: skip
         try:
             run.history, run.messages = self._split_turn(agent, memory, snapshot)
-            waiting = self._decide(run, snapshot.pending_approvals, decisions)
         except BaseException:
             self._abandon(run)
             raise
-        if waiting:
-            return self._suspend(run, waiting)
-        return self._drive(run)
+        return self._drive(run, snapshot.pending_approvals, decisions)
 
     def cancel(self, conversation_id: str, turn_id: str) -> AgentTurn:
         """Cancel an open turn. A suspended turn (or one whose process died) is closed now,
@@ -271,23 +279,55 @@ class AgentRunner:
 
     # -- the loop ---------------------------------------------------------------------------
 
-    def _drive(self, run: _TurnRun) -> AgentTurn:
+    def _drive(
+        self,
+        run: _TurnRun,
+        pending: Sequence[PendingApproval] = (),
+        decisions: Mapping[str, bool] | None = None,
+    ) -> AgentTurn:
         try:
-            return self._loop(run)
+            try:
+                if decisions is not None:
+                    waiting = self._decide(run, pending, decisions)
+                    if waiting:
+                        return self._suspend(run, waiting)
+                return self._loop(run)
+            except _LeaseLost:
+                return self._lost(run)
+            except _Cancelled:
+                return self._finish(run, TurnStatus.CANCELLED, error="cancelled")
         except BaseException:
             self._abandon(run)
             raise
 
+    def _checkpoint(self, run: _TurnRun) -> None:
+        """Before a model or tool call and after it, before its result is written: stop if
+        the turn was cancelled or its lease was taken over (then this runner writes nothing
+        more). The lease is checked on the server once a tenth of it has gone by since the
+        last renewal, so a slow call is always followed by a check."""
+        lease = run.lease
+        if lease is None:
+            return
+        if self._clock() - lease.renewed_at >= self._lease_seconds / 10:
+            self._keeper.renew(lease)
+        if lease.lost.is_set():
+            raise _LeaseLost
+        if lease.cancel.is_set():
+            raise _Cancelled
+
+    def _cancelled_meanwhile(self, run: _TurnRun) -> bool:
+        """After a model call: raises `_LeaseLost` if the turn was taken over (its reply is
+        dropped), else whether it was cancelled while the model answered."""
+        try:
+            self._checkpoint(run)
+        except _Cancelled:
+            return True
+        return False
+
     def _loop(self, run: _TurnRun) -> AgentTurn:
         agent = run.agent
         while True:
-            if run.lease is not None:
-                if self._clock() - run.lease.renewed_at >= self._lease_seconds / 10:
-                    self._keeper.renew(run.lease)
-                if run.lease.lost.is_set():
-                    return self._lost(run)
-                if run.lease.cancel.is_set():
-                    return self._finish(run, TurnStatus.CANCELLED, error="cancelled")
+            self._checkpoint(run)
             if run.steps >= agent.max_steps:
                 return self._finish(
                     run,
@@ -302,10 +342,14 @@ class AgentRunner:
             try:
                 reply = agent.chat_model.chat(window.messages, agent.tools)
             except Exception as error:  # any model failure ends the turn, typed in `error`
+                self._checkpoint(run)
                 return self._finish(
                     run, TurnStatus.FAILED, error=f"model failed: {type(error).__name__}: {error}"
                 )
+            cancelled = self._cancelled_meanwhile(run)
             if not isinstance(reply, AiMessage):
+                if cancelled:
+                    raise _Cancelled
                 return self._finish(
                     run,
                     TurnStatus.FAILED,
@@ -314,6 +358,8 @@ class AgentRunner:
             run.steps += 1
             ai = replace(reply, message_id=f"{run.turn_id}:ai:{run.steps}", turn_id=run.turn_id)
             self._append(run, ai)
+            if cancelled:  # the reply is kept on record; its calls are closed, never run
+                raise _Cancelled
             if not ai.tool_calls:
                 return self._finish(run, TurnStatus.COMPLETED, final=ai)
             waiting = self._call_tools(run, ai)
@@ -371,9 +417,15 @@ class AgentRunner:
             elif run.decisions.get(call.id) is False:
                 outcome = ToolOutcome(REFUSED_TEXT, is_error=True)
             else:
-                outcome = tool.invoke(call.arguments)
+                outcome = self._invoke(run, tool, call.arguments)
             self._append_result(run, call.id, call.name, outcome)
         return waiting
+
+    def _invoke(self, run: _TurnRun, tool: Tool, arguments: str) -> ToolOutcome:
+        self._checkpoint(run)  # no side effect once the turn is cancelled or taken over
+        outcome = tool.invoke(arguments)
+        self._checkpoint(run)
+        return outcome
 
     def _append_result(
         self, run: _TurnRun, call_id: str, tool_name: str, outcome: ToolOutcome
@@ -419,7 +471,7 @@ class AgentRunner:
             elif tool is None:
                 outcome = ToolOutcome(f"unknown tool {approval.tool_name!r}", is_error=True)
             else:
-                outcome = tool.invoke(approval.arguments)
+                outcome = self._invoke(run, tool, approval.arguments)
             self._append_result(run, approval.tool_call_id, approval.tool_name, outcome)
         return waiting
 
@@ -613,7 +665,12 @@ class AgentRunner:
         return memory
 
     def _history(
-        self, agent: Agent, memory: ChatMemory, must_include: str | None = None
+        self,
+        agent: Agent,
+        memory: ChatMemory,
+        must_include: str | None = None,
+        *,
+        current_stored: bool = True,
     ) -> list[Message]:
         return read_history(
             memory,
@@ -622,6 +679,7 @@ class AgentRunner:
             compact=agent.compact_completed_tool_turns,
             keep_recent_turns=agent.compression_keep_recent_turns,
             must_include=must_include,
+            current_stored=current_stored,
         )
 
     def _split_turn(
@@ -671,6 +729,14 @@ class AgentRunner:
             run.turn_id, run.conversation_id, status, tuple(run.messages), final, error,
             pending, run.steps,
         )  # fmt: skip
+
+
+class _LeaseLost(Exception):
+    """Another process took this turn's expired lease over: stop writing."""
+
+
+class _Cancelled(Exception):
+    """The turn was cancelled (here, or elsewhere through the store)."""
 
 
 def _check_agent(agent: object) -> Agent:
