@@ -213,7 +213,7 @@ def test_cache_is_bounded(make: Callable[[], Any]) -> None:
     expected = make().estimate(messages)
     assert estimator.estimate(messages) == expected
     assert estimator.tokenized == 1000
-    assert len(estimator._young) + len(estimator._old) <= 20
+    assert len(estimator._cache) <= 20
     # the most recent messages are still cached
     tokenized = estimator.tokenized
     estimator.estimate(messages[-5:])

@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from agentctx_fast._backend import core
+from agentctx_fast._cache import GenerationCache
 from agentctx_fast._reference.message_tokens import message_tokens_one
-from agentctx_fast.errors import InvalidArgumentError, InvalidMessageTypeError
+from agentctx_fast.errors import InvalidMessageTypeError
 from agentctx_fast.messages import AiMessage, Message, UserMessage
 
 if TYPE_CHECKING:
@@ -32,11 +33,7 @@ class _CachedEstimator:
     """Shared message formula and the bounded ``(message_id, version)`` cache."""
 
     def __init__(self, cache_size: int = 65_536) -> None:
-        if cache_size < 1:
-            raise InvalidArgumentError(f"cache_size must be >= 1, got {cache_size}")
-        self._cache_size = cache_size
-        self._young: dict[tuple[str, int], tuple[int, int]] = {}
-        self._old: dict[tuple[str, int], tuple[int, int]] = {}
+        self._cache: GenerationCache[tuple[str, int], tuple[int, int]] = GenerationCache(cache_size)
         self.tokenized = 0  # messages actually tokenized, for tests and metrics
 
     def count_text(self, text: str) -> int:
@@ -50,24 +47,17 @@ class _CachedEstimator:
             return 0
         key = (message.message_id, message.version)
         fingerprint = _fingerprint(message)
-        hit = self._young.get(key)
-        if hit is None and (hit := self._old.get(key)) is not None:
-            self._remember(key, hit)  # promote, so a value in use survives the next rotation
+        hit = self._cache.get(key)
         if hit is not None and hit[0] == fingerprint:
             return hit[1]
         tokens = self._tokenize(message)
         self.tokenized += 1
-        self._remember(key, (fingerprint, tokens))
+        self._cache.put(key, (fingerprint, tokens))
         return tokens
 
     def estimate(self, messages: Sequence[Message]) -> int:
         """Total tokens of ``messages``."""
         return sum(self.count_message(m) for m in messages)
-
-    def _remember(self, key: tuple[str, int], value: tuple[int, int]) -> None:
-        if len(self._young) >= self._cache_size:
-            self._old, self._young = self._young, {}
-        self._young[key] = value
 
     def _tokenize(self, message: Message) -> int:
         return message_tokens_one(message, self.count_text)

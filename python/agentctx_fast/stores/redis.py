@@ -34,11 +34,11 @@ from agentctx_fast.memory import (
 )
 from agentctx_fast.messages import Message
 from agentctx_fast.stores._common import check_conversation_id, check_key_prefix
+from agentctx_fast.stores._loader import DEFAULT_MESSAGE_CACHE_SIZE, MessageLoader
 from agentctx_fast.stores.serializer import (
     AgentStoreSerializer,
     JsonAgentStoreSerializer,
     dump,
-    load_message,
     load_state,
 )
 
@@ -120,6 +120,8 @@ class RedisAgentStore:
         client_or_url: redis.Redis | str,
         key_prefix: str = "agent:",
         serializer: AgentStoreSerializer | None = None,
+        *,
+        message_cache_size: int = DEFAULT_MESSAGE_CACHE_SIZE,
     ) -> None:
         check_key_prefix(key_prefix)
         if isinstance(client_or_url, str):
@@ -138,6 +140,7 @@ class RedisAgentStore:
             )
         self.key_prefix = key_prefix
         self.serializer: AgentStoreSerializer = serializer or JsonAgentStoreSerializer()
+        self._load_message = MessageLoader(self.serializer, message_cache_size)
         self._add = self.client.register_script(_ADD_IF_ABSENT)
         self._update = self.client.register_script(_UPDATE)
         self._page = self.client.register_script(_PAGE)
@@ -215,13 +218,13 @@ class RedisChatMemory(ChatMemory):
         start = 0 if count is None else -(offset + count)
         with _translated("reading messages"):
             records = self._store._page(keys=[ids_key, self._records], args=[start, stop])
-        serializer = self._store.serializer
-        return [load_message(serializer, _raw(record)) for record in records if record is not None]
+        load = self._store._load_message
+        return [load(_raw(record)) for record in records if record is not None]
 
     def get_message(self, message_id: str) -> Message | None:
         with _translated(f"reading message {message_id!r}"):
             record = self._store.client.hget(self._records, message_id)
-        return None if record is None else load_message(self._store.serializer, _raw(record))
+        return None if record is None else self._store._load_message(_raw(record))
 
     def update_message(self, message: Message, expected_version: int) -> Message:
         check_message(message)

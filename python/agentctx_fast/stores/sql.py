@@ -36,11 +36,11 @@ from agentctx_fast.memory import (
 )
 from agentctx_fast.messages import Message
 from agentctx_fast.stores._common import check_conversation_id, check_table_prefix
+from agentctx_fast.stores._loader import DEFAULT_MESSAGE_CACHE_SIZE, MessageLoader
 from agentctx_fast.stores.serializer import (
     AgentStoreSerializer,
     JsonAgentStoreSerializer,
     dump,
-    load_message,
     load_state,
 )
 from agentctx_fast.stores.sql_turns import SqlAgentTurnStore, turn_tables
@@ -164,6 +164,8 @@ class SqlAgentStore:
         engine_or_url: Engine | str,
         table_prefix: str = "agent_",
         serializer: AgentStoreSerializer | None = None,
+        *,
+        message_cache_size: int = DEFAULT_MESSAGE_CACHE_SIZE,
     ) -> None:
         check_table_prefix(table_prefix)
         if isinstance(engine_or_url, str):
@@ -182,6 +184,7 @@ class SqlAgentStore:
             )
         self.table_prefix = table_prefix
         self.serializer: AgentStoreSerializer = serializer or JsonAgentStoreSerializer()
+        self._load_message = MessageLoader(self.serializer, message_cache_size)
         self._tables = _Tables(table_prefix)
         self._dialect = self.engine.dialect.name
         shared = isinstance(self.engine.pool, StaticPool)
@@ -291,8 +294,7 @@ class SqlChatMemory(ChatMemory):
         query = query.order_by(table.c.seq.desc()).limit(count).offset(offset or None)
         with _translated("reading messages"), self._store._connect() as connection:
             rows = connection.execute(query).scalars().all()
-        serializer = self._store.serializer
-        return [load_message(serializer, data) for data in reversed(rows)]
+        return [self._store._load_message(data) for data in reversed(rows)]
 
     def get_message(self, message_id: str) -> Message | None:
         table = self._table
@@ -301,7 +303,7 @@ class SqlChatMemory(ChatMemory):
         )
         with _translated(f"reading message {message_id!r}"), self._store._connect() as connection:
             data = connection.execute(query).scalar_one_or_none()
-        return None if data is None else load_message(self._store.serializer, data)
+        return None if data is None else self._store._load_message(data)
 
     def update_message(self, message: Message, expected_version: int) -> Message:
         check_message(message)
