@@ -19,6 +19,7 @@ import base64
 import binascii
 import json
 import math
+import re
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
@@ -105,6 +106,48 @@ def _check_json_value(value: object, where: str) -> None:
             _check_json_value(item, where)
         return
     raise SerializationError(f"{where}: {type(value).__name__} is not JSON-serialisable")
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):  # e.g. 1e400: `dumps` could not write it back
+        raise ValueError(f"number {literal} is out of range")
+    return value
+
+
+# Raw UTF-8 cannot hold a surrogate, so a lone one can only come from a \uD800-\uDFFF escape;
+# records without such an escape (everything `dumps` writes) skip the walk below.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _check_no_lone_surrogate(value: object, where: str = "record") -> None:
+    """`dumps` cannot write a lone surrogate (it is not Unicode text), so `loads` refuses it."""
+    try:
+        _walk_texts(value, where)
+    except RecursionError as error:
+        raise SerializationError("stored record is nested too deeply") from error
+
+
+def _walk_texts(value: object, where: str) -> None:
+    if isinstance(value, str):
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise SerializationError(
+                    f"{where}: {value!r} holds a lone surrogate, not valid Unicode text"
+                ) from None
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _walk_texts(item, f"{where}[{index}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _walk_texts(key, f"{where} key")
+            _walk_texts(item, f"{where}.{key}")
 
 
 _PART_TAGS: dict[type, str] = {ImagePart: "image", AudioPart: "audio", FilePart: "file"}
@@ -321,11 +364,14 @@ class JsonAgentStoreSerializer:
         if not isinstance(data, bytes):
             raise SerializationError(f"expected bytes, got {type(data).__name__}")
         try:
-            fields = json.loads(data.decode("utf-8"))
+            text = data.decode("utf-8")
+            fields = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
         except (UnicodeDecodeError, ValueError, RecursionError) as error:
             raise SerializationError(f"stored record is not valid UTF-8 JSON: {error}") from error
         if not isinstance(fields, dict):
             raise SerializationError("stored record is not a JSON object")
+        if _SURROGATE_ESCAPE.search(text):
+            _check_no_lone_surrogate(fields)
         try:
             if fields.get("type") == "compression_state":
                 return _load_state(fields)
