@@ -32,6 +32,7 @@ from agentctx_fast import (
     AudioPart,
     FilePart,
     ImagePart,
+    InvalidArgumentError,
     Message,
     SerializationError,
     StoreError,
@@ -62,10 +63,10 @@ Record = AgentContextCompressionState | Message
 
 # Valid UTF-8 text only: no surrogates.
 TEXT = st.text(st.characters(codec="utf-8"), max_size=30)
-# PostgreSQL text columns cannot hold NUL (see test_nul_in_ids_round_trips_through_every_store),
-# so the ids that stores keep in key columns leave it out.
+# Identifiers cannot hold NUL (see test_nul_in_ids_is_refused_by_every_store).
 KEY_TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=12)
-IDS = st.one_of(st.sampled_from(["u1", "call_0", "ORD-2024-001", "订单-7"]), TEXT)
+ID_TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=30)
+IDS = st.one_of(st.sampled_from(["u1", "call_0", "ORD-2024-001", "订单-7"]), ID_TEXT)
 JSON_SCALARS = st.one_of(
     st.none(),
     st.booleans(),
@@ -105,7 +106,7 @@ PARTS = st.one_of(st.builds(TextPart, TEXT), media_parts())
 TOOL_CALLS = st.builds(
     ToolCall,
     IDS,
-    st.one_of(st.sampled_from(["lookup_order", "search"]), TEXT),
+    st.one_of(st.sampled_from(["lookup_order", "search"]), ID_TEXT),
     st.one_of(JSON_VALUES.map(lambda v: json.dumps(v, ensure_ascii=False)), TEXT),
 )
 
@@ -166,7 +167,9 @@ def states(
     versions: st.SearchStrategy[int] = VERSIONS,
 ) -> AgentContextCompressionState:
     return AgentContextCompressionState(
-        conversation_id=draw(st.text(st.characters(codec="utf-8"), min_size=1, max_size=20)),
+        conversation_id=draw(
+            st.text(st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1)
+        ),
         version=draw(versions),
         compression_version=draw(VERSIONS),
         covered_until_message_id=draw(st.one_of(st.none(), IDS)),
@@ -344,33 +347,35 @@ def test_round_trip_through_every_store(
 # Store bugs found while round-tripping; see the final report for details.
 
 
-@pytest.mark.parametrize(
-    "kind",
-    [
-        "memory",
-        "sqlite",
-        pytest.param(
-            "postgresql",
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=StoreError,
-                reason="bug: SqlAgentStore on PostgreSQL stores message_id and conversation_id "
-                "in TEXT columns, which refuse NUL; other backends keep such ids",
-            ),
-        ),
-        "redis",
-    ],
-)
-def test_nul_in_ids_round_trips_through_every_store(
-    kind: str, request: pytest.FixtureRequest
-) -> None:
+# NUL in identifiers: PostgreSQL text columns cannot hold it while the other stores kept it, so
+# the contract is now that NUL is refused in every identifier (at message construction) and in
+# conversation ids, the same way on every store, before anything is written.
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgresql", "redis"])
+def test_nul_in_ids_is_refused_by_every_store(kind: str, request: pytest.FixtureRequest) -> None:
     store = make_store(kind, request)
     try:
-        conversation_id = "conv\x00" + new_conversation_id()
-        message = UserMessage("text", message_id="id\x00with-nul")
+        conversation_id = new_conversation_id()
+        with_nul = "conv\x00" + conversation_id
+        with pytest.raises(InvalidArgumentError, match=r"conversation_id must not contain NUL"):
+            store.chat_memory(with_nul)
+        with pytest.raises(InvalidArgumentError, match=r"^message_id must not contain NUL"):
+            UserMessage("text", message_id="id\x00with-nul")
         memory = store.chat_memory(conversation_id)
-        assert memory.add_message_if_absent(message) is True
-        assert memory.get_message("id\x00with-nul") == message
+        with pytest.raises(InvalidArgumentError, match=r"^message_id must not contain NUL"):
+            memory.get_message("id\x00with-nul")
+        states = store.compression_state_store()
+        with pytest.raises(InvalidArgumentError, match=r"conversation_id must not contain NUL"):
+            states.load(with_nul)
+        with pytest.raises(InvalidArgumentError, match=r"conversation_id must not contain NUL"):
+            AgentContextCompressionState(with_nul)
+        with pytest.raises(InvalidArgumentError, match=r"covered_until_message_id must not"):
+            AgentContextCompressionState(conversation_id, covered_until_message_id="a\x00")
+        # nothing was written anywhere
+        assert memory.get_messages() == [] and memory.get_message("id") is None
+        assert store.chat_memory("conv" + conversation_id).get_messages() == []
+        assert states.load(conversation_id) is None
     finally:
         store.close()
 

@@ -21,6 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import replace
 
+from agentctx_fast._ids import check_identifier
 from agentctx_fast.errors import (
     DuplicateMessageError,
     InvalidArgumentError,
@@ -167,6 +168,7 @@ class InMemoryChatMemory(ChatMemory):
             return [self._messages[p] for p in positions]
 
     def get_message(self, message_id: str) -> Message | None:
+        check_identifier(message_id, "message_id")
         with self._lock:
             position = self._positions.get(message_id)
             return None if position is None else self._messages[position]

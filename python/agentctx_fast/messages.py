@@ -14,6 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeAlias
 
+from agentctx_fast._ids import check_identifier, require_str
 from agentctx_fast.errors import ContentTooLargeError, InvalidArgumentError, InvalidMessageTypeError
 
 MAX_INLINE_BYTES = 256 * 1024
@@ -28,24 +29,6 @@ def new_message_id() -> str:
     return uuid.uuid4().hex
 
 
-def _require_str(value: object, what: str) -> None:
-    if not isinstance(value, str):
-        raise InvalidMessageTypeError(f"{what} must be a str, got {type(value).__name__}")
-
-
-def _require_id(value: object, what: str) -> None:
-    """Identifiers are stored as keys and sent to model APIs: valid Unicode text only."""
-    _require_str(value, what)
-    assert isinstance(value, str)
-    if not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidArgumentError(
-                f"{what} must be valid Unicode text, got {value!r} with a lone surrogate"
-            ) from None
-
-
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """A model's request to run tool ``name`` with ``arguments`` (a JSON string)."""
@@ -55,9 +38,9 @@ class ToolCall:
     arguments: str = "{}"
 
     def __post_init__(self) -> None:
-        _require_id(self.id, "ToolCall.id")
-        _require_id(self.name, "ToolCall.name")
-        _require_str(self.arguments, f"ToolCall {self.id!r} arguments")
+        check_identifier(self.id, "ToolCall.id")
+        check_identifier(self.name, "ToolCall.name")
+        require_str(self.arguments, f"ToolCall {self.id!r} arguments")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +50,7 @@ class TextPart:
     text: str
 
     def __post_init__(self) -> None:
-        _require_str(self.text, "TextPart.text")
+        require_str(self.text, "TextPart.text")
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +110,7 @@ class Message:
     _kind: ClassVar[int] = -1
 
     def __post_init__(self) -> None:
-        _require_id(self.message_id, "message_id")
+        check_identifier(self.message_id, "message_id")
         if not isinstance(self.metadata, dict):
             raise InvalidMessageTypeError(
                 f"message {self.message_id!r}: metadata must be a dict, "
@@ -138,7 +121,7 @@ class Message:
                 f"message {self.message_id!r}: version must be an int >= 0, got {self.version!r}"
             )
         if self.turn_id is not None:
-            _require_id(self.turn_id, f"message {self.message_id!r} turn_id")
+            check_identifier(self.turn_id, f"message {self.message_id!r} turn_id")
 
     __hash__ = None  # type: ignore[assignment]  # metadata is a dict
 
@@ -158,7 +141,7 @@ class SystemMessage(Message):
 
     def __post_init__(self) -> None:
         Message.__post_init__(self)
-        _require_str(self.text, f"message {self.message_id!r} text")
+        require_str(self.text, f"message {self.message_id!r} text")
 
 
 @dataclass(frozen=True, slots=True, eq=True)
@@ -180,7 +163,7 @@ class UserMessage(Message):
                         f"got {type(part).__name__}"
                     )
         else:
-            _require_str(self.content, f"message {self.message_id!r} content")
+            require_str(self.content, f"message {self.message_id!r} content")
 
     @property
     def text(self) -> str:
@@ -201,7 +184,7 @@ class AiMessage(Message):
     def __post_init__(self) -> None:
         Message.__post_init__(self)
         if self.text is not None:
-            _require_str(self.text, f"message {self.message_id!r} text")
+            require_str(self.text, f"message {self.message_id!r} text")
         if isinstance(self.tool_calls, list):
             object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
         if not isinstance(self.tool_calls, tuple):
@@ -233,10 +216,10 @@ class ToolMessage(Message):
 
     def __post_init__(self) -> None:
         Message.__post_init__(self)
-        _require_id(self.tool_call_id, f"message {self.message_id!r} tool_call_id")
+        check_identifier(self.tool_call_id, f"message {self.message_id!r} tool_call_id")
         if self.tool_name is not None:
-            _require_id(self.tool_name, f"message {self.message_id!r} tool_name")
-        _require_str(self.text, f"message {self.message_id!r} text")
+            check_identifier(self.tool_name, f"message {self.message_id!r} tool_name")
+        require_str(self.text, f"message {self.message_id!r} text")
 
 
 @dataclass(frozen=True, slots=True, eq=True)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 from redis import exceptions as redis_exc
 
+from agentctx_fast._ids import check_identifier
 from agentctx_fast.coordinator import AgentContextCompressionState, check_expected_version
 from agentctx_fast.errors import (
     InvalidArgumentError,
@@ -219,6 +220,7 @@ class RedisChatMemory(ChatMemory):
         return [load_message(serializer, _raw(record)) for record in records if record is not None]
 
     def get_message(self, message_id: str) -> Message | None:
+        check_identifier(message_id, "message_id")
         with _translated(f"reading message {message_id!r}"):
             record = self._store.client.hget(self._records, message_id)
         return None if record is None else load_message(self._store.serializer, _raw(record))
@@ -267,6 +269,7 @@ class RedisCompressionStateStore:
         self._store = store
 
     def load(self, conversation_id: str) -> AgentContextCompressionState | None:
+        check_conversation_id(conversation_id)
         with _translated("loading a compression state"):
             version, data = self._store.client.hmget(
                 self._store._key("compression", conversation_id), ["version", "data"]

@@ -19,6 +19,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import StaticPool
 
+from agentctx_fast._ids import check_identifier
 from agentctx_fast.coordinator import AgentContextCompressionState, check_expected_version
 from agentctx_fast.errors import (
     InvalidArgumentError,
@@ -295,6 +296,7 @@ class SqlChatMemory(ChatMemory):
         return [load_message(serializer, data) for data in reversed(rows)]
 
     def get_message(self, message_id: str) -> Message | None:
+        check_identifier(message_id, "message_id")
         table = self._table
         query = sa.select(table.c.data).where(
             table.c.conversation_id == self.conversation_id, table.c.message_id == message_id
@@ -360,6 +362,7 @@ class SqlCompressionStateStore:
         self._table = store._tables.compression_states
 
     def load(self, conversation_id: str) -> AgentContextCompressionState | None:
+        check_conversation_id(conversation_id)
         table = self._table
         query = sa.select(table.c.version, table.c.data).where(
             table.c.conversation_id == conversation_id
