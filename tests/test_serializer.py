@@ -41,6 +41,7 @@ from agentctx_fast import (
     ToolCall,
     ToolMessage,
     UserMessage,
+    VersionConflictError,
 )
 from agentctx_fast.coordinator import AgentContextCompressionState
 from agentctx_fast.stores import AgentStoreSerializer, JsonAgentStoreSerializer
@@ -80,9 +81,11 @@ JSON_VALUES = st.recursive(
     max_leaves=12,
 )
 JSON_OBJECTS = st.dictionaries(TEXT, JSON_VALUES, max_size=4)
-VERSIONS = st.integers(min_value=0, max_value=2**70)
-# PostgreSQL keeps versions in an INTEGER column (see test_large_versions_round_trip...).
-STORE_VERSIONS = st.integers(min_value=0, max_value=2**31 - 1)
+# Versions fit in 64 bits (see test_versions_from_2_63_are_refused_by_every_store); the other
+# counters of a compression state are not bounded.
+VERSIONS = st.integers(min_value=0, max_value=2**63 - 1)
+STORE_VERSIONS = VERSIONS
+COUNTS = st.integers(min_value=0, max_value=2**70)
 INLINE = st.binary(max_size=64)
 
 
@@ -171,11 +174,11 @@ def states(
             st.text(st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1)
         ),
         version=draw(versions),
-        compression_version=draw(VERSIONS),
+        compression_version=draw(COUNTS),
         covered_until_message_id=draw(st.one_of(st.none(), IDS)),
         summary=tuple(draw(st.lists(summary or messages(), max_size=4))),
-        covered_tokens=draw(VERSIONS),
-        covered_turns=draw(VERSIONS),
+        covered_tokens=draw(COUNTS),
+        covered_turns=draw(COUNTS),
         updated_at=draw(st.one_of(st.none(), st.datetimes(timezones=OFFSETS))),
     )
 
@@ -380,43 +383,63 @@ def test_nul_in_ids_is_refused_by_every_store(kind: str, request: pytest.Fixture
         store.close()
 
 
-@pytest.mark.parametrize(
-    ("kind", "version"),
-    [
-        ("memory", 2**63),
-        ("redis", 2**63),
-        ("sqlite", 2**31),
-        pytest.param(
-            "sqlite",
-            2**63,
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=OverflowError,
-                reason="bug: SqlAgentStore on SQLite lets a bare OverflowError (not an "
-                "AgentCtxError) escape for a message version >= 2**63",
-            ),
-        ),
-        pytest.param(
-            "postgresql",
-            2**31,
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=StoreError,
-                reason="bug: SqlAgentStore keeps message versions in a 32-bit INTEGER column; "
-                "PostgreSQL refuses version >= 2**31 that every other backend stores",
-            ),
-        ),
-    ],
-)
+# Versions: SQL stores keep them in BIGINT columns (they were 32-bit INTEGER, which PostgreSQL
+# refused from 2**31, and SQLite let a bare OverflowError escape from 2**63). The contract is now
+# 0 <= version <= 2**63 - 1 on every store, checked where a version enters.
+LARGE_VERSIONS = [2**31, 2**53 + 1, 2**62, 2**63 - 2]
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgresql", "redis"])
 def test_large_versions_round_trip_through_every_store(
-    kind: str, version: int, request: pytest.FixtureRequest
+    kind: str, request: pytest.FixtureRequest
 ) -> None:
     store = make_store(kind, request)
     try:
         memory = store.chat_memory(new_conversation_id())
-        message = UserMessage("x", message_id="v", version=version)
-        assert memory.add_message_if_absent(message) is True
-        assert memory.get_message("v") == message
+        for index, version in enumerate([*LARGE_VERSIONS, 2**63 - 1]):
+            message = UserMessage("x", message_id=f"v{index}", version=version)
+            assert memory.add_message_if_absent(message) is True
+            assert memory.get_message(f"v{index}") == message
+        for index, version in enumerate(LARGE_VERSIONS):
+            # Two updates in a row: the second needs the exact stored version (Redis scripts
+            # once computed it as a Lua double, losing every version above 2**53).
+            changed = UserMessage("y", message_id=f"v{index}", version=version)
+            assert memory.update_message(changed, version).version == version + 1
+            stored = version + 1
+            if stored < 2**63 - 1:
+                assert memory.update_message(changed, stored).version == stored + 1
+                stored += 1
+            assert memory.get_message(f"v{index}") == replace(changed, version=stored)
+            with pytest.raises(VersionConflictError, match=f"is at version {stored}, not"):
+                memory.update_message(changed, version)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgresql", "redis"])
+def test_versions_from_2_63_are_refused_by_every_store(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    for version in (2**63, 2**64, 2**70):
+        with pytest.raises(InvalidArgumentError, match=r"^message 'v': version must be an int"):
+            UserMessage("x", message_id="v", version=version)
+        with pytest.raises(InvalidArgumentError, match=r"^version must be an int from 0"):
+            AgentContextCompressionState("c1", version=version)
+    store = make_store(kind, request)
+    try:
+        conversation_id = new_conversation_id()
+        memory = store.chat_memory(conversation_id)
+        top = UserMessage("x", message_id="top", version=2**63 - 1)
+        assert memory.add_message_if_absent(top) is True
+        # The stored version becomes expected_version + 1, which must fit in 64 bits.
+        for expected in (2**63 - 1, 2**63, -1):
+            with pytest.raises(InvalidArgumentError, match=r"^expected_version must be an int"):
+                memory.update_message(top, expected)
+        assert memory.get_messages() == [top]
+        states = store.compression_state_store()
+        with pytest.raises(InvalidArgumentError, match=r"^expected_version must be an int"):
+            states.save(AgentContextCompressionState(conversation_id), 2**63 - 1)
+        assert states.load(conversation_id) is None
     finally:
         store.close()
 

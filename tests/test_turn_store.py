@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from multiprocessing import get_context
 from typing import Any
 
@@ -74,6 +75,11 @@ def test_snapshot_bad_input_writes_nothing(store: Any) -> None:
     assert turns.load_turn(cid, "t1") is None
     with pytest.raises(InvalidArgumentError):
         turns.save_turn(_snapshot(cid), -1)
+    # the stored version is expected_version + 1 and must fit in 64 bits
+    with pytest.raises(InvalidArgumentError, match=r"^expected_version must be an int from 0"):
+        turns.save_turn(_snapshot(cid), 2**63 - 1)
+    with pytest.raises(InvalidArgumentError, match=r"^version must be an int from 0"):
+        replace(_snapshot(cid), version=2**63)
     with pytest.raises(InvalidArgumentError):
         turns.save_turn({"turn_id": "t1"}, 0)
     with pytest.raises(InvalidArgumentError):

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
-from agentctx_fast._ids import check_conversation_id, check_identifier
+from agentctx_fast._ids import check_conversation_id, check_identifier, check_version
+from agentctx_fast._ids import check_expected_version as check_expected_version_number
 from agentctx_fast.errors import (
     CompressionStateConflictError,
     CoveredMessageNotFoundError,
@@ -43,7 +44,8 @@ class AgentContextCompressionState:
     def __post_init__(self) -> None:
         # Both ids are keys in the state stores: the identifier rules of messages apply.
         check_conversation_id(self.conversation_id)
-        for name in ("version", "compression_version", "covered_tokens", "covered_turns"):
+        check_version(self.version, "version")
+        for name in ("compression_version", "covered_tokens", "covered_turns"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InvalidArgumentError(f"{name} must be an int >= 0, got {value!r}")
@@ -83,14 +85,7 @@ def check_expected_version(state: object, expected_version: object) -> None:
         raise InvalidMessageTypeError(
             f"state must be an AgentContextCompressionState, got {type(state).__name__}"
         )
-    if (
-        isinstance(expected_version, bool)
-        or not isinstance(expected_version, int)
-        or expected_version < 0
-    ):
-        raise InvalidArgumentError(
-            f"expected_version must be an int >= 0, got {expected_version!r}"
-        )
+    check_expected_version_number(expected_version)
 
 
 class InMemoryCompressionStateStore:

@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeAlias
 
-from agentctx_fast._ids import check_identifier, require_str
+from agentctx_fast._ids import MAX_VERSION, check_identifier, require_str
 from agentctx_fast.errors import ContentTooLargeError, InvalidArgumentError, InvalidMessageTypeError
 
 MAX_INLINE_BYTES = 256 * 1024
@@ -116,9 +116,16 @@ class Message:
                 f"message {self.message_id!r}: metadata must be a dict, "
                 f"got {type(self.metadata).__name__}"
             )
-        if isinstance(self.version, bool) or not isinstance(self.version, int) or self.version < 0:
+        version = self.version
+        if (
+            isinstance(version, bool)
+            or not isinstance(version, int)
+            or version < 0
+            or version > MAX_VERSION
+        ):
             raise InvalidArgumentError(
-                f"message {self.message_id!r}: version must be an int >= 0, got {self.version!r}"
+                f"message {self.message_id!r}: version must be an int from 0 to 2**63 - 1, "
+                f"got {version!r}"
             )
         if self.turn_id is not None:
             check_identifier(self.turn_id, f"message {self.message_id!r} turn_id")

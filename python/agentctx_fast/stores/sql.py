@@ -60,7 +60,7 @@ class _Tables:
             sa.Column("message_id", sa.String, nullable=False),
             sa.Column("kind", sa.String(64), nullable=False),
             sa.Column("model_visible", sa.Boolean, nullable=False),
-            sa.Column("version", sa.Integer, nullable=False),
+            sa.Column("version", sa.BigInteger, nullable=False),
             sa.Column("data", sa.LargeBinary, nullable=False),
             sa.UniqueConstraint("conversation_id", "message_id", name=f"{prefix}messages_id"),
             sa.Index(f"{prefix}messages_page", "conversation_id", "seq"),
@@ -76,7 +76,7 @@ class _Tables:
             f"{prefix}compression_states",
             self.metadata,
             sa.Column("conversation_id", sa.String, primary_key=True),
-            sa.Column("version", sa.Integer, nullable=False),
+            sa.Column("version", sa.BigInteger, nullable=False),
             sa.Column("data", sa.LargeBinary, nullable=False),
         )
         self.turns, self.leases = turn_tables(self.metadata, prefix, sa.BigInteger)
