@@ -11,6 +11,7 @@ import base64
 import gzip
 import json
 import math
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -33,6 +34,7 @@ from agentctx_fast import (
     FilePart,
     ImagePart,
     InvalidArgumentError,
+    InvalidMessageTypeError,
     Message,
     SerializationError,
     StoreError,
@@ -868,49 +870,96 @@ def test_non_json_values_on_dumps_are_refused(
         dump(SERIALIZER, obj)
 
 
-# Objects the message classes accept although their fields have the wrong type: `dumps` writes
-# them and `loads` then refuses the record, so one such message makes a whole conversation
-# unreadable in a store. See the final report.
-UNREADABLE: dict[str, Callable[[], Record]] = {
-    "action-payload-list": lambda: AgentActionMessage(payload=[1, 2], message_id="x"),  # type: ignore[arg-type]
-    "action-payload-str": lambda: AgentActionMessage(payload="t", message_id="x"),  # type: ignore[arg-type]
-    "form-payload-list": lambda: AgentFormMessage(payload=[1], message_id="f"),  # type: ignore[arg-type]
-    "form-status-int": lambda: AgentFormMessage(status=1, message_id="f"),  # type: ignore[arg-type]
-    "part-uri-int": lambda: UserMessage((ImagePart(uri=5),), message_id="u"),  # type: ignore[arg-type]
-    "part-mime-int": lambda: UserMessage((ImagePart(uri="s", mime_type=5),), message_id="u"),  # type: ignore[arg-type]
-    "part-name-list": lambda: UserMessage((FilePart(uri="s", name=["n"]),), message_id="u"),  # type: ignore[arg-type]
-    "part-size-str": lambda: UserMessage((AudioPart(uri="s", size_bytes="12"),), message_id="u"),  # type: ignore[arg-type]
-    "part-size-bool": lambda: UserMessage((ImagePart(uri="s", size_bytes=True),), message_id="u"),
-    "part-size-float": lambda: UserMessage((ImagePart(uri="s", size_bytes=1.5),), message_id="u"),  # type: ignore[arg-type]
-    "tool-is-error-str": lambda: ToolMessage("c", "t", is_error="yes", message_id="t"),  # type: ignore[arg-type]
-    "tool-is-error-int": lambda: ToolMessage("c", "t", is_error=1, message_id="t"),  # type: ignore[arg-type]
+# Fields of the wrong type: the message classes refuse them at construction (naming the message
+# and the field), and `dumps` checks what `loads` requires, so a record `loads` refuses is never
+# written and one bad message cannot make a stored conversation unreadable.
+UNREADABLE: dict[str, tuple[str, Callable[[], Record]]] = {
+    "action-payload-list": (
+        "message 'x': payload must be a dict or None, got list",
+        lambda: AgentActionMessage(payload=[1, 2], message_id="x"),  # type: ignore[arg-type]
+    ),
+    "action-payload-str": (
+        "message 'x': payload must be a dict or None, got str",
+        lambda: AgentActionMessage(payload="t", message_id="x"),  # type: ignore[arg-type]
+    ),
+    "form-payload-list": (
+        "message 'f': payload must be a dict or None, got list",
+        lambda: AgentFormMessage(payload=[1], message_id="f"),  # type: ignore[arg-type]
+    ),
+    "form-status-int": (
+        "message 'f': status must be a str or None, got int",
+        lambda: AgentFormMessage(status=1, message_id="f"),  # type: ignore[arg-type]
+    ),
+    "part-uri-int": (
+        "ImagePart.uri must be a str or None, got int",
+        lambda: UserMessage((ImagePart(uri=5),), message_id="u"),  # type: ignore[arg-type]
+    ),
+    "part-mime-int": (
+        "ImagePart.mime_type must be a str or None, got int",
+        lambda: UserMessage((ImagePart(uri="s", mime_type=5),), message_id="u"),  # type: ignore[arg-type]
+    ),
+    "part-name-list": (
+        "FilePart.name must be a str or None, got list",
+        lambda: UserMessage((FilePart(uri="s", name=["n"]),), message_id="u"),  # type: ignore[arg-type]
+    ),
+    "part-size-str": (
+        "AudioPart.size_bytes must be an int or None, got str",
+        lambda: UserMessage((AudioPart(uri="s", size_bytes="12"),), message_id="u"),  # type: ignore[arg-type]
+    ),
+    "part-size-bool": (
+        "ImagePart.size_bytes must be an int or None, got bool",
+        lambda: UserMessage((ImagePart(uri="s", size_bytes=True),), message_id="u"),
+    ),
+    "part-size-float": (
+        "ImagePart.size_bytes must be an int or None, got float",
+        lambda: UserMessage((ImagePart(uri="s", size_bytes=1.5),), message_id="u"),  # type: ignore[arg-type]
+    ),
+    "tool-is-error-str": (
+        "message 't': is_error must be a bool, got str",
+        lambda: ToolMessage("c", "t", is_error="yes", message_id="t"),  # type: ignore[arg-type]
+    ),
+    "tool-is-error-int": (
+        "message 't': is_error must be a bool, got int",
+        lambda: ToolMessage("c", "t", is_error=1, message_id="t"),  # type: ignore[arg-type]
+    ),
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: dumps writes payload/status/part fields/is_error of any type (the message "
-    "classes do not check them), and loads refuses the record it wrote",
-)
-@pytest.mark.parametrize("build", list(UNREADABLE.values()), ids=list(UNREADABLE))
-def test_dumps_never_writes_a_record_loads_refuses(build: Callable[[], Record]) -> None:
-    try:
-        obj = build()
-    except AgentCtxError:
-        return  # refused at construction: fine
-    try:
-        data = SERIALIZER.dumps(obj)
-    except SerializationError:
-        return  # refused at write time: fine
-    assert SERIALIZER.loads(data) == obj  # raises SerializationError today
+@pytest.mark.parametrize("case", list(UNREADABLE.values()), ids=list(UNREADABLE))
+def test_wrong_field_types_are_refused_at_construction(
+    case: tuple[str, Callable[[], Record]],
+) -> None:
+    expected, build = case
+    with pytest.raises(InvalidMessageTypeError, match=f"^{re.escape(expected)}$"):
+        build()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=SerializationError,
-    reason="bug: a message with a non-dict payload is stored, then every read of the "
-    "conversation fails (dumps does not check what loads requires)",
-)
+# The same wrong values forced into built objects (as an object rebuilt without __post_init__
+# would hold them): `dumps` itself refuses what `loads` would.
+FORCED: list[tuple[Record, str, object, str]] = [
+    (AgentActionMessage(message_id="x"), "payload", [1, 2], "message 'x' payload"),
+    (AgentFormMessage(message_id="f"), "payload", "t", "message 'f' payload"),
+    (AgentFormMessage(message_id="f"), "status", 1, "message 'f' status"),
+    (ToolMessage("c", "t", message_id="t"), "is_error", 1, "message 't' is_error"),
+    (ImagePart(uri="s"), "uri", 5, "message 'u' content[0] uri"),
+    (ImagePart(uri="s"), "mime_type", 5, "message 'u' content[0] mime_type"),
+    (FilePart(uri="s"), "name", ["n"], "message 'u' content[0] name"),
+    (AudioPart(uri="s"), "size_bytes", "12", "message 'u' content[0] size_bytes"),
+    (ImagePart(uri="s"), "size_bytes", True, "message 'u' content[0] size_bytes"),
+    (TextPart("x"), "text", 5, "message 'u' content[0] text"),
+]
+
+
+@pytest.mark.parametrize(("target", "name", "value", "where"), FORCED)
+def test_dumps_never_writes_a_record_loads_refuses(
+    target: Any, name: str, value: object, where: str
+) -> None:
+    object.__setattr__(target, name, value)  # bypasses the frozen dataclass and its checks
+    obj = target if isinstance(target, Message) else UserMessage((target,), message_id="u")
+    with pytest.raises(SerializationError, match=f"^{re.escape(where)} has type"):
+        SERIALIZER.dumps(obj)
+
+
 def test_one_bad_ui_message_does_not_poison_a_stored_conversation() -> None:
     from agentctx_fast.stores.sql import SqlAgentStore
 
@@ -918,11 +967,13 @@ def test_one_bad_ui_message_does_not_poison_a_stored_conversation() -> None:
     store.schema().initialize()
     memory = store.chat_memory("c1")
     memory.add_message(UserMessage("hi", message_id="u1"))
-    try:
+    with pytest.raises(InvalidMessageTypeError, match="payload must be a dict"):
         memory.add_message(AgentActionMessage(payload=["a", "b"], message_id="x1"))  # type: ignore[arg-type]
-    except AgentCtxError:
-        pass  # refusing the write is the other acceptable outcome
-    assert memory.get_messages()[0] == UserMessage("hi", message_id="u1")
+    forced = AgentActionMessage(message_id="x2")
+    object.__setattr__(forced, "payload", ["a", "b"])
+    with pytest.raises(SerializationError, match="payload has type list"):
+        memory.add_message(forced)
+    assert memory.get_messages() == [UserMessage("hi", message_id="u1")]
 
 
 def _cyclic() -> dict[str, Any]:

@@ -62,6 +62,19 @@ class _MediaPart:
     data: bytes | None = None
 
     def __post_init__(self) -> None:
+        for name in ("uri", "mime_type", "name"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise InvalidMessageTypeError(
+                    f"{type(self).__name__}.{name} must be a str or None, "
+                    f"got {type(value).__name__}"
+                )
+        size = self.size_bytes
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int)):
+            raise InvalidMessageTypeError(
+                f"{type(self).__name__}.size_bytes must be an int or None, "
+                f"got {type(size).__name__}"
+            )
         if self.data is not None:
             if not isinstance(self.data, bytes):
                 raise InvalidMessageTypeError(
@@ -227,6 +240,11 @@ class ToolMessage(Message):
         if self.tool_name is not None:
             check_identifier(self.tool_name, f"message {self.message_id!r} tool_name")
         require_str(self.text, f"message {self.message_id!r} text")
+        if self.is_error is not True and self.is_error is not False:
+            raise InvalidMessageTypeError(
+                f"message {self.message_id!r}: is_error must be a bool, "
+                f"got {type(self.is_error).__name__}"
+            )
 
 
 @dataclass(frozen=True, slots=True, eq=True)
@@ -237,6 +255,10 @@ class AgentActionMessage(Message):
     model_visible: ClassVar[bool] = False
     _kind: ClassVar[int] = KIND_ACTION
 
+    def __post_init__(self) -> None:
+        Message.__post_init__(self)
+        _check_payload(self)
+
 
 @dataclass(frozen=True, slots=True, eq=True)
 class AgentFormMessage(Message):
@@ -246,6 +268,24 @@ class AgentFormMessage(Message):
     status: str | None = None
     model_visible: ClassVar[bool] = False
     _kind: ClassVar[int] = KIND_FORM
+
+    def __post_init__(self) -> None:
+        Message.__post_init__(self)
+        _check_payload(self)
+        if self.status is not None and not isinstance(self.status, str):
+            raise InvalidMessageTypeError(
+                f"message {self.message_id!r}: status must be a str or None, "
+                f"got {type(self.status).__name__}"
+            )
+
+
+def _check_payload(message: AgentActionMessage | AgentFormMessage) -> None:
+    # Only the type: whether the values are JSON is checked when a store serialises it.
+    if message.payload is not None and not isinstance(message.payload, dict):
+        raise InvalidMessageTypeError(
+            f"message {message.message_id!r}: payload must be a dict or None, "
+            f"got {type(message.payload).__name__}"
+        )
 
 
 MESSAGE_TYPES: tuple[type[Message], ...] = (

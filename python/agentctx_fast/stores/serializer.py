@@ -154,9 +154,25 @@ _PART_TAGS: dict[type, str] = {ImagePart: "image", AudioPart: "audio", FilePart:
 _PART_CLASSES = {tag: cls for cls, tag in _PART_TAGS.items()}
 
 
-def _dump_part(part: Part) -> dict[str, Any]:
+def _expect(value: object, kinds: tuple[type, ...], where: str) -> None:
+    """What `_Reader.get` requires of a field, checked before writing it: `dumps` must never
+    write a record that `loads` refuses (the message classes check these too)."""
+    if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+        raise SerializationError(f"{where} has type {type(value).__name__}")
+
+
+_OPTIONAL_STR = (str, type(None))
+
+
+def _dump_part(part: Part, where: str) -> dict[str, Any]:
     if isinstance(part, TextPart):
+        _expect(part.text, (str,), f"{where} text")
         return {"type": "text", "text": part.text}
+    _expect(part.uri, _OPTIONAL_STR, f"{where} uri")
+    _expect(part.mime_type, _OPTIONAL_STR, f"{where} mime_type")
+    _expect(part.name, _OPTIONAL_STR, f"{where} name")
+    _expect(part.size_bytes, (int, type(None)), f"{where} size_bytes")
+    _expect(part.data, (bytes, type(None)), f"{where} data")
     return {
         "type": _PART_TAGS[type(part)],
         "uri": part.uri,
@@ -209,25 +225,33 @@ def _dump_message(message: Message) -> dict[str, Any]:
     if tag is None:
         raise SerializationError(f"no type tag for {type(message).__name__}")
     out = _common(message, tag)
+    where = f"message {message.message_id!r}"
     if isinstance(message, (SystemMessage, AiMessage, ToolMessage)):
         out["text"] = message.text
     if isinstance(message, UserMessage):
         content = message.content
-        out["content"] = content if isinstance(content, str) else [_dump_part(p) for p in content]
+        out["content"] = (
+            content
+            if isinstance(content, str)
+            else [_dump_part(p, f"{where} content[{i}]") for i, p in enumerate(content)]
+        )
     elif isinstance(message, AiMessage):
         out["tool_calls"] = [
             {"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls
         ]
     elif isinstance(message, ToolMessage):
+        _expect(message.is_error, (bool,), f"{where} is_error")
         out.update(
             tool_call_id=message.tool_call_id,
             tool_name=message.tool_name,
             is_error=message.is_error,
         )
     elif isinstance(message, (AgentActionMessage, AgentFormMessage)):
-        _check_json_value(message.payload, f"message {message.message_id!r} payload")
+        _expect(message.payload, (dict, type(None)), f"{where} payload")
+        _check_json_value(message.payload, f"{where} payload")
         out["payload"] = message.payload
         if isinstance(message, AgentFormMessage):
+            _expect(message.status, _OPTIONAL_STR, f"{where} status")
             out["status"] = message.status
     return out
 
