@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
-from agentctx_fast._ids import check_expected_version, check_version
+from agentctx_fast._ids import check_expected_version, check_identifier, check_version
 from agentctx_fast.errors import (
     AgentConversationBusyError,
     InvalidArgumentError,
@@ -111,6 +111,7 @@ class AgentTurnSnapshot:
         check_conversation_id(self.conversation_id)
         if not isinstance(self.turn_id, str) or not self.turn_id:
             raise InvalidArgumentError(f"turn_id must be a non-empty str, got {self.turn_id!r}")
+        check_identifier(self.turn_id, "turn_id")
         if not isinstance(self.status, TurnStatus):
             raise InvalidArgumentError(f"status must be a TurnStatus, got {self.status!r}")
         if (
@@ -188,6 +189,7 @@ def check_lease_arguments(
     for name, value in (("turn_id", turn_id), ("owner", owner)):
         if not isinstance(value, str) or not value:
             raise InvalidArgumentError(f"{name} must be a non-empty str, got {value!r}")
+        check_identifier(value, name)
     if (
         isinstance(lease_seconds, bool)
         or not isinstance(lease_seconds, (int, float))
