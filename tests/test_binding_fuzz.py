@@ -3,6 +3,7 @@ the same class and message as the pure-Python reference."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -78,10 +79,12 @@ VALID = st.one_of(
     st.binary(max_size=30).map(lambda b: b.decode("utf-8", "replace")),
     st.sampled_from(["", "\x00", "订单", "\U0010ffff", "call_0"]),
 )
-# Identifiers must be valid Unicode (messages reject lone surrogates in them, see
-# test_surrogate_in_an_identifier_is_rejected); they often collide, so calls pair with results.
-CALL_ID = st.one_of(st.sampled_from(["call_0", "call_1", ""]), VALID)
-TURN_ID = st.one_of(st.none(), st.sampled_from(["T0", "T1"]), VALID)
+# Identifiers must be valid Unicode without NUL (messages reject lone surrogates and NUL in
+# them, see test_surrogate_in_an_identifier_is_rejected and test_nul_in_an_identifier_is_rejected);
+# they often collide, so calls pair with results.
+ID = VALID.map(lambda text: text.replace("\x00", ""))
+CALL_ID = st.one_of(st.sampled_from(["call_0", "call_1", ""]), ID)
+TURN_ID = st.one_of(st.none(), st.sampled_from(["T0", "T1"]), ID)
 VERSION = st.one_of(st.just(0), st.integers(0, 2**63 - 1))
 
 
@@ -90,7 +93,7 @@ def fuzz_message(draw: st.DrawFn, valid_utf8: bool = False) -> Message:
     fuzz = VALID if valid_utf8 else FUZZ  # free text: any str, surrogates included
     call_id, turn_id = CALL_ID, TURN_ID
     common: dict[str, Any] = {
-        "message_id": draw(VALID),
+        "message_id": draw(ID),
         "turn_id": draw(turn_id),
         "version": draw(VERSION),
     }
@@ -117,14 +120,14 @@ def fuzz_message(draw: st.DrawFn, valid_utf8: bool = False) -> Message:
     if kind == "sub":
         return SubUser(draw(fuzz), **common)
     if kind == "ai":
-        calls = draw(st.lists(st.builds(ToolCall, call_id, VALID, fuzz), max_size=3).map(tuple))
+        calls = draw(st.lists(st.builds(ToolCall, call_id, ID, fuzz), max_size=3).map(tuple))
         return AiMessage(draw(st.one_of(st.none(), fuzz)), calls, **common)
     if kind in ("tool", "subtool"):
         cls = ToolMessage if kind == "tool" else SubTool
         return cls(
             draw(call_id),
             draw(fuzz),
-            tool_name=draw(st.one_of(st.none(), VALID)),
+            tool_name=draw(st.one_of(st.none(), ID)),
             is_error=draw(st.booleans()),
             **common,
         )
@@ -408,6 +411,30 @@ SURROGATE_IDS: dict[str, Callable[[], object]] = {
 def test_surrogate_in_an_identifier_is_rejected(field: str) -> None:
     with pytest.raises(InvalidArgumentError, match="lone surrogate"):
         SURROGATE_IDS[field]()
+
+
+# NUL too: PostgreSQL text columns cannot hold it, so no store may be given it.
+NUL_IDS: dict[str, tuple[str, Callable[[], object]]] = {
+    "message_id": ("message_id", lambda: UserMessage("q", message_id="u\x00")),
+    "turn_id": ("message 'u' turn_id", lambda: UserMessage("q", message_id="u", turn_id="\x00")),
+    "tool_call_id": (
+        "message 't' tool_call_id",
+        lambda: ToolMessage("c\x00", "r", message_id="t"),
+    ),
+    "tool_name": (
+        "message 't' tool_name",
+        lambda: ToolMessage("c", "r", tool_name="\x00f", message_id="t"),
+    ),
+    "ToolCall.id": ("ToolCall.id", lambda: ToolCall("\x00", "f")),
+    "ToolCall.name": ("ToolCall.name", lambda: ToolCall("c", "f\x00")),
+}
+
+
+@pytest.mark.parametrize("field", list(NUL_IDS))
+def test_nul_in_an_identifier_is_rejected(field: str) -> None:
+    what, build = NUL_IDS[field]
+    with pytest.raises(InvalidArgumentError, match=rf"^{re.escape(what)} must not contain NUL"):
+        build()
 
 
 @pytest.mark.parametrize("field", list(SURROGATE_TEXT))

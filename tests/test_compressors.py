@@ -870,6 +870,39 @@ def test_incremental_restore_validates() -> None:
     assert compressor.summary == () and compressor.covered_until_message_id is None
 
 
+def test_incremental_takes_its_own_summary_at_the_head_as_the_covered_prefix() -> None:
+    # What the compression coordinator passes (SPEC §9): the stored summary + pending messages.
+    prefix = unique_id("hd") + "-"
+    old, new = tool_turn(prefix, 0), plain_turn(prefix, 1)
+    model = ScriptedSummaryModel([f"{ORDER} shipped", f"{ORDER} shipped; question 1 answered"])
+    compressor = C.incremental(model)
+    first = compressor(old)
+    second = compressor([*first, *new])
+    assert len(model.calls) == 2
+    request = model.request_text()
+    assert f"Existing summary:\n{ORDER} shipped" in request
+    assert "where is order" not in request and "question 1" in request
+    assert "Summary of the earlier conversation" not in request  # not resent as a new message
+    assert compressor.covered_until_message_id == new[-1].message_id
+    assert compressor.summary == tuple(second)
+    assert compressor([*second]) == second  # nothing new: no call
+    assert len(model.calls) == 2
+
+
+def test_incremental_refuses_a_look_alike_summary_at_the_head() -> None:
+    prefix = unique_id("lk") + "-"
+    old, new = tool_turn(prefix, 0), plain_turn(prefix, 1)
+    model = ScriptedSummaryModel([f"{ORDER} shipped"])
+    compressor = C.incremental(model)
+    first = compressor(old)
+    look_alike = [replace(m, message_id=m.message_id + "x") for m in first]
+    for head in (look_alike, first[:1], [first[1], first[0]]):
+        with pytest.raises(CoveredMessageNotFoundError, match=old[-1].message_id):
+            compressor([*head, *new])
+    assert len(model.calls) == 1
+    assert compressor.summary == tuple(first)
+
+
 def test_incremental_covered_message_not_found() -> None:
     model = ScriptedSummaryModel(["never"])
     compressor = C.incremental(model)

@@ -681,14 +681,6 @@ def _assert_only_new_text(request: str, prefix: str, first_new: int, last: int) 
         assert f"answer {number:05d}: it is on its way" in request
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=CompressionError,
-    reason="bug: an IncrementalCompressor given to the coordinator fails on the second "
-    "compression: the coordinator passes summary + pending (SPEC §9), which never holds the "
-    "compressor's covered id (the last message of the first history), so it raises "
-    "CoveredMessageNotFoundError, wrapped as CompressionError, on every later compression",
-)
 def test_coordinator_with_incremental_sends_only_summary_and_new_messages(
     state_store: AgentContextCompressionStateStore,
 ) -> None:

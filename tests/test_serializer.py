@@ -11,6 +11,7 @@ import base64
 import gzip
 import json
 import math
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -32,6 +33,8 @@ from agentctx_fast import (
     AudioPart,
     FilePart,
     ImagePart,
+    InvalidArgumentError,
+    InvalidMessageTypeError,
     Message,
     SerializationError,
     StoreError,
@@ -40,6 +43,7 @@ from agentctx_fast import (
     ToolCall,
     ToolMessage,
     UserMessage,
+    VersionConflictError,
 )
 from agentctx_fast.coordinator import AgentContextCompressionState
 from agentctx_fast.stores import AgentStoreSerializer, JsonAgentStoreSerializer
@@ -62,10 +66,10 @@ Record = AgentContextCompressionState | Message
 
 # Valid UTF-8 text only: no surrogates.
 TEXT = st.text(st.characters(codec="utf-8"), max_size=30)
-# PostgreSQL text columns cannot hold NUL (see test_nul_in_ids_round_trips_through_every_store),
-# so the ids that stores keep in key columns leave it out.
+# Identifiers cannot hold NUL (see test_nul_in_ids_is_refused_by_every_store).
 KEY_TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=12)
-IDS = st.one_of(st.sampled_from(["u1", "call_0", "ORD-2024-001", "订单-7"]), TEXT)
+ID_TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=30)
+IDS = st.one_of(st.sampled_from(["u1", "call_0", "ORD-2024-001", "订单-7"]), ID_TEXT)
 JSON_SCALARS = st.one_of(
     st.none(),
     st.booleans(),
@@ -79,9 +83,11 @@ JSON_VALUES = st.recursive(
     max_leaves=12,
 )
 JSON_OBJECTS = st.dictionaries(TEXT, JSON_VALUES, max_size=4)
-VERSIONS = st.integers(min_value=0, max_value=2**70)
-# PostgreSQL keeps versions in an INTEGER column (see test_large_versions_round_trip...).
-STORE_VERSIONS = st.integers(min_value=0, max_value=2**31 - 1)
+# Versions fit in 64 bits (see test_versions_from_2_63_are_refused_by_every_store); the other
+# counters of a compression state are not bounded.
+VERSIONS = st.integers(min_value=0, max_value=2**63 - 1)
+STORE_VERSIONS = VERSIONS
+COUNTS = st.integers(min_value=0, max_value=2**70)
 INLINE = st.binary(max_size=64)
 
 
@@ -105,7 +111,7 @@ PARTS = st.one_of(st.builds(TextPart, TEXT), media_parts())
 TOOL_CALLS = st.builds(
     ToolCall,
     IDS,
-    st.one_of(st.sampled_from(["lookup_order", "search"]), TEXT),
+    st.one_of(st.sampled_from(["lookup_order", "search"]), ID_TEXT),
     st.one_of(JSON_VALUES.map(lambda v: json.dumps(v, ensure_ascii=False)), TEXT),
 )
 
@@ -166,13 +172,15 @@ def states(
     versions: st.SearchStrategy[int] = VERSIONS,
 ) -> AgentContextCompressionState:
     return AgentContextCompressionState(
-        conversation_id=draw(st.text(st.characters(codec="utf-8"), min_size=1, max_size=20)),
+        conversation_id=draw(
+            st.text(st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1)
+        ),
         version=draw(versions),
-        compression_version=draw(VERSIONS),
+        compression_version=draw(COUNTS),
         covered_until_message_id=draw(st.one_of(st.none(), IDS)),
         summary=tuple(draw(st.lists(summary or messages(), max_size=4))),
-        covered_tokens=draw(VERSIONS),
-        covered_turns=draw(VERSIONS),
+        covered_tokens=draw(COUNTS),
+        covered_turns=draw(COUNTS),
         updated_at=draw(st.one_of(st.none(), st.datetimes(timezones=OFFSETS))),
     )
 
@@ -344,74 +352,96 @@ def test_round_trip_through_every_store(
 # Store bugs found while round-tripping; see the final report for details.
 
 
-@pytest.mark.parametrize(
-    "kind",
-    [
-        "memory",
-        "sqlite",
-        pytest.param(
-            "postgresql",
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=StoreError,
-                reason="bug: SqlAgentStore on PostgreSQL stores message_id and conversation_id "
-                "in TEXT columns, which refuse NUL; other backends keep such ids",
-            ),
-        ),
-        "redis",
-    ],
-)
-def test_nul_in_ids_round_trips_through_every_store(
-    kind: str, request: pytest.FixtureRequest
-) -> None:
+# NUL in identifiers: PostgreSQL text columns cannot hold it while the other stores kept it, so
+# the contract is now that NUL is refused in every identifier (at message construction) and in
+# conversation ids, the same way on every store, before anything is written.
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgresql", "redis"])
+def test_nul_in_ids_is_refused_by_every_store(kind: str, request: pytest.FixtureRequest) -> None:
     store = make_store(kind, request)
     try:
-        conversation_id = "conv\x00" + new_conversation_id()
-        message = UserMessage("text", message_id="id\x00with-nul")
+        conversation_id = new_conversation_id()
+        with_nul = "conv\x00" + conversation_id
+        with pytest.raises(InvalidArgumentError, match=r"conversation_id must not contain NUL"):
+            store.chat_memory(with_nul)
+        with pytest.raises(InvalidArgumentError, match=r"^message_id must not contain NUL"):
+            UserMessage("text", message_id="id\x00with-nul")
         memory = store.chat_memory(conversation_id)
-        assert memory.add_message_if_absent(message) is True
-        assert memory.get_message("id\x00with-nul") == message
+        with pytest.raises(InvalidArgumentError, match=r"^message_id must not contain NUL"):
+            memory.get_message("id\x00with-nul")
+        states = store.compression_state_store()
+        with pytest.raises(InvalidArgumentError, match=r"conversation_id must not contain NUL"):
+            states.load(with_nul)
+        with pytest.raises(InvalidArgumentError, match=r"conversation_id must not contain NUL"):
+            AgentContextCompressionState(with_nul)
+        with pytest.raises(InvalidArgumentError, match=r"covered_until_message_id must not"):
+            AgentContextCompressionState(conversation_id, covered_until_message_id="a\x00")
+        # nothing was written anywhere
+        assert memory.get_messages() == [] and memory.get_message("id") is None
+        assert store.chat_memory("conv" + conversation_id).get_messages() == []
+        assert states.load(conversation_id) is None
     finally:
         store.close()
 
 
-@pytest.mark.parametrize(
-    ("kind", "version"),
-    [
-        ("memory", 2**63),
-        ("redis", 2**63),
-        ("sqlite", 2**31),
-        pytest.param(
-            "sqlite",
-            2**63,
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=OverflowError,
-                reason="bug: SqlAgentStore on SQLite lets a bare OverflowError (not an "
-                "AgentCtxError) escape for a message version >= 2**63",
-            ),
-        ),
-        pytest.param(
-            "postgresql",
-            2**31,
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=StoreError,
-                reason="bug: SqlAgentStore keeps message versions in a 32-bit INTEGER column; "
-                "PostgreSQL refuses version >= 2**31 that every other backend stores",
-            ),
-        ),
-    ],
-)
+# Versions: SQL stores keep them in BIGINT columns (they were 32-bit INTEGER, which PostgreSQL
+# refused from 2**31, and SQLite let a bare OverflowError escape from 2**63). The contract is now
+# 0 <= version <= 2**63 - 1 on every store, checked where a version enters.
+LARGE_VERSIONS = [2**31, 2**53 + 1, 2**62, 2**63 - 2]
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgresql", "redis"])
 def test_large_versions_round_trip_through_every_store(
-    kind: str, version: int, request: pytest.FixtureRequest
+    kind: str, request: pytest.FixtureRequest
 ) -> None:
     store = make_store(kind, request)
     try:
         memory = store.chat_memory(new_conversation_id())
-        message = UserMessage("x", message_id="v", version=version)
-        assert memory.add_message_if_absent(message) is True
-        assert memory.get_message("v") == message
+        for index, version in enumerate([*LARGE_VERSIONS, 2**63 - 1]):
+            message = UserMessage("x", message_id=f"v{index}", version=version)
+            assert memory.add_message_if_absent(message) is True
+            assert memory.get_message(f"v{index}") == message
+        for index, version in enumerate(LARGE_VERSIONS):
+            # Two updates in a row: the second needs the exact stored version (Redis scripts
+            # once computed it as a Lua double, losing every version above 2**53).
+            changed = UserMessage("y", message_id=f"v{index}", version=version)
+            assert memory.update_message(changed, version).version == version + 1
+            stored = version + 1
+            if stored < 2**63 - 1:
+                assert memory.update_message(changed, stored).version == stored + 1
+                stored += 1
+            assert memory.get_message(f"v{index}") == replace(changed, version=stored)
+            with pytest.raises(VersionConflictError, match=f"is at version {stored}, not"):
+                memory.update_message(changed, version)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgresql", "redis"])
+def test_versions_from_2_63_are_refused_by_every_store(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    for version in (2**63, 2**64, 2**70):
+        with pytest.raises(InvalidArgumentError, match=r"^message 'v': version must be an int"):
+            UserMessage("x", message_id="v", version=version)
+        with pytest.raises(InvalidArgumentError, match=r"^version must be an int from 0"):
+            AgentContextCompressionState("c1", version=version)
+    store = make_store(kind, request)
+    try:
+        conversation_id = new_conversation_id()
+        memory = store.chat_memory(conversation_id)
+        top = UserMessage("x", message_id="top", version=2**63 - 1)
+        assert memory.add_message_if_absent(top) is True
+        # The stored version becomes expected_version + 1, which must fit in 64 bits.
+        for expected in (2**63 - 1, 2**63, -1):
+            with pytest.raises(InvalidArgumentError, match=r"^expected_version must be an int"):
+                memory.update_message(top, expected)
+        assert memory.get_messages() == [top]
+        states = store.compression_state_store()
+        with pytest.raises(InvalidArgumentError, match=r"^expected_version must be an int"):
+            states.save(AgentContextCompressionState(conversation_id), 2**63 - 1)
+        assert states.load(conversation_id) is None
     finally:
         store.close()
 
@@ -750,8 +780,8 @@ def test_errors_name_the_field() -> None:
         SERIALIZER.loads(encode(fields))
 
 
-# Records that load although `dumps` can never have written them, so the object that comes out
-# cannot be stored again (an `update_message` of it fails). See the final report.
+# Records `dumps` can never have written: `loads` must refuse them, or the object that comes out
+# could not be stored again (an `update_message` of it would fail).
 UNWRITABLE = [
     pytest.param("user_text", ("metadata",), {"x": math.nan}, id="metadata-NaN"),
     pytest.param("action", ("payload",), {"n": [math.inf]}, id="payload-Infinity"),
@@ -762,22 +792,31 @@ UNWRITABLE = [
     pytest.param("ai", ("tool_calls", 0, "arguments"), '"\ud800"', id="arguments-surrogate"),
     pytest.param("user_text", ("metadata",), {"\ud800": 1}, id="metadata-key-surrogate"),
     pytest.param("state", ("covered_until_message_id",), "\ud800", id="covered-id-lone-surrogate"),
+    pytest.param("form", ("status",), "\udc80", id="status-lone-surrogate"),
+    pytest.param("user_parts", ("content", 1, "uri"), "s3://\ud800", id="uri-lone-surrogate"),
+    pytest.param("form", ("payload",), {"k": ["\udfff"]}, id="payload-nested-surrogate"),
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: loads accepts NaN/Infinity (not JSON) and lone surrogate escapes in non-id "
-    "text fields, building objects that dumps then refuses with SerializationError",
-)
 @pytest.mark.parametrize(("name", "path", "value"), UNWRITABLE)
 def test_loads_refuses_what_dumps_cannot_write(name: str, path: Path_, value: object) -> None:
     data = json.dumps(mutated(record(BASE[name]), path, value)).encode()
-    try:
-        loaded = SERIALIZER.loads(data)
-    except SerializationError:
-        return
-    SERIALIZER.dumps(loaded)  # raises SerializationError today
+    with pytest.raises(SerializationError):
+        SERIALIZER.loads(data)
+
+
+@pytest.mark.parametrize("literal", ["1e400", "-1e400", "NaN", "Infinity", "-Infinity"])
+def test_loads_refuses_numbers_dumps_cannot_write(literal: str) -> None:
+    data = SERIALIZER.dumps(UserMessage("x", message_id="u1", metadata={"n": 1.5}))
+    with pytest.raises(SerializationError, match="not valid UTF-8 JSON"):
+        SERIALIZER.loads(data.replace(b"1.5", literal.encode()))
+
+
+def test_a_valid_surrogate_pair_escape_loads() -> None:
+    # The escape gate only sends the record to the text walk; a pair is one valid character.
+    data = SERIALIZER.dumps(UserMessage("x", message_id="u1", metadata={"e": "PAIR"}))
+    loaded = SERIALIZER.loads(data.replace(b"PAIR", b"\\ud83d\\ude00 and \\\\ud800"))
+    assert loaded.metadata == {"e": "\U0001f600 and \\ud800"}
 
 
 # -- dumps of what cannot be stored ------------------------------------------------------------
@@ -831,49 +870,96 @@ def test_non_json_values_on_dumps_are_refused(
         dump(SERIALIZER, obj)
 
 
-# Objects the message classes accept although their fields have the wrong type: `dumps` writes
-# them and `loads` then refuses the record, so one such message makes a whole conversation
-# unreadable in a store. See the final report.
-UNREADABLE: dict[str, Callable[[], Record]] = {
-    "action-payload-list": lambda: AgentActionMessage(payload=[1, 2], message_id="x"),  # type: ignore[arg-type]
-    "action-payload-str": lambda: AgentActionMessage(payload="t", message_id="x"),  # type: ignore[arg-type]
-    "form-payload-list": lambda: AgentFormMessage(payload=[1], message_id="f"),  # type: ignore[arg-type]
-    "form-status-int": lambda: AgentFormMessage(status=1, message_id="f"),  # type: ignore[arg-type]
-    "part-uri-int": lambda: UserMessage((ImagePart(uri=5),), message_id="u"),  # type: ignore[arg-type]
-    "part-mime-int": lambda: UserMessage((ImagePart(uri="s", mime_type=5),), message_id="u"),  # type: ignore[arg-type]
-    "part-name-list": lambda: UserMessage((FilePart(uri="s", name=["n"]),), message_id="u"),  # type: ignore[arg-type]
-    "part-size-str": lambda: UserMessage((AudioPart(uri="s", size_bytes="12"),), message_id="u"),  # type: ignore[arg-type]
-    "part-size-bool": lambda: UserMessage((ImagePart(uri="s", size_bytes=True),), message_id="u"),
-    "part-size-float": lambda: UserMessage((ImagePart(uri="s", size_bytes=1.5),), message_id="u"),  # type: ignore[arg-type]
-    "tool-is-error-str": lambda: ToolMessage("c", "t", is_error="yes", message_id="t"),  # type: ignore[arg-type]
-    "tool-is-error-int": lambda: ToolMessage("c", "t", is_error=1, message_id="t"),  # type: ignore[arg-type]
+# Fields of the wrong type: the message classes refuse them at construction (naming the message
+# and the field), and `dumps` checks what `loads` requires, so a record `loads` refuses is never
+# written and one bad message cannot make a stored conversation unreadable.
+UNREADABLE: dict[str, tuple[str, Callable[[], Record]]] = {
+    "action-payload-list": (
+        "message 'x': payload must be a dict or None, got list",
+        lambda: AgentActionMessage(payload=[1, 2], message_id="x"),  # type: ignore[arg-type]
+    ),
+    "action-payload-str": (
+        "message 'x': payload must be a dict or None, got str",
+        lambda: AgentActionMessage(payload="t", message_id="x"),  # type: ignore[arg-type]
+    ),
+    "form-payload-list": (
+        "message 'f': payload must be a dict or None, got list",
+        lambda: AgentFormMessage(payload=[1], message_id="f"),  # type: ignore[arg-type]
+    ),
+    "form-status-int": (
+        "message 'f': status must be a str or None, got int",
+        lambda: AgentFormMessage(status=1, message_id="f"),  # type: ignore[arg-type]
+    ),
+    "part-uri-int": (
+        "ImagePart.uri must be a str or None, got int",
+        lambda: UserMessage((ImagePart(uri=5),), message_id="u"),  # type: ignore[arg-type]
+    ),
+    "part-mime-int": (
+        "ImagePart.mime_type must be a str or None, got int",
+        lambda: UserMessage((ImagePart(uri="s", mime_type=5),), message_id="u"),  # type: ignore[arg-type]
+    ),
+    "part-name-list": (
+        "FilePart.name must be a str or None, got list",
+        lambda: UserMessage((FilePart(uri="s", name=["n"]),), message_id="u"),  # type: ignore[arg-type]
+    ),
+    "part-size-str": (
+        "AudioPart.size_bytes must be an int or None, got str",
+        lambda: UserMessage((AudioPart(uri="s", size_bytes="12"),), message_id="u"),  # type: ignore[arg-type]
+    ),
+    "part-size-bool": (
+        "ImagePart.size_bytes must be an int or None, got bool",
+        lambda: UserMessage((ImagePart(uri="s", size_bytes=True),), message_id="u"),
+    ),
+    "part-size-float": (
+        "ImagePart.size_bytes must be an int or None, got float",
+        lambda: UserMessage((ImagePart(uri="s", size_bytes=1.5),), message_id="u"),  # type: ignore[arg-type]
+    ),
+    "tool-is-error-str": (
+        "message 't': is_error must be a bool, got str",
+        lambda: ToolMessage("c", "t", is_error="yes", message_id="t"),  # type: ignore[arg-type]
+    ),
+    "tool-is-error-int": (
+        "message 't': is_error must be a bool, got int",
+        lambda: ToolMessage("c", "t", is_error=1, message_id="t"),  # type: ignore[arg-type]
+    ),
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: dumps writes payload/status/part fields/is_error of any type (the message "
-    "classes do not check them), and loads refuses the record it wrote",
-)
-@pytest.mark.parametrize("build", list(UNREADABLE.values()), ids=list(UNREADABLE))
-def test_dumps_never_writes_a_record_loads_refuses(build: Callable[[], Record]) -> None:
-    try:
-        obj = build()
-    except AgentCtxError:
-        return  # refused at construction: fine
-    try:
-        data = SERIALIZER.dumps(obj)
-    except SerializationError:
-        return  # refused at write time: fine
-    assert SERIALIZER.loads(data) == obj  # raises SerializationError today
+@pytest.mark.parametrize("case", list(UNREADABLE.values()), ids=list(UNREADABLE))
+def test_wrong_field_types_are_refused_at_construction(
+    case: tuple[str, Callable[[], Record]],
+) -> None:
+    expected, build = case
+    with pytest.raises(InvalidMessageTypeError, match=f"^{re.escape(expected)}$"):
+        build()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=SerializationError,
-    reason="bug: a message with a non-dict payload is stored, then every read of the "
-    "conversation fails (dumps does not check what loads requires)",
-)
+# The same wrong values forced into built objects (as an object rebuilt without __post_init__
+# would hold them): `dumps` itself refuses what `loads` would.
+FORCED: list[tuple[Record, str, object, str]] = [
+    (AgentActionMessage(message_id="x"), "payload", [1, 2], "message 'x' payload"),
+    (AgentFormMessage(message_id="f"), "payload", "t", "message 'f' payload"),
+    (AgentFormMessage(message_id="f"), "status", 1, "message 'f' status"),
+    (ToolMessage("c", "t", message_id="t"), "is_error", 1, "message 't' is_error"),
+    (ImagePart(uri="s"), "uri", 5, "message 'u' content[0] uri"),
+    (ImagePart(uri="s"), "mime_type", 5, "message 'u' content[0] mime_type"),
+    (FilePart(uri="s"), "name", ["n"], "message 'u' content[0] name"),
+    (AudioPart(uri="s"), "size_bytes", "12", "message 'u' content[0] size_bytes"),
+    (ImagePart(uri="s"), "size_bytes", True, "message 'u' content[0] size_bytes"),
+    (TextPart("x"), "text", 5, "message 'u' content[0] text"),
+]
+
+
+@pytest.mark.parametrize(("target", "name", "value", "where"), FORCED)
+def test_dumps_never_writes_a_record_loads_refuses(
+    target: Any, name: str, value: object, where: str
+) -> None:
+    object.__setattr__(target, name, value)  # bypasses the frozen dataclass and its checks
+    obj = target if isinstance(target, Message) else UserMessage((target,), message_id="u")
+    with pytest.raises(SerializationError, match=f"^{re.escape(where)} has type"):
+        SERIALIZER.dumps(obj)
+
+
 def test_one_bad_ui_message_does_not_poison_a_stored_conversation() -> None:
     from agentctx_fast.stores.sql import SqlAgentStore
 
@@ -881,11 +967,13 @@ def test_one_bad_ui_message_does_not_poison_a_stored_conversation() -> None:
     store.schema().initialize()
     memory = store.chat_memory("c1")
     memory.add_message(UserMessage("hi", message_id="u1"))
-    try:
+    with pytest.raises(InvalidMessageTypeError, match="payload must be a dict"):
         memory.add_message(AgentActionMessage(payload=["a", "b"], message_id="x1"))  # type: ignore[arg-type]
-    except AgentCtxError:
-        pass  # refusing the write is the other acceptable outcome
-    assert memory.get_messages()[0] == UserMessage("hi", message_id="u1")
+    forced = AgentActionMessage(message_id="x2")
+    object.__setattr__(forced, "payload", ["a", "b"])
+    with pytest.raises(SerializationError, match="payload has type list"):
+        memory.add_message(forced)
+    assert memory.get_messages() == [UserMessage("hi", message_id="u1")]
 
 
 def _cyclic() -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from multiprocessing import get_context
 from typing import Any
 
@@ -74,6 +75,16 @@ def test_snapshot_bad_input_writes_nothing(store: Any) -> None:
     assert turns.load_turn(cid, "t1") is None
     with pytest.raises(InvalidArgumentError):
         turns.save_turn(_snapshot(cid), -1)
+    # the stored version is expected_version + 1 and must fit in 64 bits
+    with pytest.raises(InvalidArgumentError, match=r"^expected_version must be an int from 0"):
+        turns.save_turn(_snapshot(cid), 2**63 - 1)
+    with pytest.raises(InvalidArgumentError, match=r"^version must be an int from 0"):
+        replace(_snapshot(cid), version=2**63)
+    # NUL cannot be stored in PostgreSQL text columns: refused on every store alike
+    with pytest.raises(InvalidArgumentError, match=r"^turn_id must not contain NUL"):
+        replace(_snapshot(cid), turn_id="t\x00")
+    with pytest.raises(InvalidArgumentError, match=r"^conversation_id must not contain NUL"):
+        replace(_snapshot(cid), conversation_id=cid + "\x00")
     with pytest.raises(InvalidArgumentError):
         turns.save_turn({"turn_id": "t1"}, 0)
     with pytest.raises(InvalidArgumentError):
@@ -174,7 +185,8 @@ def test_suspended_release_without_owner(store: Any) -> None:
 @pytest.mark.parametrize(
     "arguments",
     [("", "t", "o", 1.0), ("c", "", "o", 1.0), ("c", "t", "", 1.0), ("c", "t", "o", 0),
-     ("c", "t", "o", float("nan")), ("c", "t", "o", True)],
+     ("c", "t", "o", float("nan")), ("c", "t", "o", True), ("c\x00", "t", "o", 1.0),
+     ("c", "t\x00", "o", 1.0), ("c", "t", "o\x00", 1.0), ("c", "\ud800", "o", 1.0)],
 )  # fmt: skip
 def test_lease_arguments_are_checked(store: Any, arguments: tuple[Any, ...]) -> None:
     turns = store.turn_store()

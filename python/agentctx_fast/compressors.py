@@ -230,7 +230,10 @@ class IncrementalCompressor:
 
     Where the summary stopped is ``covered_until_message_id``; a call finds it by message id in
     the history it is given and sends the model only the existing summary and the messages after
-    it. The same history twice makes no second model call. Persist ``summary`` and
+    it. The same history twice makes no second model call. An input that starts with this
+    compressor's own summary (what a compression coordinator passes: summary + pending
+    messages) stands for the covered history, so only the messages after it are new. Persist
+    ``summary`` and
     ``covered_until_message_id`` per conversation and `restore` them later. Thread-safe: calls
     on one instance run one at a time, and a failed call keeps the previous state.
     """
@@ -302,9 +305,26 @@ class IncrementalCompressor:
         for index in range(len(history) - 1, -1, -1):
             if history[index].message_id == self._covered:
                 return history[index + 1 :]
+        # A coordinator (SPEC §9) passes its stored summary + the pending messages: the summary
+        # this compressor produced stands for the covered prefix, which is not in the input.
+        if self._starts_with_summary(history):
+            return history[len(self._summary) :]
         raise CoveredMessageNotFoundError(
             f"covered message {self._covered!r} is not in the history of {len(history)} "
             "message(s); restore the compression state or start a new summary"
+        )
+
+    def _starts_with_summary(self, history: list[Message]) -> bool:
+        # Summary ids are digests of the inputs and the summary text, so matching them (and the
+        # class) identifies this compressor's own summary, not a look-alike.
+        summary = self._summary
+        return (
+            bool(summary)
+            and len(history) >= len(summary)
+            and all(
+                type(mine) is type(given) and mine.message_id == given.message_id
+                for mine, given in zip(summary, history, strict=False)
+            )
         )
 
     def _summarise(self, new: list[Message]) -> list[Message]:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
+from agentctx_fast._ids import check_conversation_id, check_identifier, check_version
+from agentctx_fast._ids import check_expected_version as check_expected_version_number
 from agentctx_fast.errors import (
     CompressionStateConflictError,
     CoveredMessageNotFoundError,
@@ -40,11 +42,10 @@ class AgentContextCompressionState:
     updated_at: datetime | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.conversation_id, str) or not self.conversation_id:
-            raise InvalidArgumentError(
-                f"conversation_id must be a non-empty str, got {self.conversation_id!r}"
-            )
-        for name in ("version", "compression_version", "covered_tokens", "covered_turns"):
+        # Both ids are keys in the state stores: the identifier rules of messages apply.
+        check_conversation_id(self.conversation_id)
+        check_version(self.version, "version")
+        for name in ("compression_version", "covered_tokens", "covered_turns"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InvalidArgumentError(f"{name} must be an int >= 0, got {value!r}")
@@ -52,6 +53,8 @@ class AgentContextCompressionState:
             self.covered_until_message_id, str
         ):
             raise InvalidArgumentError("covered_until_message_id must be a str or None")
+        if self.covered_until_message_id is not None:
+            check_identifier(self.covered_until_message_id, "covered_until_message_id")
         if isinstance(self.summary, list):
             object.__setattr__(self, "summary", tuple(self.summary))
         if not isinstance(self.summary, tuple) or not all(
@@ -82,14 +85,7 @@ def check_expected_version(state: object, expected_version: object) -> None:
         raise InvalidMessageTypeError(
             f"state must be an AgentContextCompressionState, got {type(state).__name__}"
         )
-    if (
-        isinstance(expected_version, bool)
-        or not isinstance(expected_version, int)
-        or expected_version < 0
-    ):
-        raise InvalidArgumentError(
-            f"expected_version must be an int >= 0, got {expected_version!r}"
-        )
+    check_expected_version_number(expected_version)
 
 
 class InMemoryCompressionStateStore:
@@ -100,6 +96,7 @@ class InMemoryCompressionStateStore:
         self._states: dict[str, AgentContextCompressionState] = {}
 
     def load(self, conversation_id: str) -> AgentContextCompressionState | None:
+        check_conversation_id(conversation_id)
         with self._lock:
             return self._states.get(conversation_id)
 

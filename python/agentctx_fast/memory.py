@@ -21,6 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import replace
 
+from agentctx_fast._ids import check_expected_version, check_identifier
 from agentctx_fast.errors import (
     DuplicateMessageError,
     InvalidArgumentError,
@@ -53,15 +54,7 @@ def check_page(count: object, offset: object) -> None:
 
 def check_version(expected_version: object) -> int:
     """Validates the ``expected_version`` of a compare-and-set update."""
-    if (
-        isinstance(expected_version, bool)
-        or not isinstance(expected_version, int)
-        or expected_version < 0
-    ):
-        raise InvalidArgumentError(
-            f"expected_version must be an int >= 0, got {expected_version!r}"
-        )
-    return expected_version
+    return check_expected_version(expected_version)
 
 
 def check_update(stored: Message, message: Message) -> None:
@@ -167,6 +160,7 @@ class InMemoryChatMemory(ChatMemory):
             return [self._messages[p] for p in positions]
 
     def get_message(self, message_id: str) -> Message | None:
+        check_identifier(message_id, "message_id")
         with self._lock:
             position = self._positions.get(message_id)
             return None if position is None else self._messages[position]

@@ -14,6 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeAlias
 
+from agentctx_fast._ids import MAX_VERSION, check_identifier, require_str
 from agentctx_fast.errors import ContentTooLargeError, InvalidArgumentError, InvalidMessageTypeError
 
 MAX_INLINE_BYTES = 256 * 1024
@@ -28,24 +29,6 @@ def new_message_id() -> str:
     return uuid.uuid4().hex
 
 
-def _require_str(value: object, what: str) -> None:
-    if not isinstance(value, str):
-        raise InvalidMessageTypeError(f"{what} must be a str, got {type(value).__name__}")
-
-
-def _require_id(value: object, what: str) -> None:
-    """Identifiers are stored as keys and sent to model APIs: valid Unicode text only."""
-    _require_str(value, what)
-    assert isinstance(value, str)
-    if not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidArgumentError(
-                f"{what} must be valid Unicode text, got {value!r} with a lone surrogate"
-            ) from None
-
-
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """A model's request to run tool ``name`` with ``arguments`` (a JSON string)."""
@@ -55,9 +38,9 @@ class ToolCall:
     arguments: str = "{}"
 
     def __post_init__(self) -> None:
-        _require_id(self.id, "ToolCall.id")
-        _require_id(self.name, "ToolCall.name")
-        _require_str(self.arguments, f"ToolCall {self.id!r} arguments")
+        check_identifier(self.id, "ToolCall.id")
+        check_identifier(self.name, "ToolCall.name")
+        require_str(self.arguments, f"ToolCall {self.id!r} arguments")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +50,7 @@ class TextPart:
     text: str
 
     def __post_init__(self) -> None:
-        _require_str(self.text, "TextPart.text")
+        require_str(self.text, "TextPart.text")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +62,19 @@ class _MediaPart:
     data: bytes | None = None
 
     def __post_init__(self) -> None:
+        for name in ("uri", "mime_type", "name"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise InvalidMessageTypeError(
+                    f"{type(self).__name__}.{name} must be a str or None, "
+                    f"got {type(value).__name__}"
+                )
+        size = self.size_bytes
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int)):
+            raise InvalidMessageTypeError(
+                f"{type(self).__name__}.size_bytes must be an int or None, "
+                f"got {type(size).__name__}"
+            )
         if self.data is not None:
             if not isinstance(self.data, bytes):
                 raise InvalidMessageTypeError(
@@ -127,18 +123,25 @@ class Message:
     _kind: ClassVar[int] = -1
 
     def __post_init__(self) -> None:
-        _require_id(self.message_id, "message_id")
+        check_identifier(self.message_id, "message_id")
         if not isinstance(self.metadata, dict):
             raise InvalidMessageTypeError(
                 f"message {self.message_id!r}: metadata must be a dict, "
                 f"got {type(self.metadata).__name__}"
             )
-        if isinstance(self.version, bool) or not isinstance(self.version, int) or self.version < 0:
+        version = self.version
+        if (
+            isinstance(version, bool)
+            or not isinstance(version, int)
+            or version < 0
+            or version > MAX_VERSION
+        ):
             raise InvalidArgumentError(
-                f"message {self.message_id!r}: version must be an int >= 0, got {self.version!r}"
+                f"message {self.message_id!r}: version must be an int from 0 to 2**63 - 1, "
+                f"got {version!r}"
             )
         if self.turn_id is not None:
-            _require_id(self.turn_id, f"message {self.message_id!r} turn_id")
+            check_identifier(self.turn_id, f"message {self.message_id!r} turn_id")
 
     __hash__ = None  # type: ignore[assignment]  # metadata is a dict
 
@@ -158,7 +161,7 @@ class SystemMessage(Message):
 
     def __post_init__(self) -> None:
         Message.__post_init__(self)
-        _require_str(self.text, f"message {self.message_id!r} text")
+        require_str(self.text, f"message {self.message_id!r} text")
 
 
 @dataclass(frozen=True, slots=True, eq=True)
@@ -180,7 +183,7 @@ class UserMessage(Message):
                         f"got {type(part).__name__}"
                     )
         else:
-            _require_str(self.content, f"message {self.message_id!r} content")
+            require_str(self.content, f"message {self.message_id!r} content")
 
     @property
     def text(self) -> str:
@@ -201,7 +204,7 @@ class AiMessage(Message):
     def __post_init__(self) -> None:
         Message.__post_init__(self)
         if self.text is not None:
-            _require_str(self.text, f"message {self.message_id!r} text")
+            require_str(self.text, f"message {self.message_id!r} text")
         if isinstance(self.tool_calls, list):
             object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
         if not isinstance(self.tool_calls, tuple):
@@ -233,10 +236,15 @@ class ToolMessage(Message):
 
     def __post_init__(self) -> None:
         Message.__post_init__(self)
-        _require_id(self.tool_call_id, f"message {self.message_id!r} tool_call_id")
+        check_identifier(self.tool_call_id, f"message {self.message_id!r} tool_call_id")
         if self.tool_name is not None:
-            _require_id(self.tool_name, f"message {self.message_id!r} tool_name")
-        _require_str(self.text, f"message {self.message_id!r} text")
+            check_identifier(self.tool_name, f"message {self.message_id!r} tool_name")
+        require_str(self.text, f"message {self.message_id!r} text")
+        if self.is_error is not True and self.is_error is not False:
+            raise InvalidMessageTypeError(
+                f"message {self.message_id!r}: is_error must be a bool, "
+                f"got {type(self.is_error).__name__}"
+            )
 
 
 @dataclass(frozen=True, slots=True, eq=True)
@@ -247,6 +255,10 @@ class AgentActionMessage(Message):
     model_visible: ClassVar[bool] = False
     _kind: ClassVar[int] = KIND_ACTION
 
+    def __post_init__(self) -> None:
+        Message.__post_init__(self)
+        _check_payload(self)
+
 
 @dataclass(frozen=True, slots=True, eq=True)
 class AgentFormMessage(Message):
@@ -256,6 +268,24 @@ class AgentFormMessage(Message):
     status: str | None = None
     model_visible: ClassVar[bool] = False
     _kind: ClassVar[int] = KIND_FORM
+
+    def __post_init__(self) -> None:
+        Message.__post_init__(self)
+        _check_payload(self)
+        if self.status is not None and not isinstance(self.status, str):
+            raise InvalidMessageTypeError(
+                f"message {self.message_id!r}: status must be a str or None, "
+                f"got {type(self.status).__name__}"
+            )
+
+
+def _check_payload(message: AgentActionMessage | AgentFormMessage) -> None:
+    # Only the type: whether the values are JSON is checked when a store serialises it.
+    if message.payload is not None and not isinstance(message.payload, dict):
+        raise InvalidMessageTypeError(
+            f"message {message.message_id!r}: payload must be a dict or None, "
+            f"got {type(message.payload).__name__}"
+        )
 
 
 MESSAGE_TYPES: tuple[type[Message], ...] = (

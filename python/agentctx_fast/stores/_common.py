@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import re
 
+from agentctx_fast._ids import check_conversation_id
 from agentctx_fast.errors import InvalidArgumentError
+
+__all__ = ["check_conversation_id", "check_key_prefix", "check_table_prefix"]
 
 _TABLE_PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _KEY_PREFIX_FORBIDDEN = re.compile(r"[\s*?\[\]\\]|[\x00-\x1f\x7f]")
@@ -37,18 +40,3 @@ def check_key_prefix(prefix: object) -> str:
             f"backslashes or control characters, got {prefix!r}"
         )
     return prefix
-
-
-def check_conversation_id(conversation_id: object) -> str:
-    """A conversation id: a non-empty str of valid Unicode."""
-    if not isinstance(conversation_id, str) or not conversation_id:
-        raise InvalidArgumentError(
-            f"conversation_id must be a non-empty str, got {conversation_id!r}"
-        )
-    try:
-        conversation_id.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidArgumentError(
-            f"conversation_id {conversation_id!r} is not valid Unicode text"
-        ) from None
-    return conversation_id

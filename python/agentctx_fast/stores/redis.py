@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 from redis import exceptions as redis_exc
 
+from agentctx_fast._ids import check_identifier
 from agentctx_fast.coordinator import AgentContextCompressionState, check_expected_version
 from agentctx_fast.errors import (
     InvalidArgumentError,
@@ -55,7 +56,8 @@ if ARGV[5] == '1' then redis.call('RPUSH', KEYS[5], ARGV[1]) end
 return 1
 """
 
-# KEYS: records, versions, kinds. ARGV: id, expected version, record, kind.
+# KEYS: records, versions, kinds. ARGV: id, expected version, record, kind, next version (the
+# client computes it: Lua numbers are doubles, which lose versions above 2**53).
 # Returns {1} applied, {0, version} conflict, {-1} unknown id, {-2, kind} other class.
 _UPDATE = """
 local version = redis.call('HGET', KEYS[2], ARGV[1])
@@ -64,7 +66,7 @@ local kind = redis.call('HGET', KEYS[3], ARGV[1])
 if kind ~= ARGV[4] then return {-2, kind} end
 if version ~= ARGV[2] then return {0, version} end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-redis.call('HSET', KEYS[2], ARGV[1], tostring(tonumber(ARGV[2]) + 1))
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[5])
 return {1}
 """
 
@@ -80,11 +82,11 @@ end
 return out
 """
 
-# KEYS: the state hash. ARGV: expected version, record.
+# KEYS: the state hash. ARGV: expected version, record, next version.
 _SAVE_STATE = """
 local version = redis.call('HGET', KEYS[1], 'version') or '0'
 if version ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'version', tostring(tonumber(ARGV[1]) + 1), 'data', ARGV[2])
+redis.call('HSET', KEYS[1], 'version', ARGV[3], 'data', ARGV[2])
 return 1
 """
 
@@ -222,6 +224,7 @@ class RedisChatMemory(ChatMemory):
         return [load(_raw(record)) for record in records if record is not None]
 
     def get_message(self, message_id: str) -> Message | None:
+        check_identifier(message_id, "message_id")
         with _translated(f"reading message {message_id!r}"):
             record = self._store.client.hget(self._records, message_id)
         return None if record is None else self._store._load_message(_raw(record))
@@ -235,7 +238,7 @@ class RedisChatMemory(ChatMemory):
         with _translated(f"updating message {message.message_id!r}"):
             outcome = self._store._update(
                 keys=[self._records, self._versions, self._kinds],
-                args=[message.message_id, expected_version, record, kind],
+                args=[message.message_id, expected_version, record, kind, expected_version + 1],
             )
         status = int(outcome[0])
         if status == 1:
@@ -270,6 +273,7 @@ class RedisCompressionStateStore:
         self._store = store
 
     def load(self, conversation_id: str) -> AgentContextCompressionState | None:
+        check_conversation_id(conversation_id)
         with _translated("loading a compression state"):
             version, data = self._store.client.hmget(
                 self._store._key("compression", conversation_id), ["version", "data"]
@@ -290,6 +294,6 @@ class RedisCompressionStateStore:
         with _translated("saving a compression state"):
             applied = self._store._save_state(
                 keys=[self._store._key("compression", state.conversation_id)],
-                args=[expected_version, data],
+                args=[expected_version, data, expected_version + 1],
             )
         return bool(applied == 1)

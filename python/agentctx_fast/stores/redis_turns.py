@@ -25,11 +25,12 @@ from agentctx_fast.turns import TurnStatus
 if TYPE_CHECKING:
     from agentctx_fast.stores.redis import RedisAgentStore
 
-# KEYS: the turn hash. ARGV: expected version, data.
+# KEYS: the turn hash. ARGV: expected version, data, next version (computed by the client:
+# Lua numbers are doubles, which lose versions above 2**53).
 _SAVE_TURN = """
 local version = redis.call('HGET', KEYS[1], 'version') or '0'
 if version ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'version', tostring(tonumber(ARGV[1]) + 1), 'data', ARGV[2])
+redis.call('HSET', KEYS[1], 'version', ARGV[3], 'data', ARGV[2])
 return 1
 """
 
@@ -144,7 +145,10 @@ class RedisAgentTurnStore:
         data = dump_snapshot(snapshot)
         key = self._turn_key(snapshot.conversation_id, snapshot.turn_id)
         applied = self._run(
-            f"saving turn {snapshot.turn_id!r}", self._save, [key], [str(expected_version), data]
+            f"saving turn {snapshot.turn_id!r}",
+            self._save,
+            [key],
+            [str(expected_version), data, str(expected_version + 1)],
         )
         return bool(applied == 1)
 

@@ -19,6 +19,7 @@ import base64
 import binascii
 import json
 import math
+import re
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
@@ -107,13 +108,71 @@ def _check_json_value(value: object, where: str) -> None:
     raise SerializationError(f"{where}: {type(value).__name__} is not JSON-serialisable")
 
 
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):  # e.g. 1e400: `dumps` could not write it back
+        raise ValueError(f"number {literal} is out of range")
+    return value
+
+
+# Raw UTF-8 cannot hold a surrogate, so a lone one can only come from a \uD800-\uDFFF escape;
+# records without such an escape (everything `dumps` writes) skip the walk below.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _check_no_lone_surrogate(value: object, where: str = "record") -> None:
+    """`dumps` cannot write a lone surrogate (it is not Unicode text), so `loads` refuses it."""
+    try:
+        _walk_texts(value, where)
+    except RecursionError as error:
+        raise SerializationError("stored record is nested too deeply") from error
+
+
+def _walk_texts(value: object, where: str) -> None:
+    if isinstance(value, str):
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise SerializationError(
+                    f"{where}: {value!r} holds a lone surrogate, not valid Unicode text"
+                ) from None
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _walk_texts(item, f"{where}[{index}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _walk_texts(key, f"{where} key")
+            _walk_texts(item, f"{where}.{key}")
+
+
 _PART_TAGS: dict[type, str] = {ImagePart: "image", AudioPart: "audio", FilePart: "file"}
 _PART_CLASSES = {tag: cls for cls, tag in _PART_TAGS.items()}
 
 
-def _dump_part(part: Part) -> dict[str, Any]:
+def _expect(value: object, kinds: tuple[type, ...], where: str) -> None:
+    """What `_Reader.get` requires of a field, checked before writing it: `dumps` must never
+    write a record that `loads` refuses (the message classes check these too)."""
+    if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+        raise SerializationError(f"{where} has type {type(value).__name__}")
+
+
+_OPTIONAL_STR = (str, type(None))
+
+
+def _dump_part(part: Part, where: str) -> dict[str, Any]:
     if isinstance(part, TextPart):
+        _expect(part.text, (str,), f"{where} text")
         return {"type": "text", "text": part.text}
+    _expect(part.uri, _OPTIONAL_STR, f"{where} uri")
+    _expect(part.mime_type, _OPTIONAL_STR, f"{where} mime_type")
+    _expect(part.name, _OPTIONAL_STR, f"{where} name")
+    _expect(part.size_bytes, (int, type(None)), f"{where} size_bytes")
+    _expect(part.data, (bytes, type(None)), f"{where} data")
     return {
         "type": _PART_TAGS[type(part)],
         "uri": part.uri,
@@ -166,25 +225,33 @@ def _dump_message(message: Message) -> dict[str, Any]:
     if tag is None:
         raise SerializationError(f"no type tag for {type(message).__name__}")
     out = _common(message, tag)
+    where = f"message {message.message_id!r}"
     if isinstance(message, (SystemMessage, AiMessage, ToolMessage)):
         out["text"] = message.text
     if isinstance(message, UserMessage):
         content = message.content
-        out["content"] = content if isinstance(content, str) else [_dump_part(p) for p in content]
+        out["content"] = (
+            content
+            if isinstance(content, str)
+            else [_dump_part(p, f"{where} content[{i}]") for i, p in enumerate(content)]
+        )
     elif isinstance(message, AiMessage):
         out["tool_calls"] = [
             {"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls
         ]
     elif isinstance(message, ToolMessage):
+        _expect(message.is_error, (bool,), f"{where} is_error")
         out.update(
             tool_call_id=message.tool_call_id,
             tool_name=message.tool_name,
             is_error=message.is_error,
         )
     elif isinstance(message, (AgentActionMessage, AgentFormMessage)):
-        _check_json_value(message.payload, f"message {message.message_id!r} payload")
+        _expect(message.payload, (dict, type(None)), f"{where} payload")
+        _check_json_value(message.payload, f"{where} payload")
         out["payload"] = message.payload
         if isinstance(message, AgentFormMessage):
+            _expect(message.status, _OPTIONAL_STR, f"{where} status")
             out["status"] = message.status
     return out
 
@@ -321,11 +388,14 @@ class JsonAgentStoreSerializer:
         if not isinstance(data, bytes):
             raise SerializationError(f"expected bytes, got {type(data).__name__}")
         try:
-            fields = json.loads(data.decode("utf-8"))
+            text = data.decode("utf-8")
+            fields = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
         except (UnicodeDecodeError, ValueError, RecursionError) as error:
             raise SerializationError(f"stored record is not valid UTF-8 JSON: {error}") from error
         if not isinstance(fields, dict):
             raise SerializationError("stored record is not a JSON object")
+        if _SURROGATE_ESCAPE.search(text):
+            _check_no_lone_surrogate(fields)
         try:
             if fields.get("type") == "compression_state":
                 return _load_state(fields)

@@ -19,6 +19,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import StaticPool
 
+from agentctx_fast._ids import check_identifier
 from agentctx_fast.coordinator import AgentContextCompressionState, check_expected_version
 from agentctx_fast.errors import (
     InvalidArgumentError,
@@ -59,7 +60,7 @@ class _Tables:
             sa.Column("message_id", sa.String, nullable=False),
             sa.Column("kind", sa.String(64), nullable=False),
             sa.Column("model_visible", sa.Boolean, nullable=False),
-            sa.Column("version", sa.Integer, nullable=False),
+            sa.Column("version", sa.BigInteger, nullable=False),
             sa.Column("data", sa.LargeBinary, nullable=False),
             sa.UniqueConstraint("conversation_id", "message_id", name=f"{prefix}messages_id"),
             sa.Index(f"{prefix}messages_page", "conversation_id", "seq"),
@@ -75,7 +76,7 @@ class _Tables:
             f"{prefix}compression_states",
             self.metadata,
             sa.Column("conversation_id", sa.String, primary_key=True),
-            sa.Column("version", sa.Integer, nullable=False),
+            sa.Column("version", sa.BigInteger, nullable=False),
             sa.Column("data", sa.LargeBinary, nullable=False),
         )
         self.turns, self.leases = turn_tables(self.metadata, prefix, sa.BigInteger)
@@ -297,6 +298,7 @@ class SqlChatMemory(ChatMemory):
         return [self._store._load_message(data) for data in reversed(rows)]
 
     def get_message(self, message_id: str) -> Message | None:
+        check_identifier(message_id, "message_id")
         table = self._table
         query = sa.select(table.c.data).where(
             table.c.conversation_id == self.conversation_id, table.c.message_id == message_id
@@ -362,6 +364,7 @@ class SqlCompressionStateStore:
         self._table = store._tables.compression_states
 
     def load(self, conversation_id: str) -> AgentContextCompressionState | None:
+        check_conversation_id(conversation_id)
         table = self._table
         query = sa.select(table.c.version, table.c.data).where(
             table.c.conversation_id == conversation_id

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
+from agentctx_fast._ids import check_expected_version, check_identifier, check_version
 from agentctx_fast.errors import (
     AgentConversationBusyError,
     InvalidArgumentError,
@@ -110,12 +111,16 @@ class AgentTurnSnapshot:
         check_conversation_id(self.conversation_id)
         if not isinstance(self.turn_id, str) or not self.turn_id:
             raise InvalidArgumentError(f"turn_id must be a non-empty str, got {self.turn_id!r}")
+        check_identifier(self.turn_id, "turn_id")
         if not isinstance(self.status, TurnStatus):
             raise InvalidArgumentError(f"status must be a TurnStatus, got {self.status!r}")
-        for name in ("step_count", "version"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InvalidArgumentError(f"{name} must be an int >= 0, got {value!r}")
+        if (
+            isinstance(self.step_count, bool)
+            or not isinstance(self.step_count, int)
+            or self.step_count < 0
+        ):
+            raise InvalidArgumentError(f"step_count must be an int >= 0, got {self.step_count!r}")
+        check_version(self.version, "version")
 
 
 @runtime_checkable
@@ -184,6 +189,7 @@ def check_lease_arguments(
     for name, value in (("turn_id", turn_id), ("owner", owner)):
         if not isinstance(value, str) or not value:
             raise InvalidArgumentError(f"{name} must be a non-empty str, got {value!r}")
+        check_identifier(value, name)
     if (
         isinstance(lease_seconds, bool)
         or not isinstance(lease_seconds, (int, float))
@@ -199,14 +205,7 @@ def check_snapshot_save(snapshot: object, expected_version: object) -> AgentTurn
         raise InvalidArgumentError(
             f"save_turn needs an AgentTurnSnapshot, got {type(snapshot).__name__}"
         )
-    if (
-        isinstance(expected_version, bool)
-        or not isinstance(expected_version, int)
-        or expected_version < 0
-    ):
-        raise InvalidArgumentError(
-            f"expected_version must be an int >= 0, got {expected_version!r}"
-        )
+    check_expected_version(expected_version)
     return snapshot
 
 

@@ -1,0 +1,66 @@
+"""Identifier and version rules shared by the messages, the compression states and every store.
+
+Identifiers (message, turn, tool call and conversation ids, tool names) are keys in the stores
+and ids in model APIs, so they must be valid Unicode text without NUL: PostgreSQL text columns
+cannot hold NUL, and refusing it everywhere keeps every store's behaviour the same. Versions are
+kept in signed 64-bit columns, so they stay below 2**63 on every store.
+"""
+
+from __future__ import annotations
+
+from agentctx_fast.errors import InvalidArgumentError, InvalidMessageTypeError
+
+MAX_VERSION = 2**63 - 1
+"""The largest version a message, compression state or turn snapshot may carry (SQL BIGINT)."""
+
+
+def require_str(value: object, what: str) -> None:
+    """`InvalidMessageTypeError` unless ``value`` is a str."""
+    if not isinstance(value, str):
+        raise InvalidMessageTypeError(f"{what} must be a str, got {type(value).__name__}")
+
+
+def check_identifier(value: object, what: str) -> None:
+    """`InvalidArgumentError` unless ``value`` is a str of valid Unicode without NUL."""
+    require_str(value, what)
+    assert isinstance(value, str)
+    if "\x00" in value:
+        raise InvalidArgumentError(f"{what} must not contain NUL (\\x00), got {value!r}")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidArgumentError(
+                f"{what} must be valid Unicode text, got {value!r} with a lone surrogate"
+            ) from None
+
+
+def check_conversation_id(conversation_id: object) -> str:
+    """A conversation id: a non-empty identifier (see `check_identifier`)."""
+    if not isinstance(conversation_id, str) or not conversation_id:
+        raise InvalidArgumentError(
+            f"conversation_id must be a non-empty str, got {conversation_id!r}"
+        )
+    check_identifier(conversation_id, "conversation_id")
+    return conversation_id
+
+
+def check_version(value: object, what: str) -> None:
+    """`InvalidArgumentError` unless ``value`` is an int from 0 to `MAX_VERSION`."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_VERSION:
+        raise InvalidArgumentError(f"{what} must be an int from 0 to 2**63 - 1, got {value!r}")
+
+
+def check_expected_version(expected_version: object) -> int:
+    """The ``expected_version`` of a compare-and-set write: the stored version becomes
+    ``expected_version + 1``, so it is an int from 0 to ``MAX_VERSION - 1``."""
+    if (
+        isinstance(expected_version, bool)
+        or not isinstance(expected_version, int)
+        or not 0 <= expected_version < MAX_VERSION
+    ):
+        raise InvalidArgumentError(
+            f"expected_version must be an int from 0 to 2**63 - 2 (the stored version becomes "
+            f"expected_version + 1), got {expected_version!r}"
+        )
+    return expected_version
