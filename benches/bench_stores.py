@@ -96,12 +96,25 @@ def loaded_store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     store.close()
 
 
+def _uncached(store: Any) -> Any:
+    """The same tables or keys through a store that decodes every record it reads."""
+    if isinstance(store, SqlAgentStore):
+        return SqlAgentStore(store.engine, message_cache_size=0)
+    if isinstance(store, RedisAgentStore):
+        return RedisAgentStore(store.client, message_cache_size=0)
+    pytest.skip("the in-memory store keeps objects: nothing to decode")
+
+
+@pytest.mark.parametrize("decode", ["cached", "uncached"])
 @pytest.mark.parametrize("read", ["get_messages", "get_model_messages"])
 @pytest.mark.parametrize("size", SIZES)
 def test_page_of_100(benchmark: Any, loaded_store: tuple[str, Any, dict[int, str]], size: int,
-                     read: str) -> None:
+                     read: str, decode: str) -> None:
+    """``cached``: the steady state of a service re-reading a tail (records decoded before);
+    ``uncached``: every record decoded, as on a first read."""
     kind, store, conversations = loaded_store
-    memory = store.chat_memory(conversations[size])
+    reader = store if decode == "cached" else _uncached(store)
+    memory = reader.chat_memory(conversations[size])
     page = benchmark(getattr(memory, read), 100)
     assert len(page) == 100
     benchmark.extra_info.update(store=kind, size=size)
