@@ -1200,3 +1200,20 @@ def test_a_reply_that_arrives_after_a_takeover_is_not_written(reply: str) -> Non
     assert tool.calls == []
     assert memory.get_messages() == after_takeover
     assert "late answer" not in [m.text for m in after_takeover if isinstance(m, AiMessage)]
+
+
+@pytest.mark.parametrize("turn_id", [None, "", "t\x00", "t\ud800", 7])
+def test_turn_ids_follow_the_identifier_rules(store: Any, conversation: str, turn_id: Any) -> None:
+    runner = _runner(store)
+    agent = Agent("a", ScriptedChatModel([AiMessage("never")]))
+    for operation in (
+        lambda: runner.turn(conversation, turn_id),
+        lambda: runner.cancel(conversation, turn_id),
+        lambda: runner.resume(agent, conversation, turn_id, {}),
+    ):
+        with pytest.raises(InvalidArgumentError, match="turn_id"):
+            operation()
+    if turn_id is not None:
+        with pytest.raises(InvalidArgumentError, match="turn_id"):
+            runner.run(agent, conversation, "hi", turn_id=turn_id)
+    assert store.chat_memory(conversation).get_messages() == []

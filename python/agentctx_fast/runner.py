@@ -24,6 +24,7 @@ from typing import Any
 
 from agentctx_fast import metrics as m
 from agentctx_fast._history import read_history, unanswered_calls
+from agentctx_fast._ids import check_identifier
 from agentctx_fast._lease import HeldLease, LeaseKeeper
 from agentctx_fast.agent import Agent, AgentTurn
 from agentctx_fast.errors import (
@@ -132,7 +133,7 @@ class AgentRunner:
         agent = _check_agent(agent)
         check_conversation_id(conversation_id)
         memory = self._memory(conversation_id)
-        turn_id = _check_turn_id(turn_id)
+        turn_id = uuid.uuid4().hex if turn_id is None else _check_turn_id(turn_id)
         user = _user_message(message, turn_id)
         now = self._clock()
         snapshot = AgentTurnSnapshot(
@@ -703,8 +704,7 @@ class AgentRunner:
         return collected[:start], collected[start:]
 
     def _load(self, conversation_id: str, turn_id: str) -> AgentTurnSnapshot:
-        if not isinstance(turn_id, str) or not turn_id:
-            raise InvalidArgumentError(f"turn_id must be a non-empty str, got {turn_id!r}")
+        _check_turn_id(turn_id)
         snapshot = self.turn_store.load_turn(conversation_id, turn_id)
         if snapshot is None:
             raise TurnNotFoundError(f"conversation {conversation_id!r} has no turn {turn_id!r}")
@@ -746,10 +746,9 @@ def _check_agent(agent: object) -> Agent:
 
 
 def _check_turn_id(turn_id: object) -> str:
-    if turn_id is None:
-        return uuid.uuid4().hex
-    if not isinstance(turn_id, str) or not turn_id or "\x00" in turn_id:
+    if not isinstance(turn_id, str) or not turn_id:
         raise InvalidArgumentError(f"turn_id must be a non-empty str, got {turn_id!r}")
+    check_identifier(turn_id, "turn_id")  # a store key: no NUL, no lone surrogate
     return turn_id
 
 
