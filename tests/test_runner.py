@@ -22,6 +22,7 @@ from agentctx_fast import (
     AgentTurn,
     AiMessage,
     CompressionError,
+    DuplicateMessageError,
     InMemoryAgentStore,
     InMemoryChatMemory,
     InMemoryMetrics,
@@ -155,12 +156,24 @@ def test_user_message_with_a_stored_id(store: Any, conversation: str) -> None:
     runner = _runner(store)
     first = runner.run(agent, conversation, UserMessage("hi", message_id="u-fixed"))
     memory = store.chat_memory(conversation)
-    try:
-        second = runner.run(agent, conversation, UserMessage("again", message_id="u-fixed"))
-    except AgentCtxError:
-        check_memory(memory, [first])  # refusing it is fine, if nothing was written
-    else:
-        check_memory(memory, [first, second])
+    with pytest.raises(DuplicateMessageError, match="u-fixed"):
+        runner.run(agent, conversation, UserMessage("again", message_id="u-fixed"))
+    check_memory(memory, [first])  # nothing was written
+    third = runner.run(agent, conversation, UserMessage("again", message_id="u-new"))
+    assert third.status is TurnStatus.COMPLETED  # the refused run freed the conversation
+    check_memory(memory, [first, third])
+
+
+def test_a_turn_id_reused_with_an_in_process_turn_store_writes_nothing(conversation: str) -> None:
+    memory = InMemoryChatMemory()
+    first_runner = AgentRunner(chat_memory_provider=lambda _: memory)
+    agent = Agent("a", ScriptedChatModel([AiMessage("one"), AiMessage("two")]))
+    first = first_runner.run(agent, conversation, "hi", turn_id="t-1")
+    restarted = AgentRunner(chat_memory_provider=lambda _: memory)  # its turn store is empty
+    with pytest.raises(DuplicateMessageError, match="turn id was used before"):
+        restarted.run(agent, conversation, "hi again", turn_id="t-1")
+    check_memory(memory, [first])
+    assert restarted.run(agent, conversation, "hi again").status is TurnStatus.COMPLETED
 
 
 # -- tools ------------------------------------------------------------------------------------
@@ -339,7 +352,7 @@ def _plain_turn(runner: AgentRunner, conversation: str, index: int, **options: A
     return runner.run(Agent("a", model, **options), conversation, f"question {index}")
 
 
-def test_paged_history_read_misses_turns_when_a_compactable_turn_sits_at_the_keep_boundary(
+def test_paged_history_read_reaches_a_compactable_turn_at_the_keep_boundary(
     store: Any, conversation: str
 ) -> None:
     options = {
@@ -1217,3 +1230,119 @@ def test_turn_ids_follow_the_identifier_rules(store: Any, conversation: str, tur
         with pytest.raises(InvalidArgumentError, match="turn_id"):
             runner.run(agent, conversation, "hi", turn_id=turn_id)
     assert store.chat_memory(conversation).get_messages() == []
+
+
+class _BlockingTool:
+    """A tool function whose first call blocks until released, then returns ``result``."""
+
+    def __init__(self, result: str) -> None:
+        self.result = result
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.calls = 0
+
+    def __call__(self) -> str:
+        self.calls += 1
+        self.entered.set()
+        assert self.release.wait(20), "the test never released the tool"
+        return self.result
+
+
+def test_a_tool_that_ran_keeps_its_result_when_a_cancel_came_meanwhile(
+    store: Any, conversation: str
+) -> None:
+    slow = _BlockingTool("refund RF-1 issued")
+    after = Recorder("should not run")
+    model = ScriptedChatModel([calls(call("c1", "refund"), call("c2", "after"))])
+    agent = Agent("a", model, tools=[Tool("refund", slow), Tool("after", after)])
+    runner = _runner(store)
+    thread, out = _run_in_thread(runner, agent, conversation, "running-turn")
+    assert slow.entered.wait(20)
+    assert runner.cancel(conversation, "running-turn").status is TurnStatus.RUNNING
+    slow.release.set()
+    thread.join(20)
+    (turn,) = out
+    assert isinstance(turn, AgentTurn) and turn.status is TurnStatus.CANCELLED
+    results = results_by_call(turn.messages)
+    assert (results["c1"].text, results["c1"].is_error) == ("refund RF-1 issued", False)
+    assert results["c2"].is_error and results["c2"].text.startswith("not run")
+    assert after.calls == []
+    check_memory(store.chat_memory(conversation), [turn])
+
+
+def test_a_cancel_mid_step_closes_the_approval_forms_of_that_step(
+    store: Any, conversation: str
+) -> None:
+    slow = _BlockingTool("rows")
+    refund = Tool("refund", Recorder("refunded"), parameters={"type": "object"},
+                  requires_approval=True)  # fmt: skip
+    model = ScriptedChatModel([calls(call("c1", "refund"), call("c2", "lookup"))])
+    agent = Agent("a", model, tools=[refund, Tool("lookup", slow)])
+    runner = _runner(store)
+    thread, out = _run_in_thread(runner, agent, conversation, "running-turn")
+    assert slow.entered.wait(20)
+    runner.cancel(conversation, "running-turn")
+    slow.release.set()
+    thread.join(20)
+    (turn,) = out
+    assert isinstance(turn, AgentTurn) and turn.status is TurnStatus.CANCELLED
+    (form,) = _forms(turn.messages)
+    assert form.status == "cancelled"
+    stored = store.chat_memory(conversation).get_message(form.message_id)
+    assert stored is not None and stored.status == "cancelled" and stored.version == 1
+    assert set(results_by_call(turn.messages)) == {"c1", "c2"}
+    check_memory(store.chat_memory(conversation), [turn])
+
+
+def test_a_cancel_from_another_runner_stops_the_turn_before_its_tools(
+    store: Any, conversation: str
+) -> None:
+    tool = Recorder("side effect")
+    model = _BlockingModel(calls(call("c1", "t")), AiMessage("should not be asked"))
+    agent = Agent("a", model, tools=[Tool("t", tool, parameters={"type": "object"})])
+    running, other = _runner(store), _runner(store)  # two service instances
+    thread, out = _run_in_thread(running, agent, conversation, "running-turn")
+    assert model.entered.wait(20)
+    assert other.cancel(conversation, "running-turn").status is TurnStatus.RUNNING
+    model.release.set()
+    thread.join(20)
+    (turn,) = out
+    assert isinstance(turn, AgentTurn) and turn.status is TurnStatus.CANCELLED
+    assert tool.calls == [] and model.calls == 1
+    assert other.turn(conversation, "running-turn").status is TurnStatus.CANCELLED
+    check_memory(store.chat_memory(conversation), [turn])
+
+
+def test_a_compressor_that_fails_after_a_takeover_reports_the_lost_lease() -> None:
+    clock = _Clock()
+    store = InMemoryAgentStore()
+    conversation = new_conversation_id()
+    setup = AgentRunner(store, clock=clock)
+    for index in range(4):  # history turns old enough to reach the compressor
+        _plain_turn(setup, conversation, index)
+    entered, release = threading.Event(), threading.Event()
+
+    def compressor(messages: list[Message]) -> list[Message]:
+        entered.set()
+        assert release.wait(20)
+        raise CompressionError("summary model down")
+
+    slow = AgentRunner(store, lease_seconds=1.0, clock=clock)
+    slow.close()  # no renewing thread: the lease expires when the clock moves on
+    agent = Agent("a", ScriptedChatModel([AiMessage("never")]), context_compressor=compressor,
+                  compression_keep_recent_turns=0)  # fmt: skip
+    thread, out = _run_in_thread(slow, agent, conversation, "slow-turn")
+    try:
+        assert entered.wait(20)
+        clock.now += 10
+        fast = AgentRunner(store, lease_seconds=1.0, clock=clock)
+        taken = fast.run(Agent("b", ScriptedChatModel([AiMessage("fast")])), conversation, "hi")
+        assert taken.status is TurnStatus.COMPLETED
+        after_takeover = store.chat_memory(conversation).get_messages()
+    finally:
+        release.set()
+        thread.join(20)
+    (turn,) = out
+    assert isinstance(turn, AgentTurn), turn
+    assert turn.status is TurnStatus.FAILED and "lease lost" in (turn.error or "")
+    assert store.chat_memory(conversation).get_messages() == after_takeover

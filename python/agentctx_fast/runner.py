@@ -156,8 +156,10 @@ class AgentRunner:
         try:
             if stale is not None:
                 self._recover(memory, conversation_id, stale, agent)
-            # A caller's own message id may already be stored (a str gets an id made from the
-            # turn id, which save_turn guards); under the lease, only a caller error does that.
+            # Under the lease only a caller error stores a turn's user message id before the
+            # turn: a caller's own UserMessage is checked here, before anything is written; a
+            # str gets an id made from the turn id, and a reused turn id is refused by
+            # save_turn (or, with an in-process turn store, by add_message_if_absent below).
             if not isinstance(message, str) and memory.get_message(user.message_id) is not None:
                 raise DuplicateMessageError(
                     f"message {user.message_id!r} is already stored in conversation "
@@ -169,7 +171,9 @@ class AgentRunner:
             run.history = self._history(agent, memory, current_stored=False)
             if not memory.add_message_if_absent(user):
                 raise DuplicateMessageError(
-                    f"message {user.message_id!r} was stored by another writer meanwhile"
+                    f"message {user.message_id!r} is already stored in conversation "
+                    f"{conversation_id!r}: the turn id was used before, or another writer "
+                    "stored it"
                 )
         except BaseException:
             self._abandon(run)
@@ -265,7 +269,6 @@ class AgentRunner:
         try:
             if owner:
                 run.history, run.messages = self._split_turn(None, memory, snapshot)
-                self._close_forms(run, "cancelled")
             turn = self._finish(
                 run, TurnStatus.CANCELLED, error="cancelled", close_calls=bool(owner)
             )
@@ -290,6 +293,7 @@ class AgentRunner:
             try:
                 if decisions is not None:
                     waiting = self._decide(run, pending, decisions)
+                    self._check_cancel(run)
                     if waiting:
                         return self._suspend(run, waiting)
                 return self._loop(run)
@@ -301,34 +305,31 @@ class AgentRunner:
             self._abandon(run)
             raise
 
-    def _checkpoint(self, run: _TurnRun) -> None:
-        """Before a model or tool call and after it, before its result is written: stop if
-        the turn was cancelled or its lease was taken over (then this runner writes nothing
-        more). The lease is checked on the server once a tenth of it has gone by since the
-        last renewal, so a slow call is always followed by a check."""
+    def _check_lease(self, run: _TurnRun, *, ask: bool = False) -> None:
+        """`_LeaseLost` if another process took this turn's lease over: this runner then
+        writes nothing more. The server is asked (a renewal, which also brings a cancel
+        requested from another process) when ``ask``, or once a tenth of the lease has gone
+        by since the last renewal, so a slow model, tool or compressor is always followed by
+        a check."""
         lease = run.lease
         if lease is None:
             return
-        if self._clock() - lease.renewed_at >= self._lease_seconds / 10:
+        if ask or self._clock() - lease.renewed_at >= self._lease_seconds / 10:
             self._keeper.renew(lease)
         if lease.lost.is_set():
             raise _LeaseLost
-        if lease.cancel.is_set():
-            raise _Cancelled
 
-    def _cancelled_meanwhile(self, run: _TurnRun) -> bool:
-        """After a model call: raises `_LeaseLost` if the turn was taken over (its reply is
-        dropped), else whether it was cancelled while the model answered."""
-        try:
-            self._checkpoint(run)
-        except _Cancelled:
-            return True
-        return False
+    def _check_cancel(self, run: _TurnRun) -> None:
+        """`_Cancelled` once the turn was cancelled (here, or through the store by another
+        process as of the last renewal)."""
+        if run.lease is not None and run.lease.cancel.is_set():
+            raise _Cancelled
 
     def _loop(self, run: _TurnRun) -> AgentTurn:
         agent = run.agent
         while True:
-            self._checkpoint(run)
+            self._check_lease(run)
+            self._check_cancel(run)
             if run.steps >= agent.max_steps:
                 return self._finish(
                     run,
@@ -338,19 +339,23 @@ class AgentRunner:
                 )
             try:
                 window = self._window(run)
-            except AgentCtxError as error:
+            except AgentCtxError as error:  # a compressor failure, typed
+                self._check_lease(run)  # a slow compressor may have outlived the lease
+                self._check_cancel(run)
                 return self._finish(run, TurnStatus.FAILED, error=f"window failed: {error}")
             try:
                 reply = agent.chat_model.chat(window.messages, agent.tools)
             except Exception as error:  # any model failure ends the turn, typed in `error`
-                self._checkpoint(run)
+                self._check_lease(run)
+                self._check_cancel(run)
                 return self._finish(
                     run, TurnStatus.FAILED, error=f"model failed: {type(error).__name__}: {error}"
                 )
-            cancelled = self._cancelled_meanwhile(run)
+            # Ask the server after every model call: a takeover drops the reply, and a cancel
+            # from another process is seen before any tool runs or the turn completes.
+            self._check_lease(run, ask=True)
             if not isinstance(reply, AiMessage):
-                if cancelled:
-                    raise _Cancelled
+                self._check_cancel(run)
                 return self._finish(
                     run,
                     TurnStatus.FAILED,
@@ -359,11 +364,11 @@ class AgentRunner:
             run.steps += 1
             ai = replace(reply, message_id=f"{run.turn_id}:ai:{run.steps}", turn_id=run.turn_id)
             self._append(run, ai)
-            if cancelled:  # the reply is kept on record; its calls are closed, never run
-                raise _Cancelled
+            self._check_cancel(run)  # a cancelled reply stays on record; its calls never run
             if not ai.tool_calls:
                 return self._finish(run, TurnStatus.COMPLETED, final=ai)
             waiting = self._call_tools(run, ai)
+            self._check_cancel(run)  # a cancel during the step's last tool
             if waiting:
                 return self._suspend(run, waiting)
             self._save(run, TurnStatus.RUNNING)
@@ -423,9 +428,13 @@ class AgentRunner:
         return waiting
 
     def _invoke(self, run: _TurnRun, tool: Tool, arguments: str) -> ToolOutcome:
-        self._checkpoint(run)  # no side effect once the turn is cancelled or taken over
+        """Run a tool unless the turn was cancelled or taken over. A tool that ran has its
+        result written even when a cancel came meanwhile (the side effect happened); the
+        cancel stops the turn at the next check."""
+        self._check_lease(run)
+        self._check_cancel(run)
         outcome = tool.invoke(arguments)
-        self._checkpoint(run)
+        self._check_lease(run)
         return outcome
 
     def _append_result(
@@ -490,11 +499,11 @@ class AgentRunner:
         run.messages[index] = stored
 
     def _close_forms(self, run: _TurnRun, status: str) -> None:
-        snapshot = run.snapshot
-        if snapshot is None:
-            return
-        for approval in snapshot.pending_approvals:
-            self._update_form(run, approval.form_message_id, status)
+        """The turn ended unfinished: every approval form of it still pending (those of a
+        suspension, and those written in the step that was stopped) gets ``status``."""
+        for message in list(run.messages):
+            if isinstance(message, AgentFormMessage) and message.status == "pending":
+                self._update_form(run, message.message_id, status)
 
     # -- persistence ------------------------------------------------------------------------
 
@@ -561,6 +570,7 @@ class AgentRunner:
         close_calls: bool = True,
     ) -> AgentTurn:
         if close_calls and status is not TurnStatus.COMPLETED:
+            self._close_forms(run, status.value)
             self._close_calls(run, f"not run: the turn ended {status.value} ({error})")
         self._save(run, status, final=final, error=error)
         if self._metrics is not None:
