@@ -9,6 +9,7 @@ import pytest
 from agentctx_fast import AgentCtxError, AiMessage, UserMessage
 from agentctx_fast._cache import GenerationCache
 from agentctx_fast.stores import serializer as serializer_module
+from agentctx_fast.stores._loader import MAX_CACHED_RECORD_BYTES
 from store_fixtures import make_store, new_conversation_id
 
 SERVER_KINDS = ("sqlite", "postgresql", "redis")
@@ -93,6 +94,65 @@ def test_generation_cache_is_bounded_and_keeps_what_is_in_use() -> None:
         cache.put(key, str(key))
     assert len(cache) <= 6
     assert cache.get(1) is None and cache.get(2) is None  # rotated out twice
+    assert cache.get(0) == "0"  # survived the second rotation because it was promoted
     assert cache.get(6) == "6"
     with pytest.raises(AgentCtxError, match="cache_size"):
         GenerationCache(0)
+
+
+def test_generation_cache_bounds_the_weight() -> None:
+    cache: GenerationCache[int, int] = GenerationCache(1_000, max_weight=100)
+    for key in range(50):
+        cache.put(key, key, weight=30)
+        assert len(cache) <= 8  # at most two generations of four entries of weight 30
+    assert cache.get(49) == 49 and cache.get(0) is None
+
+
+@pytest.mark.parametrize("kind", SERVER_KINDS)
+def test_conversations_never_share_a_decoded_object(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    store = make_store(kind, request)
+    try:
+        first = store.chat_memory(new_conversation_id())
+        forked = store.chat_memory(new_conversation_id())
+        for memory in (first, forked):  # byte-identical records in two conversations
+            memory.add_message(UserMessage("hi", message_id="u1", metadata={"tenant": "acme"}))
+        mine = first.get_messages()[0]
+        theirs = forked.get_messages()[0]
+        assert mine == theirs and mine is not theirs
+        mine.metadata["rendered_for"] = "user-7"  # a caller breaking immutability
+        assert forked.get_messages()[0].metadata == {"tenant": "acme"}
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("kind", SERVER_KINDS)
+def test_large_records_are_not_kept(kind: str, request: pytest.FixtureRequest) -> None:
+    serializer = _CountingSerializer()
+    store = make_store(kind, request, serializer=serializer)
+    try:
+        memory = store.chat_memory(new_conversation_id())
+        big = "x" * (MAX_CACHED_RECORD_BYTES + 1)
+        memory.add_message(UserMessage(big, message_id="u1"))
+        assert memory.get_messages() == memory.get_messages()
+        assert serializer.loads_calls == 2
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("kind", SERVER_KINDS)
+def test_a_replaced_serializer_is_used_for_reads(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    store = make_store(kind, request)
+    try:
+        memory = store.chat_memory(new_conversation_id())
+        memory.add_message(UserMessage("hi", message_id="u1"))
+        assert memory.get_messages()[0].text == "hi"
+        replacement = _CountingSerializer()
+        store.serializer = replacement
+        assert memory.get_messages()[0].text == "hi"
+        assert replacement.loads_calls == 1
+    finally:
+        store.close()

@@ -1,13 +1,17 @@
 """Stored message records to message objects, each distinct record decoded once.
 
 The runner reads the tail of a conversation before every turn, so the same records come back
-again and again. A record's bytes are its identity (an update writes new bytes), and messages
-are immutable, so the object decoded from the same bytes before is reused: no JSON parse and no
+again and again. A record's bytes are its identity (an update writes new bytes), so the object
+decoded from the same bytes of the same conversation before is reused: no JSON parse and no
 field checks, and it keeps the core view and token count cached on it, so the window built over
-it does not recount it either.
+it does not count it again. As with `InMemoryChatMemory`, later reads of a conversation hand out
+the same message object: messages are immutable, and their ``metadata`` and ``payload`` dicts
+must be treated so. Objects are never shared between conversations.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from agentctx_fast._cache import GenerationCache
 from agentctx_fast.errors import InvalidArgumentError
@@ -15,32 +19,48 @@ from agentctx_fast.messages import Message
 from agentctx_fast.stores.serializer import AgentStoreSerializer, load_message
 
 DEFAULT_MESSAGE_CACHE_SIZE = 4096
+"""Messages per cache generation: a store keeps at most twice as many decoded."""
+
+GENERATION_BYTES = 16 * 1024 * 1024
+"""Record bytes per cache generation: the cache keeps at most about twice as many."""
+
+MAX_CACHED_RECORD_BYTES = 256 * 1024
+"""Larger records (a big tool result) are decoded on every read instead of kept."""
 
 
 class MessageLoader:
-    """Decodes message records with ``serializer``, reusing the object of a record seen before
-    (at most ``2 * cache_size`` kept; ``cache_size=0`` decodes every time)."""
+    """Decodes a store's message records with its current serializer, reusing the object of a
+    record of the same conversation read before. ``cache_size=0`` decodes every time."""
 
-    __slots__ = ("_cache", "_serializer")
+    __slots__ = ("_cache", "_cache_size", "_serializer", "_store")
 
-    def __init__(self, serializer: AgentStoreSerializer, cache_size: int) -> None:
+    def __init__(self, store: Any, cache_size: int) -> None:
         if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 0:
             raise InvalidArgumentError(
                 f"message_cache_size must be an int >= 0, got {cache_size!r}"
             )
-        self._serializer = serializer
-        self._cache: GenerationCache[bytes, Message] | None = (
-            GenerationCache(cache_size) if cache_size != 0 else None
-        )
+        self._store = store
+        self._cache_size = cache_size
+        self._serializer: AgentStoreSerializer = store.serializer
+        self._cache = self._new_cache()
 
-    def __call__(self, data: bytes) -> Message:
+    def _new_cache(self) -> GenerationCache[tuple[str, bytes], Message] | None:
+        if self._cache_size == 0:
+            return None
+        return GenerationCache(self._cache_size, GENERATION_BYTES)
+
+    def __call__(self, conversation_id: str, data: bytes) -> Message:
+        serializer = self._store.serializer
+        if serializer is not self._serializer:  # replaced on a live store: forget its objects
+            self._serializer, self._cache = serializer, self._new_cache()
         cache = self._cache
-        if cache is None:
-            return load_message(self._serializer, data)
+        if cache is None or len(data) > MAX_CACHED_RECORD_BYTES:
+            return load_message(serializer, data)
         if type(data) is not bytes:  # a driver's buffer type: a key must be immutable
             data = bytes(data)
-        message = cache.get(data)
+        key = (conversation_id, data)
+        message = cache.get(key)
         if message is None:
-            message = load_message(self._serializer, data)
-            cache.put(data, message)
+            message = load_message(serializer, data)
+            cache.put(key, message, len(data))
         return message

@@ -142,7 +142,7 @@ class RedisAgentStore:
             )
         self.key_prefix = key_prefix
         self.serializer: AgentStoreSerializer = serializer or JsonAgentStoreSerializer()
-        self._load_message = MessageLoader(self.serializer, message_cache_size)
+        self._load_message = MessageLoader(self, message_cache_size)
         self._add = self.client.register_script(_ADD_IF_ABSENT)
         self._update = self.client.register_script(_UPDATE)
         self._page = self.client.register_script(_PAGE)
@@ -221,13 +221,19 @@ class RedisChatMemory(ChatMemory):
         with _translated("reading messages"):
             records = self._store._page(keys=[ids_key, self._records], args=[start, stop])
         load = self._store._load_message
-        return [load(_raw(record)) for record in records if record is not None]
+        return [
+            load(self.conversation_id, _raw(record)) for record in records if record is not None
+        ]
 
     def get_message(self, message_id: str) -> Message | None:
         check_identifier(message_id, "message_id")
         with _translated(f"reading message {message_id!r}"):
             record = self._store.client.hget(self._records, message_id)
-        return None if record is None else self._store._load_message(_raw(record))
+        return (
+            None
+            if record is None
+            else self._store._load_message(self.conversation_id, _raw(record))
+        )
 
     def update_message(self, message: Message, expected_version: int) -> Message:
         check_message(message)

@@ -185,7 +185,7 @@ class SqlAgentStore:
             )
         self.table_prefix = table_prefix
         self.serializer: AgentStoreSerializer = serializer or JsonAgentStoreSerializer()
-        self._load_message = MessageLoader(self.serializer, message_cache_size)
+        self._load_message = MessageLoader(self, message_cache_size)
         self._tables = _Tables(table_prefix)
         self._dialect = self.engine.dialect.name
         shared = isinstance(self.engine.pool, StaticPool)
@@ -229,7 +229,7 @@ class SqlAgentStore:
     @contextmanager
     def _translated_io(self, action: str, *, write: bool = False) -> Iterator[Connection]:
         """A connection (in a transaction when ``write``) whose errors become store errors."""
-        with _translated(action), (self._begin() if write else self._connect()) as connection:
+        with _translated(action), self._begin() if write else self._connect() as connection:
             yield connection
 
     def _insert_if_absent(self, table: sa.Table, values: dict[str, Any], keys: list[str]) -> Any:
@@ -295,7 +295,7 @@ class SqlChatMemory(ChatMemory):
         query = query.order_by(table.c.seq.desc()).limit(count).offset(offset or None)
         with _translated("reading messages"), self._store._connect() as connection:
             rows = connection.execute(query).scalars().all()
-        return [self._store._load_message(data) for data in reversed(rows)]
+        return [self._store._load_message(self.conversation_id, data) for data in reversed(rows)]
 
     def get_message(self, message_id: str) -> Message | None:
         check_identifier(message_id, "message_id")
@@ -305,7 +305,7 @@ class SqlChatMemory(ChatMemory):
         )
         with _translated(f"reading message {message_id!r}"), self._store._connect() as connection:
             data = connection.execute(query).scalar_one_or_none()
-        return None if data is None else self._store._load_message(data)
+        return None if data is None else self._store._load_message(self.conversation_id, data)
 
     def update_message(self, message: Message, expected_version: int) -> Message:
         check_message(message)
