@@ -13,9 +13,9 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyList, PySequence, PyString, PyTuple};
+use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 const MESSAGE_OVERHEAD: u64 = 4;
 const TOOL_CALL_OVERHEAD: u64 = 3;
@@ -221,8 +221,10 @@ fn read_info(py: Python<'_>, object: &Bound<'_, PyAny>) -> PyResult<Option<(Mess
 /// `_core` slot), so later windows over the same objects read it without any attribute lookup
 /// beyond one slot. Messages are immutable, so it never goes stale.
 #[pyclass(frozen, module = "agentctx_fast._native")]
+#[repr(C)]
 struct MessageCore {
-    info: Arc<MessageInfo>,
+    /// Inline, so reading a cached core touches one object.
+    info: MessageInfo,
     /// Heuristic tokens, `u64::MAX` until first counted.
     tokens: AtomicU64,
 }
@@ -246,7 +248,17 @@ fn core_of<'py>(
     py: Python<'py>,
     object: &Bound<'py, PyAny>,
 ) -> PyResult<Option<Bound<'py, MessageCore>>> {
-    if let Ok(Some(cached)) = object.getattr_opt(intern!(py, "_core")) {
+    core_named(py, object, intern!(py, "_core"))
+}
+
+/// [`core_of`] with the slot name already interned, for loops over whole histories: a cached
+/// core costs one attribute read and one type check.
+fn core_named<'py>(
+    py: Python<'py>,
+    object: &Bound<'py, PyAny>,
+    slot: &Bound<'py, PyString>,
+) -> PyResult<Option<Bound<'py, MessageCore>>> {
+    if let Ok(Some(cached)) = object.getattr_opt(slot) {
         if let Ok(core) = cached.cast_into::<MessageCore>() {
             return Ok(Some(core));
         }
@@ -257,7 +269,7 @@ fn core_of<'py>(
     let core = Bound::new(
         py,
         MessageCore {
-            info: Arc::new(info),
+            info,
             tokens: AtomicU64::new(u64::MAX),
         },
     )?;
@@ -265,8 +277,49 @@ fn core_of<'py>(
     classes(py)?
         .object_setattr
         .bind(py)
-        .call1((object, intern!(py, "_core"), &core))?;
+        .call1((object, slot, &core))?;
     Ok(Some(core))
+}
+
+/// A message's cached core, as the core crate reads it: cloning it is a reference count.
+#[derive(Clone)]
+struct CoreRef<'py>(Bound<'py, MessageCore>);
+
+impl Borrow<MessageInfo> for CoreRef<'_> {
+    fn borrow(&self) -> &MessageInfo {
+        &self.0.get().info
+    }
+}
+
+/// Streams the cores of `messages[..end]` into `sink`, each message read exactly once, in
+/// order; the first non-message is `CoreError::NotAMessage`, as in the reference.
+///
+/// The work runs while each message is in cache, interleaved with reading the Python objects;
+/// that reading is most of the cost, and it needs the GIL, so there is no separate pass worth
+/// detaching for.
+fn stream_cores<'py>(
+    py: Python<'py>,
+    messages: &Bound<'py, PyAny>,
+    end: Option<usize>,
+    mut sink: impl FnMut(&CoreRef<'py>),
+) -> Result<(), Failure> {
+    let source = PySource::new(py, messages)?;
+    let end = end.map_or(source.len, |end| end.min(source.len));
+    let slot = intern!(py, "_core");
+    for index in 0..end {
+        let object = source.object(index)?;
+        match core_named(py, &object, slot)? {
+            Some(core) => sink(&CoreRef(core)),
+            None => {
+                return Err(CoreError::NotAMessage {
+                    index,
+                    type_name: type_name(&object),
+                }
+                .into())
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Heuristic tokens of a message, counted once per object.
@@ -359,15 +412,16 @@ impl<'py> PySource<'py> {
 
 impl<'py> Source for PySource<'py> {
     type Error = Failure;
+    type Message = CoreRef<'py>;
 
     fn len(&self) -> usize {
         self.len
     }
 
-    fn get(&mut self, index: usize) -> Result<Arc<MessageInfo>, Failure> {
+    fn get(&mut self, index: usize) -> Result<CoreRef<'py>, Failure> {
         let object = self.object(index)?;
         match core_of(self.py, &object)? {
-            Some(core) => Ok(core.get().info.clone()),
+            Some(core) => Ok(CoreRef(core)),
             None => Err(CoreError::NotAMessage {
                 index,
                 type_name: type_name(&object),
@@ -442,8 +496,9 @@ fn violation_tuple<'py>(py: Python<'py>, v: &Violation) -> PyResult<Bound<'py, P
 
 #[pyfunction]
 fn validate<'py>(py: Python<'py>, messages: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
-    let mut source = PySource::new(py, messages)?;
-    let violations = protocol::validate(&mut source)?;
+    let mut validator = protocol::Validator::new();
+    stream_cores(py, messages, None, |core| validator.push(core))?;
+    let violations = validator.finish();
     let tuples: PyResult<Vec<_>> = violations.iter().map(|v| violation_tuple(py, v)).collect();
     PyList::new(py, tuples?)
 }
@@ -457,26 +512,17 @@ type Segments<'py> = (
 
 #[pyfunction]
 fn segment<'py>(py: Python<'py>, messages: &Bound<'py, PyAny>) -> PyResult<Segments<'py>> {
-    let mut source = PySource::new(py, messages)?;
-    let len = source.len;
-    for index in 0..len {
-        source.get(index)?;
+    let mut segmenter = turns::Segmenter::new();
+    stream_cores(py, messages, None, |core| segmenter.push(core))?;
+    let turns = segmenter.finish();
+    let mut starts = Vec::with_capacity(turns.len());
+    let mut ends = Vec::with_capacity(turns.len());
+    let mut completed = Vec::with_capacity(turns.len());
+    for (start, end, done) in turns {
+        starts.push(start as i64);
+        ends.push(end as i64);
+        completed.push(done);
     }
-    let starts = turns::turn_starts(&mut source, len)?;
-    let mut ends: Vec<i64> = starts.iter().skip(1).map(|s| *s as i64).collect();
-    if !starts.is_empty() {
-        ends.push(len as i64);
-    }
-    let mut completed = Vec::with_capacity(starts.len());
-    for (start, end) in starts.iter().zip(ends.iter()) {
-        let turn = turns::visible_indices(&mut source, *start, *end as usize)?;
-        let violations = protocol::validate_segment(&turn);
-        let missing = violations
-            .iter()
-            .any(|v| v.kind == protocol::ViolationKind::MissingResult);
-        completed.push(turns::inferred_completed(&turn, missing));
-    }
-    let starts: Vec<i64> = starts.into_iter().map(|s| s as i64).collect();
     Ok((
         PyArray1::from_vec(py, starts),
         PyArray1::from_vec(py, ends),
@@ -486,8 +532,12 @@ fn segment<'py>(py: Python<'py>, messages: &Bound<'py, PyAny>) -> PyResult<Segme
 
 #[pyfunction]
 fn count_turns(py: Python<'_>, messages: &Bound<'_, PyAny>, end: usize) -> PyResult<usize> {
-    let mut source = PySource::new(py, messages)?;
-    Ok(window::count_turns(&mut source, end)?)
+    let mut starts = turns::TurnStarts::new();
+    let mut count = 0;
+    stream_cores(py, messages, Some(end), |core| {
+        count += usize::from(starts.push(core));
+    })?;
+    Ok(count)
 }
 
 #[pyfunction]
@@ -497,9 +547,10 @@ fn message_tokens<'py>(
 ) -> PyResult<Bound<'py, PyArray1<i64>>> {
     let source = PySource::new(py, messages)?;
     let mut counts = Vec::with_capacity(source.len);
+    let slot = intern!(py, "_core");
     for index in 0..source.len {
         let object = source.object(index)?;
-        let Some(core) = core_of(py, &object)? else {
+        let Some(core) = core_named(py, &object, slot)? else {
             let error = CoreError::NotAMessage {
                 index,
                 type_name: type_name(&object),

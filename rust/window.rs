@@ -4,10 +4,8 @@
 use crate::error::CoreError;
 use crate::model::{Item, Kind, MessageInfo, Source};
 use crate::protocol::{validate_segment, Violation, ViolationKind};
-use crate::turns::{
-    has_tool_calls, inferred_completed, turn_starts, visible_indices, TurnsBackward,
-};
-use std::sync::Arc;
+use crate::turns::{has_tool_calls, inferred_completed, visible_indices, TurnsBackward};
+use std::borrow::Borrow;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WindowOptions {
@@ -54,7 +52,7 @@ pub struct Window {
 /// Index of the first SystemMessage before the first UserMessage.
 pub fn leading_system<S: Source>(source: &mut S) -> Result<Option<usize>, S::Error> {
     for index in 0..source.len() {
-        match source.get(index)?.kind {
+        match source.get(index)?.borrow().kind {
             Kind::User => return Ok(None),
             Kind::System => return Ok(Some(index)),
             _ => {}
@@ -63,14 +61,9 @@ pub fn leading_system<S: Source>(source: &mut S) -> Result<Option<usize>, S::Err
     Ok(None)
 }
 
-/// Number of turns that start in `source[..end]`.
-pub fn count_turns<S: Source>(source: &mut S, end: usize) -> Result<usize, S::Error> {
-    Ok(turn_starts(source, end.min(source.len()))?.len())
-}
+type Turn<M> = Vec<(usize, M)>;
 
-type Turn = Vec<(usize, Arc<MessageInfo>)>;
-
-fn originals(turn: &Turn) -> Vec<Item> {
+fn originals<M>(turn: &Turn<M>) -> Vec<Item> {
     turn.iter()
         .map(|(index, _)| Item::Original(*index))
         .collect()
@@ -78,7 +71,7 @@ fn originals(turn: &Turn) -> Vec<Item> {
 
 /// The turn with orphan results left out and missing results closed synthetically, each
 /// synthetic result right after the run of results that follows its call.
-fn repaired(turn: &Turn, violations: &[Violation]) -> Vec<Item> {
+fn repaired<M: Borrow<MessageInfo>>(turn: &Turn<M>, violations: &[Violation]) -> Vec<Item> {
     let mut view = Vec::with_capacity(turn.len() + violations.len());
     // (insert after position, caller position, call index), in the order Python inserts them.
     let mut inserts: Vec<(usize, usize, usize)> = Vec::new();
@@ -89,7 +82,7 @@ fn repaired(turn: &Turn, violations: &[Violation]) -> Vec<Item> {
         let mut last = v.position;
         while turn
             .get(last + 1)
-            .is_some_and(|(_, m)| m.kind == Kind::Tool)
+            .is_some_and(|(_, m)| m.borrow().kind == Kind::Tool)
         {
             last += 1;
         }
@@ -142,11 +135,14 @@ pub fn select<S: Source>(source: &mut S, options: &WindowOptions) -> Result<Wind
             break;
         }
         let turn = visible_indices(source, start, end)?;
-        let violations = validate_segment(&turn);
+        let violations = validate_segment(turn.iter().map(|(_, m)| m.borrow()));
         let Some((last_index, last)) = turn.last().cloned() else {
             continue; // unreachable: a turn starts with its user message
         };
-        let recorded = match turn.first().and_then(|(_, first)| first.turn_id.clone()) {
+        let first_turn_id = turn
+            .first()
+            .and_then(|(_, first)| first.borrow().turn_id.clone());
+        let recorded = match first_turn_id {
             Some(turn_id) => source.recorded_completed(&turn_id)?,
             None => None,
         };
@@ -163,8 +159,8 @@ pub fn select<S: Source>(source: &mut S, options: &WindowOptions) -> Result<Wind
             && seen > options.compression_keep_recent_turns
             && is_completed
             && has_tool_calls(&turn)
-            && last.kind == Kind::Ai
-            && last.final_text;
+            && last.borrow().kind == Kind::Ai
+            && last.borrow().final_text;
         let mut left_out = false;
         let (view, turn_repairs) = if is_compacted {
             (
@@ -234,6 +230,6 @@ pub fn select<S: Source>(source: &mut S, options: &WindowOptions) -> Result<Wind
     })
 }
 
-fn start_index(turn: &Turn) -> usize {
+fn start_index<M>(turn: &Turn<M>) -> usize {
     turn.first().map_or(0, |(index, _)| *index)
 }
