@@ -160,6 +160,24 @@ impl<M: Borrow<MessageInfo> + Clone> OpenCalls<M> {
         }
     }
 
+    /// Appends the violations of one turn's messages to `out`, in message order; positions
+    /// are in `segment`. Calls left open by an earlier use are forgotten first.
+    pub fn validate_into(
+        &mut self,
+        segment: impl IntoIterator<Item = M>,
+        out: &mut Vec<Violation>,
+    ) {
+        self.clear();
+        let first = out.len();
+        for (position, message) in segment.into_iter().enumerate() {
+            self.read(position, &message, &mut |v| out.push(v));
+        }
+        self.drain_missing(out);
+        if let Some(turn) = out.get_mut(first..) {
+            sort_in_message_order(turn);
+        }
+    }
+
     /// Ends the turn: every call still open is a missing result, appended to `out`.
     fn drain_missing(&mut self, out: &mut Vec<Violation>) {
         out.extend(self.calls.drain(..).map(|call| Violation {
@@ -248,13 +266,8 @@ impl<M: Borrow<MessageInfo> + Clone> Default for Validator<M> {
 pub fn validate_segment<M: Borrow<MessageInfo> + Clone>(
     segment: impl IntoIterator<Item = M>,
 ) -> Vec<Violation> {
-    let mut open = OpenCalls::new();
     let mut found = Vec::new();
-    for (position, message) in segment.into_iter().enumerate() {
-        open.read(position, &message, &mut |v| found.push(v));
-    }
-    open.drain_missing(&mut found);
-    sort_in_message_order(&mut found);
+    OpenCalls::new().validate_into(segment, &mut found);
     found
 }
 

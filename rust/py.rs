@@ -322,10 +322,15 @@ fn stream_cores<'py>(
     Ok(())
 }
 
+/// Heuristic tokens of a message when they were counted before.
+fn known_tokens(core: &MessageCore) -> Option<u64> {
+    let known = core.tokens.load(Ordering::Relaxed);
+    (known != u64::MAX).then_some(known)
+}
+
 /// Heuristic tokens of a message, counted once per object.
 fn cached_tokens(py: Python<'_>, object: &Bound<'_, PyAny>, core: &MessageCore) -> PyResult<u64> {
-    let known = core.tokens.load(Ordering::Relaxed);
-    if known != u64::MAX {
+    if let Some(known) = known_tokens(core) {
         return Ok(known);
     }
     let tokens = heuristic_tokens(py, object, core.info.kind)?;
@@ -343,6 +348,9 @@ struct PySource<'py> {
     statuses: Option<Bound<'py, PyAny>>,
     completed: Option<Bound<'py, PyAny>>,
     synthetic: HashMap<(usize, usize), Bound<'py, PyAny>>,
+    /// Cores read so far, by distance from the end: a window reads the tail backwards, then
+    /// reads its turns and their tokens again.
+    tail: Vec<CoreRef<'py>>,
 }
 
 impl<'py> PySource<'py> {
@@ -370,11 +378,34 @@ impl<'py> PySource<'py> {
             statuses: None,
             completed: None,
             synthetic: HashMap::new(),
+            tail: Vec::new(),
         })
     }
 
     fn object(&self, index: usize) -> PyResult<Bound<'py, PyAny>> {
         self.seq.get_item(index)
+    }
+
+    /// The core of `messages[index]`, from `tail` when it was read before.
+    fn core(&mut self, index: usize) -> Result<CoreRef<'py>, Failure> {
+        let from_end = self.len.checked_sub(index + 1);
+        if let Some(cached) = from_end.and_then(|back| self.tail.get(back)) {
+            return Ok(cached.clone());
+        }
+        let object = self.object(index)?;
+        let Some(core) = core_of(self.py, &object)? else {
+            return Err(CoreError::NotAMessage {
+                index,
+                type_name: type_name(&object),
+            }
+            .into());
+        };
+        let core = CoreRef(core);
+        // Only the contiguous tail is kept: the backward scan reads it in that order.
+        if from_end == Some(self.tail.len()) {
+            self.tail.push(core.clone());
+        }
+        Ok(core)
     }
 
     fn materialize(&mut self, item: Item) -> Result<Bound<'py, PyAny>, Failure> {
@@ -419,15 +450,7 @@ impl<'py> Source for PySource<'py> {
     }
 
     fn get(&mut self, index: usize) -> Result<CoreRef<'py>, Failure> {
-        let object = self.object(index)?;
-        match core_of(self.py, &object)? {
-            Some(core) => Ok(CoreRef(core)),
-            None => Err(CoreError::NotAMessage {
-                index,
-                type_name: type_name(&object),
-            }
-            .into()),
-        }
+        self.core(index)
     }
 
     fn tokens(&mut self, items: &[Item]) -> Result<u64, Failure> {
@@ -445,10 +468,12 @@ impl<'py> Source for PySource<'py> {
                 for item in items {
                     total += match item {
                         Item::Original(index) => {
-                            let object = self.object(*index)?;
-                            match core_of(self.py, &object)? {
-                                Some(core) => cached_tokens(self.py, &object, core.get())?,
-                                None => 0, // unreachable: items are messages the scan checked
+                            let core = self.core(*index)?;
+                            match known_tokens(core.0.get()) {
+                                Some(tokens) => tokens,
+                                None => {
+                                    cached_tokens(self.py, &self.object(*index)?, core.0.get())?
+                                }
                             }
                         }
                         Item::MissingResult { .. } => MESSAGE_OVERHEAD + count_text(MISSING_TEXT),
@@ -580,6 +605,8 @@ fn select<'py>(
     completed: Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let mut source = PySource::new(py, messages)?;
+    // A default window reads about a hundred messages of the tail.
+    source.tail.reserve(128);
     source.system = system;
     if use_leading_system {
         source.system = match window::leading_system(&mut source)? {

@@ -199,20 +199,21 @@ impl<M: Borrow<MessageInfo>> TurnsBackward<M> {
     }
 }
 
-/// The model-visible messages of `source[start..end]`, with their indices.
-pub fn visible_indices<S: Source>(
+/// Replaces `turn` with the model-visible messages of `source[start..end]`.
+pub fn visible_into<S: Source>(
     source: &mut S,
     start: usize,
     end: usize,
-) -> Result<Vec<(usize, S::Message)>, S::Error> {
-    let mut visible = Vec::with_capacity(end.saturating_sub(start));
+    turn: &mut Vec<(usize, S::Message)>,
+) -> Result<(), S::Error> {
+    turn.clear();
     for index in start..end {
         let message = source.get(index)?;
         if message.borrow().kind.model_visible() {
-            visible.push((index, message));
+            turn.push((index, message));
         }
     }
-    Ok(visible)
+    Ok(())
 }
 
 /// A turn is complete when it ends with a final answer and every tool call has its result.
