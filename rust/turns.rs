@@ -14,6 +14,8 @@ use std::borrow::Borrow;
 /// carries the same (non-None) `turn_id`.
 pub struct TurnStarts<M> {
     any_start: bool,
+    /// The previous model-visible message, when it has a turn id (only a turn id can make
+    /// the next user message continue its turn, so one without is not held on to).
     previous_visible: Option<M>,
 }
 
@@ -40,7 +42,7 @@ impl<M: Borrow<MessageInfo> + Clone> TurnStarts<M> {
             self.any_start |= starts;
         }
         if info.kind.model_visible() {
-            self.previous_visible = Some(message.clone());
+            self.previous_visible = info.turn_id.is_some().then(|| message.clone());
         }
         starts
     }
