@@ -1,5 +1,6 @@
 //! What the core knows of a message, and how it reads a history it does not own.
 
+use std::borrow::Borrow;
 use std::sync::Arc;
 
 /// Message kinds; the codes match `agentctx_fast.messages.KIND_*`.
@@ -32,17 +33,21 @@ impl Kind {
 }
 
 /// The fields of a message that segmentation, validation and windows need.
+///
+/// `repr(C)` keeps the fields every scan reads (kind, final_text) first, in the cache line
+/// the binding's object header is in.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[repr(C)]
 pub struct MessageInfo {
     pub kind: Kind,
-    pub message_id: String,
-    pub turn_id: Option<String>,
     /// An AI message with non-empty text and no tool calls.
     pub final_text: bool,
+    pub turn_id: Option<String>,
     /// Ids of an AI message's tool calls, in order.
     pub call_ids: Vec<String>,
     /// A tool message's `tool_call_id`.
     pub tool_call_id: String,
+    pub message_id: String,
 }
 
 impl MessageInfo {
@@ -70,12 +75,14 @@ pub enum Item {
 /// `E` is the caller's error type (a Python exception in the binding).
 pub trait Source {
     type Error: From<crate::error::CoreError>;
+    /// How the source hands out a message: cheap to clone, read through `Borrow`.
+    type Message: Borrow<MessageInfo> + Clone;
     fn len(&self) -> usize;
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
     /// The message at `index`, or `CoreError::NotAMessage`.
-    fn get(&mut self, index: usize) -> Result<Arc<MessageInfo>, Self::Error>;
+    fn get(&mut self, index: usize) -> Result<Self::Message, Self::Error>;
     /// Estimated tokens of a view (the items are in window order).
     fn tokens(&mut self, items: &[Item]) -> Result<u64, Self::Error>;
     /// Tokens of the system message of the window.
@@ -94,10 +101,11 @@ pub struct VecSource {
 
 impl Source for VecSource {
     type Error = crate::error::CoreError;
+    type Message = Arc<MessageInfo>;
     fn len(&self) -> usize {
         self.messages.len()
     }
-    fn get(&mut self, index: usize) -> Result<Arc<MessageInfo>, Self::Error> {
+    fn get(&mut self, index: usize) -> Result<Self::Message, Self::Error> {
         self.messages
             .get(index)
             .cloned()

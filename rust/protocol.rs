@@ -1,9 +1,9 @@
 //! Tool-call protocol validation (SPEC §6), pairing checked inside each turn.
 
-use crate::model::{Kind, MessageInfo, Source};
-use crate::turns::turn_starts;
+use crate::model::{Kind, MessageInfo};
+use crate::turns::TurnStarts;
+use std::borrow::Borrow;
 use std::collections::HashMap;
-use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ViolationKind {
@@ -32,82 +32,337 @@ pub struct Violation {
     pub call_index: usize,
 }
 
-/// Violations of one turn's messages, in message order.
-pub fn validate_segment(segment: &[(usize, Arc<MessageInfo>)]) -> Vec<Violation> {
-    let mut found = Vec::new();
-    // Open calls by id; the order they were opened in decides the order of missing results.
-    let mut open: HashMap<&str, (usize, usize)> = HashMap::new();
-    let mut opened: Vec<&str> = Vec::new();
-    for (position, (_, message)) in segment.iter().enumerate() {
-        match message.kind {
+/// A call opened and not yet closed: the AI message that made it, where, and which call.
+#[derive(Debug, Clone)]
+struct OpenCall<M> {
+    caller: M,
+    position: usize,
+    call_index: usize,
+}
+
+impl<M: Borrow<MessageInfo>> OpenCall<M> {
+    fn id(&self) -> &str {
+        let caller = self.caller.borrow();
+        caller
+            .call_ids
+            .get(self.call_index)
+            .map_or("", String::as_str)
+    }
+}
+
+/// Turns with at most this many open calls are searched linearly; beyond it an index keeps a
+/// hostile turn with thousands of open calls linear.
+const LINEAR_OPEN_CALLS: usize = 16;
+
+/// The calls open inside one turn. A turn usually holds a handful of calls, so a linear scan
+/// over a small vector beats hashing; one `OpenCalls` is reused across the turns of a history,
+/// so a turn allocates nothing.
+#[derive(Debug)]
+pub struct OpenCalls<M> {
+    calls: Vec<OpenCall<M>>,
+    /// Slot in `calls` by id, built once a turn has more than `LINEAR_OPEN_CALLS` open.
+    index: Option<HashMap<String, usize>>,
+}
+
+impl<M: Borrow<MessageInfo> + Clone> OpenCalls<M> {
+    pub fn new() -> OpenCalls<M> {
+        OpenCalls {
+            calls: Vec::new(),
+            index: None,
+        }
+    }
+
+    /// Forgets every open call (a new turn starts).
+    pub fn clear(&mut self) {
+        self.calls.clear();
+        self.index = None;
+    }
+
+    /// No call is open.
+    pub fn is_empty(&self) -> bool {
+        self.calls.is_empty()
+    }
+
+    fn find(&self, id: &str) -> Option<usize> {
+        match &self.index {
+            Some(index) => index.get(id).copied(),
+            None => self.calls.iter().position(|call| call.id() == id),
+        }
+    }
+
+    /// Opens `call`; false when its id is already open.
+    fn open(&mut self, call: OpenCall<M>) -> bool {
+        if self.find(call.id()).is_some() {
+            return false;
+        }
+        if self.index.is_none() && self.calls.len() >= LINEAR_OPEN_CALLS {
+            let index = self
+                .calls
+                .iter()
+                .enumerate()
+                .map(|(slot, open)| (open.id().to_owned(), slot))
+                .collect();
+            self.index = Some(index);
+        }
+        if let Some(index) = &mut self.index {
+            index.insert(call.id().to_owned(), self.calls.len());
+        }
+        self.calls.push(call);
+        true
+    }
+
+    /// Closes the open call `id`; false when it is not open.
+    fn close(&mut self, id: &str) -> bool {
+        let Some(slot) = self.find(id) else {
+            return false;
+        };
+        self.calls.swap_remove(slot);
+        if let Some(index) = &mut self.index {
+            index.remove(id);
+            if let Some(moved) = self.calls.get(slot) {
+                index.insert(moved.id().to_owned(), slot);
+            }
+        }
+        true
+    }
+
+    /// Reads the message at `position` of the turn: its calls open, its result closes; a
+    /// duplicate call id or an orphan result goes to `found`.
+    pub fn read(&mut self, position: usize, message: &M, found: &mut impl FnMut(Violation)) {
+        let info = message.borrow();
+        match info.kind {
             Kind::Ai => {
-                for (call_index, call_id) in message.call_ids.iter().enumerate() {
-                    if open.contains_key(call_id.as_str()) {
-                        found.push(Violation {
+                for (call_index, call_id) in info.call_ids.iter().enumerate() {
+                    let call = OpenCall {
+                        caller: message.clone(),
+                        position,
+                        call_index,
+                    };
+                    if !self.open(call) {
+                        found(Violation {
                             kind: ViolationKind::DuplicateCallId,
-                            message_id: message.message_id.clone(),
+                            message_id: info.message_id.clone(),
                             tool_call_id: call_id.clone(),
                             position,
                             call_index,
                         });
-                    } else {
-                        open.insert(call_id, (position, call_index));
-                        opened.push(call_id);
                     }
                 }
             }
-            Kind::Tool => {
-                if open.remove(message.tool_call_id.as_str()).is_some() {
-                    continue;
-                }
-                found.push(Violation {
-                    kind: ViolationKind::OrphanResult,
-                    message_id: message.message_id.clone(),
-                    tool_call_id: message.tool_call_id.clone(),
-                    position,
-                    call_index: 0,
-                });
-            }
+            Kind::Tool if !self.close(&info.tool_call_id) => found(Violation {
+                kind: ViolationKind::OrphanResult,
+                message_id: info.message_id.clone(),
+                tool_call_id: info.tool_call_id.clone(),
+                position,
+                call_index: 0,
+            }),
             _ => {}
         }
     }
-    for call_id in opened {
-        // A closed id may be opened again later; report each still-open id once, at its opening.
-        if let Some((position, call_index)) = open.remove(call_id) {
-            if let Some((_, caller)) = segment.get(position) {
-                found.push(Violation {
-                    kind: ViolationKind::MissingResult,
-                    message_id: caller.message_id.clone(),
-                    tool_call_id: call_id.to_owned(),
-                    position,
-                    call_index,
-                });
-            }
+
+    /// Appends the violations of one turn's messages to `out`, in message order; positions
+    /// are in `segment`. Calls left open by an earlier use are forgotten first.
+    pub fn validate_into(
+        &mut self,
+        segment: impl IntoIterator<Item = M>,
+        out: &mut Vec<Violation>,
+    ) {
+        self.clear();
+        let first = out.len();
+        for (position, message) in segment.into_iter().enumerate() {
+            self.read(position, &message, &mut |v| out.push(v));
+        }
+        self.drain_missing(out);
+        if let Some(turn) = out.get_mut(first..) {
+            sort_in_message_order(turn);
         }
     }
-    found.sort_by_key(|v| (v.position, v.call_index));
+
+    /// Ends the turn: every call still open is a missing result, appended to `out`.
+    fn drain_missing(&mut self, out: &mut Vec<Violation>) {
+        out.extend(self.calls.drain(..).map(|call| Violation {
+            kind: ViolationKind::MissingResult,
+            message_id: call.caller.borrow().message_id.clone(),
+            tool_call_id: call.id().to_owned(),
+            position: call.position,
+            call_index: call.call_index,
+        }));
+        self.index = None;
+    }
+}
+
+/// Puts one segment's violations in message order. `(position, call_index)` is unique per
+/// violation (a duplicate is never opened and an orphan is a tool message), so this is the
+/// reference's order.
+fn sort_in_message_order(segment: &mut [Violation]) {
+    if segment.len() > 1 {
+        segment.sort_unstable_by_key(|v| (v.position, v.call_index));
+    }
+}
+
+impl<M: Borrow<MessageInfo> + Clone> Default for OpenCalls<M> {
+    fn default() -> Self {
+        OpenCalls::new()
+    }
+}
+
+/// Validates a whole history read once, in order, turn by turn (messages before the first
+/// turn form one segment).
+pub struct Validator<M> {
+    starts: TurnStarts<M>,
+    open: OpenCalls<M>,
+    /// Position of the next message in its segment.
+    position: usize,
+    /// Where the current segment's violations start in `violations`.
+    segment_first: usize,
+    violations: Vec<Violation>,
+}
+
+impl<M: Borrow<MessageInfo> + Clone> Validator<M> {
+    pub fn new() -> Validator<M> {
+        Validator {
+            starts: TurnStarts::new(),
+            open: OpenCalls::new(),
+            position: 0,
+            segment_first: 0,
+            violations: Vec::new(),
+        }
+    }
+
+    /// Reads the next message of the history.
+    pub fn push(&mut self, message: &M) {
+        if self.starts.push(message) && self.position > 0 {
+            self.close_segment();
+        }
+        let violations = &mut self.violations;
+        self.open
+            .read(self.position, message, &mut |v| violations.push(v));
+        self.position += 1;
+    }
+
+    fn close_segment(&mut self) {
+        self.open.drain_missing(&mut self.violations);
+        if let Some(segment) = self.violations.get_mut(self.segment_first..) {
+            sort_in_message_order(segment);
+        }
+        self.segment_first = self.violations.len();
+        self.position = 0;
+    }
+
+    /// Every violation read so far, in message order.
+    pub fn finish(mut self) -> Vec<Violation> {
+        self.close_segment();
+        self.violations
+    }
+}
+
+impl<M: Borrow<MessageInfo> + Clone> Default for Validator<M> {
+    fn default() -> Self {
+        Validator::new()
+    }
+}
+
+/// Violations of one turn's messages, in message order; positions are in `segment`.
+pub fn validate_segment<M: Borrow<MessageInfo> + Clone>(
+    segment: impl IntoIterator<Item = M>,
+) -> Vec<Violation> {
+    let mut found = Vec::new();
+    OpenCalls::new().validate_into(segment, &mut found);
     found
 }
 
 /// Every violation of the history, turn by turn (messages before the first turn form one).
-pub fn validate<S: Source>(source: &mut S) -> Result<Vec<Violation>, S::Error> {
-    let len = source.len();
-    let mut all = Vec::with_capacity(len);
-    for index in 0..len {
-        all.push((index, source.get(index)?));
+pub fn validate<M: Borrow<MessageInfo> + Clone>(messages: &[M]) -> Vec<Violation> {
+    let mut validator = Validator::new();
+    for message in messages {
+        validator.push(message);
     }
-    let starts = turn_starts(source, len)?;
-    let mut bounds = Vec::with_capacity(starts.len() + 2);
-    bounds.push(0);
-    bounds.extend(starts);
-    bounds.push(len);
-    let mut violations = Vec::new();
-    for pair in bounds.windows(2) {
-        if let [start, end] = *pair {
-            if start < end {
-                violations.extend(validate_segment(&all[start..end]));
+    validator.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ai(id: &str, calls: &[&str]) -> MessageInfo {
+        let mut info = MessageInfo::new(Kind::Ai, id);
+        info.call_ids = calls.iter().map(|c| (*c).to_owned()).collect();
+        info
+    }
+
+    fn tool(id: &str, call: &str) -> MessageInfo {
+        let mut info = MessageInfo::new(Kind::Tool, id);
+        info.tool_call_id = call.to_owned();
+        info
+    }
+
+    /// The reference's algorithm, straight: an ordered map of open calls, then a stable sort.
+    fn naive(segment: &[MessageInfo]) -> Vec<(ViolationKind, String, String)> {
+        let mut found = Vec::new();
+        let mut open: Vec<(String, usize, usize, String)> = Vec::new();
+        for (position, m) in segment.iter().enumerate() {
+            match m.kind {
+                Kind::Ai => {
+                    for (ci, id) in m.call_ids.iter().enumerate() {
+                        if open.iter().any(|(o, ..)| o == id) {
+                            found.push((position, ci, ViolationKind::DuplicateCallId, m, id));
+                        } else {
+                            open.push((id.clone(), position, ci, m.message_id.clone()));
+                        }
+                    }
+                }
+                Kind::Tool => match open.iter().position(|(o, ..)| *o == m.tool_call_id) {
+                    Some(slot) => {
+                        open.remove(slot);
+                    }
+                    None => {
+                        found.push((position, 0, ViolationKind::OrphanResult, m, &m.tool_call_id))
+                    }
+                },
+                _ => {}
             }
         }
+        let mut all: Vec<_> = found
+            .into_iter()
+            .map(|(p, c, k, m, id)| (p, c, k, m.message_id.clone(), id.clone()))
+            .collect();
+        for (id, p, c, message_id) in open {
+            all.push((p, c, ViolationKind::MissingResult, message_id, id));
+        }
+        all.sort_by_key(|v| (v.0, v.1));
+        all.into_iter().map(|(_, _, k, m, id)| (k, m, id)).collect()
     }
-    Ok(violations)
+
+    #[test]
+    fn small_and_indexed_turns_match_the_reference() {
+        // A deterministic pseudo-random walk over few ids (reuse, duplicates, orphans) and
+        // over many (more open calls than the linear limit, so the index is used).
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = |bound: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % bound
+        };
+        for case in 0..400 {
+            let ids = if case % 2 == 0 { 4 } else { 60 };
+            let mut segment = Vec::new();
+            for position in 0..(5 + next(80)) {
+                let message_id = format!("m{position}");
+                if next(3) == 0 {
+                    segment.push(tool(&message_id, &format!("c{}", next(ids))));
+                } else {
+                    let calls: Vec<String> =
+                        (0..next(5)).map(|_| format!("c{}", next(ids))).collect();
+                    let calls: Vec<&str> = calls.iter().map(String::as_str).collect();
+                    segment.push(ai(&message_id, &calls));
+                }
+            }
+            let got: Vec<_> = validate_segment(segment.iter())
+                .into_iter()
+                .map(|v| (v.kind, v.message_id, v.tool_call_id))
+                .collect();
+            assert_eq!(got, naive(&segment), "case {case}");
+        }
+    }
 }

@@ -13,9 +13,9 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyList, PySequence, PyString, PyTuple};
+use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 const MESSAGE_OVERHEAD: u64 = 4;
 const TOOL_CALL_OVERHEAD: u64 = 3;
@@ -221,8 +221,10 @@ fn read_info(py: Python<'_>, object: &Bound<'_, PyAny>) -> PyResult<Option<(Mess
 /// `_core` slot), so later windows over the same objects read it without any attribute lookup
 /// beyond one slot. Messages are immutable, so it never goes stale.
 #[pyclass(frozen, module = "agentctx_fast._native")]
+#[repr(C)]
 struct MessageCore {
-    info: Arc<MessageInfo>,
+    /// Inline, so reading a cached core touches one object.
+    info: MessageInfo,
     /// Heuristic tokens, `u64::MAX` until first counted.
     tokens: AtomicU64,
 }
@@ -246,7 +248,17 @@ fn core_of<'py>(
     py: Python<'py>,
     object: &Bound<'py, PyAny>,
 ) -> PyResult<Option<Bound<'py, MessageCore>>> {
-    if let Ok(Some(cached)) = object.getattr_opt(intern!(py, "_core")) {
+    core_named(py, object, intern!(py, "_core"))
+}
+
+/// [`core_of`] with the slot name already interned, for loops over whole histories: a cached
+/// core costs one attribute read and one type check.
+fn core_named<'py>(
+    py: Python<'py>,
+    object: &Bound<'py, PyAny>,
+    slot: &Bound<'py, PyString>,
+) -> PyResult<Option<Bound<'py, MessageCore>>> {
+    if let Ok(Some(cached)) = object.getattr_opt(slot) {
         if let Ok(core) = cached.cast_into::<MessageCore>() {
             return Ok(Some(core));
         }
@@ -257,7 +269,7 @@ fn core_of<'py>(
     let core = Bound::new(
         py,
         MessageCore {
-            info: Arc::new(info),
+            info,
             tokens: AtomicU64::new(u64::MAX),
         },
     )?;
@@ -265,14 +277,60 @@ fn core_of<'py>(
     classes(py)?
         .object_setattr
         .bind(py)
-        .call1((object, intern!(py, "_core"), &core))?;
+        .call1((object, slot, &core))?;
     Ok(Some(core))
+}
+
+/// A message's cached core, as the core crate reads it: cloning it is a reference count.
+#[derive(Clone)]
+struct CoreRef<'py>(Bound<'py, MessageCore>);
+
+impl Borrow<MessageInfo> for CoreRef<'_> {
+    fn borrow(&self) -> &MessageInfo {
+        &self.0.get().info
+    }
+}
+
+/// Streams the cores of `messages[..end]` into `sink`, each message read exactly once, in
+/// order; the first non-message is `CoreError::NotAMessage`, as in the reference.
+///
+/// The work runs while each message is in cache, interleaved with reading the Python objects;
+/// that reading is most of the cost, and it needs the GIL, so there is no separate pass worth
+/// detaching for.
+fn stream_cores<'py>(
+    py: Python<'py>,
+    messages: &Bound<'py, PyAny>,
+    end: Option<usize>,
+    mut sink: impl FnMut(&CoreRef<'py>),
+) -> Result<(), Failure> {
+    let source = PySource::new(py, messages)?;
+    let end = end.map_or(source.len, |end| end.min(source.len));
+    let slot = intern!(py, "_core");
+    for index in 0..end {
+        let object = source.object(index)?;
+        match core_named(py, &object, slot)? {
+            Some(core) => sink(&CoreRef(core)),
+            None => {
+                return Err(CoreError::NotAMessage {
+                    index,
+                    type_name: type_name(&object),
+                }
+                .into())
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Heuristic tokens of a message when they were counted before.
+fn known_tokens(core: &MessageCore) -> Option<u64> {
+    let known = core.tokens.load(Ordering::Relaxed);
+    (known != u64::MAX).then_some(known)
 }
 
 /// Heuristic tokens of a message, counted once per object.
 fn cached_tokens(py: Python<'_>, object: &Bound<'_, PyAny>, core: &MessageCore) -> PyResult<u64> {
-    let known = core.tokens.load(Ordering::Relaxed);
-    if known != u64::MAX {
+    if let Some(known) = known_tokens(core) {
         return Ok(known);
     }
     let tokens = heuristic_tokens(py, object, core.info.kind)?;
@@ -290,6 +348,9 @@ struct PySource<'py> {
     statuses: Option<Bound<'py, PyAny>>,
     completed: Option<Bound<'py, PyAny>>,
     synthetic: HashMap<(usize, usize), Bound<'py, PyAny>>,
+    /// Cores read so far, by distance from the end: a window reads the tail backwards, then
+    /// reads its turns and their tokens again.
+    tail: Vec<CoreRef<'py>>,
 }
 
 impl<'py> PySource<'py> {
@@ -317,11 +378,34 @@ impl<'py> PySource<'py> {
             statuses: None,
             completed: None,
             synthetic: HashMap::new(),
+            tail: Vec::new(),
         })
     }
 
     fn object(&self, index: usize) -> PyResult<Bound<'py, PyAny>> {
         self.seq.get_item(index)
+    }
+
+    /// The core of `messages[index]`, from `tail` when it was read before.
+    fn core(&mut self, index: usize) -> Result<CoreRef<'py>, Failure> {
+        let from_end = self.len.checked_sub(index + 1);
+        if let Some(cached) = from_end.and_then(|back| self.tail.get(back)) {
+            return Ok(cached.clone());
+        }
+        let object = self.object(index)?;
+        let Some(core) = core_of(self.py, &object)? else {
+            return Err(CoreError::NotAMessage {
+                index,
+                type_name: type_name(&object),
+            }
+            .into());
+        };
+        let core = CoreRef(core);
+        // Only the contiguous tail is kept: the backward scan reads it in that order.
+        if from_end == Some(self.tail.len()) {
+            self.tail.push(core.clone());
+        }
+        Ok(core)
     }
 
     fn materialize(&mut self, item: Item) -> Result<Bound<'py, PyAny>, Failure> {
@@ -359,21 +443,14 @@ impl<'py> PySource<'py> {
 
 impl<'py> Source for PySource<'py> {
     type Error = Failure;
+    type Message = CoreRef<'py>;
 
     fn len(&self) -> usize {
         self.len
     }
 
-    fn get(&mut self, index: usize) -> Result<Arc<MessageInfo>, Failure> {
-        let object = self.object(index)?;
-        match core_of(self.py, &object)? {
-            Some(core) => Ok(core.get().info.clone()),
-            None => Err(CoreError::NotAMessage {
-                index,
-                type_name: type_name(&object),
-            }
-            .into()),
-        }
+    fn get(&mut self, index: usize) -> Result<CoreRef<'py>, Failure> {
+        self.core(index)
     }
 
     fn tokens(&mut self, items: &[Item]) -> Result<u64, Failure> {
@@ -391,10 +468,12 @@ impl<'py> Source for PySource<'py> {
                 for item in items {
                     total += match item {
                         Item::Original(index) => {
-                            let object = self.object(*index)?;
-                            match core_of(self.py, &object)? {
-                                Some(core) => cached_tokens(self.py, &object, core.get())?,
-                                None => 0, // unreachable: items are messages the scan checked
+                            let core = self.core(*index)?;
+                            match known_tokens(core.0.get()) {
+                                Some(tokens) => tokens,
+                                None => {
+                                    cached_tokens(self.py, &self.object(*index)?, core.0.get())?
+                                }
                             }
                         }
                         Item::MissingResult { .. } => MESSAGE_OVERHEAD + count_text(MISSING_TEXT),
@@ -442,8 +521,9 @@ fn violation_tuple<'py>(py: Python<'py>, v: &Violation) -> PyResult<Bound<'py, P
 
 #[pyfunction]
 fn validate<'py>(py: Python<'py>, messages: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
-    let mut source = PySource::new(py, messages)?;
-    let violations = protocol::validate(&mut source)?;
+    let mut validator = protocol::Validator::new();
+    stream_cores(py, messages, None, |core| validator.push(core))?;
+    let violations = validator.finish();
     let tuples: PyResult<Vec<_>> = violations.iter().map(|v| violation_tuple(py, v)).collect();
     PyList::new(py, tuples?)
 }
@@ -457,26 +537,17 @@ type Segments<'py> = (
 
 #[pyfunction]
 fn segment<'py>(py: Python<'py>, messages: &Bound<'py, PyAny>) -> PyResult<Segments<'py>> {
-    let mut source = PySource::new(py, messages)?;
-    let len = source.len;
-    for index in 0..len {
-        source.get(index)?;
+    let mut segmenter = turns::Segmenter::new();
+    stream_cores(py, messages, None, |core| segmenter.push(core))?;
+    let turns = segmenter.finish();
+    let mut starts = Vec::with_capacity(turns.len());
+    let mut ends = Vec::with_capacity(turns.len());
+    let mut completed = Vec::with_capacity(turns.len());
+    for (start, end, done) in turns {
+        starts.push(start as i64);
+        ends.push(end as i64);
+        completed.push(done);
     }
-    let starts = turns::turn_starts(&mut source, len)?;
-    let mut ends: Vec<i64> = starts.iter().skip(1).map(|s| *s as i64).collect();
-    if !starts.is_empty() {
-        ends.push(len as i64);
-    }
-    let mut completed = Vec::with_capacity(starts.len());
-    for (start, end) in starts.iter().zip(ends.iter()) {
-        let turn = turns::visible_indices(&mut source, *start, *end as usize)?;
-        let violations = protocol::validate_segment(&turn);
-        let missing = violations
-            .iter()
-            .any(|v| v.kind == protocol::ViolationKind::MissingResult);
-        completed.push(turns::inferred_completed(&turn, missing));
-    }
-    let starts: Vec<i64> = starts.into_iter().map(|s| s as i64).collect();
     Ok((
         PyArray1::from_vec(py, starts),
         PyArray1::from_vec(py, ends),
@@ -486,8 +557,12 @@ fn segment<'py>(py: Python<'py>, messages: &Bound<'py, PyAny>) -> PyResult<Segme
 
 #[pyfunction]
 fn count_turns(py: Python<'_>, messages: &Bound<'_, PyAny>, end: usize) -> PyResult<usize> {
-    let mut source = PySource::new(py, messages)?;
-    Ok(window::count_turns(&mut source, end)?)
+    let mut starts = turns::TurnStarts::new();
+    let mut count = 0;
+    stream_cores(py, messages, Some(end), |core| {
+        count += usize::from(starts.push(core));
+    })?;
+    Ok(count)
 }
 
 #[pyfunction]
@@ -497,9 +572,10 @@ fn message_tokens<'py>(
 ) -> PyResult<Bound<'py, PyArray1<i64>>> {
     let source = PySource::new(py, messages)?;
     let mut counts = Vec::with_capacity(source.len);
+    let slot = intern!(py, "_core");
     for index in 0..source.len {
         let object = source.object(index)?;
-        let Some(core) = core_of(py, &object)? else {
+        let Some(core) = core_named(py, &object, slot)? else {
             let error = CoreError::NotAMessage {
                 index,
                 type_name: type_name(&object),
@@ -529,6 +605,8 @@ fn select<'py>(
     completed: Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let mut source = PySource::new(py, messages)?;
+    // A default window reads about a hundred messages of the tail.
+    source.tail.reserve(128);
     source.system = system;
     if use_leading_system {
         source.system = match window::leading_system(&mut source)? {

@@ -1,44 +1,156 @@
 //! Turn segmentation (SPEC §4): forward over whole histories, backward for windows.
+//!
+//! The functions are generic over how the caller holds a message (`M: Borrow<MessageInfo>`):
+//! a reference into a slice, an `Arc`, or the binding's handle on a Python object, so the
+//! binding can stream a history through them without copying it first.
 
 use crate::model::{Kind, MessageInfo, Source};
-use std::sync::Arc;
+use crate::protocol::OpenCalls;
+use std::borrow::Borrow;
 
-/// Index of the first message of every turn of `source[..end]`, oldest first.
+/// Decides, message by message in history order, which messages start a turn.
 ///
 /// A user message starts a turn unless a turn is open and the previous model-visible message
 /// carries the same (non-None) `turn_id`.
-pub fn turn_starts<S: Source>(source: &mut S, end: usize) -> Result<Vec<usize>, S::Error> {
-    let mut starts = Vec::new();
-    let mut previous_turn_id: Option<Option<String>> = None; // None: no visible message yet
-    for index in 0..end {
-        let message = source.get(index)?;
-        if message.kind == Kind::User {
-            let continues = !starts.is_empty()
-                && message.turn_id.is_some()
-                && matches!(&previous_turn_id, Some(previous) if *previous == message.turn_id);
-            if !continues {
-                starts.push(index);
-            }
-        }
-        if message.kind.model_visible() {
-            previous_turn_id = Some(message.turn_id.clone());
+pub struct TurnStarts<M> {
+    any_start: bool,
+    /// The previous model-visible message, when it has a turn id (only a turn id can make
+    /// the next user message continue its turn, so one without is not held on to).
+    previous_visible: Option<M>,
+}
+
+impl<M: Borrow<MessageInfo> + Clone> TurnStarts<M> {
+    pub fn new() -> TurnStarts<M> {
+        TurnStarts {
+            any_start: false,
+            previous_visible: None,
         }
     }
-    Ok(starts)
+
+    /// Reads the next message; true when it starts a turn.
+    pub fn push(&mut self, message: &M) -> bool {
+        let info = message.borrow();
+        let mut starts = false;
+        if info.kind == Kind::User {
+            let continues = self.any_start
+                && info.turn_id.is_some()
+                && self
+                    .previous_visible
+                    .as_ref()
+                    .is_some_and(|previous| previous.borrow().turn_id == info.turn_id);
+            starts = !continues;
+            self.any_start |= starts;
+        }
+        if info.kind.model_visible() {
+            self.previous_visible = info.turn_id.is_some().then(|| message.clone());
+        }
+        starts
+    }
+}
+
+impl<M: Borrow<MessageInfo> + Clone> Default for TurnStarts<M> {
+    fn default() -> Self {
+        TurnStarts::new()
+    }
+}
+
+/// Index of the first message of every turn of `messages`, oldest first.
+pub fn turn_starts<M: Borrow<MessageInfo> + Clone>(messages: &[M]) -> Vec<usize> {
+    let mut scanner = TurnStarts::new();
+    let mut starts = Vec::new();
+    for (index, message) in messages.iter().enumerate() {
+        if scanner.push(message) {
+            starts.push(index);
+        }
+    }
+    starts
+}
+
+/// Segments a whole history read once, in order: every turn as `(start, end, inferred
+/// completed)`, oldest first. Each message is looked at once, while it is in cache.
+pub struct Segmenter<M> {
+    starts: TurnStarts<M>,
+    open: OpenCalls<M>,
+    index: usize,
+    current: Option<usize>,
+    /// The current turn's last model-visible message is a final answer.
+    ends_with_answer: bool,
+    turns: Vec<(usize, usize, bool)>,
+}
+
+impl<M: Borrow<MessageInfo> + Clone> Segmenter<M> {
+    pub fn new() -> Segmenter<M> {
+        Segmenter {
+            starts: TurnStarts::new(),
+            open: OpenCalls::new(),
+            index: 0,
+            current: None,
+            ends_with_answer: false,
+            turns: Vec::new(),
+        }
+    }
+
+    /// Reads the next message of the history.
+    pub fn push(&mut self, message: &M) {
+        if self.starts.push(message) {
+            self.close_turn();
+            self.current = Some(self.index);
+        }
+        if self.current.is_some() {
+            let info = message.borrow();
+            if info.kind.model_visible() {
+                self.ends_with_answer = info.kind == Kind::Ai && info.final_text;
+            }
+            // Messages before the first turn belong to none; their calls are not paired.
+            self.open.read(self.index, message, &mut |_| {});
+        }
+        self.index += 1;
+    }
+
+    fn close_turn(&mut self) {
+        if let Some(start) = self.current.take() {
+            // Complete: ends with a final answer and every call has its result.
+            let completed = self.ends_with_answer && self.open.is_empty();
+            self.turns.push((start, self.index, completed));
+        }
+        self.open.clear();
+        self.ends_with_answer = false;
+    }
+
+    /// Every turn read so far, the last one ending at the last message.
+    pub fn finish(mut self) -> Vec<(usize, usize, bool)> {
+        self.close_turn();
+        self.turns
+    }
+}
+
+impl<M: Borrow<MessageInfo> + Clone> Default for Segmenter<M> {
+    fn default() -> Self {
+        Segmenter::new()
+    }
+}
+
+/// Every turn of a whole history: `(start, end, inferred completed)`, oldest first.
+pub fn segment<M: Borrow<MessageInfo> + Clone>(messages: &[M]) -> Vec<(usize, usize, bool)> {
+    let mut segmenter = Segmenter::new();
+    for message in messages {
+        segmenter.push(message);
+    }
+    segmenter.finish()
 }
 
 /// Yields `(start, end)` of every turn, newest first, reading only as far back as it is pulled.
 /// The same state machine as `_reference/turns.py::turns_backward`.
-pub struct TurnsBackward {
+pub struct TurnsBackward<M> {
     next_index: usize, // messages[..next_index] are unread
     end: usize,
-    pending_user: Option<(usize, Arc<MessageInfo>)>,
+    pending_user: Option<(usize, M)>,
     earliest_user: Option<usize>,
     done: bool,
 }
 
-impl TurnsBackward {
-    pub fn new(len: usize) -> TurnsBackward {
+impl<M: Borrow<MessageInfo>> TurnsBackward<M> {
+    pub fn new(len: usize) -> TurnsBackward<M> {
         TurnsBackward {
             next_index: len,
             end: len,
@@ -48,7 +160,7 @@ impl TurnsBackward {
         }
     }
 
-    pub fn next_turn<S: Source>(
+    pub fn next_turn<S: Source<Message = M>>(
         &mut self,
         source: &mut S,
     ) -> Result<Option<(usize, usize)>, S::Error> {
@@ -59,12 +171,14 @@ impl TurnsBackward {
             self.next_index -= 1;
             let index = self.next_index;
             let message = source.get(index)?;
-            if !message.kind.model_visible() {
+            let info = message.borrow();
+            if !info.kind.model_visible() {
                 continue;
             }
             let mut closed = None;
             if let Some((user_index, user)) = self.pending_user.take() {
-                if user.turn_id.is_some() && message.turn_id == user.turn_id {
+                let user = user.borrow();
+                if user.turn_id.is_some() && info.turn_id == user.turn_id {
                     self.earliest_user = Some(user_index);
                 } else {
                     closed = Some((user_index, self.end));
@@ -72,7 +186,7 @@ impl TurnsBackward {
                     self.earliest_user = None;
                 }
             }
-            if message.kind == Kind::User {
+            if info.kind == Kind::User {
                 self.pending_user = Some((index, message));
             }
             if closed.is_some() {
@@ -87,32 +201,41 @@ impl TurnsBackward {
     }
 }
 
-/// The model-visible messages of `source[start..end]`, as indices.
-pub fn visible_indices<S: Source>(
+/// Replaces `turn` with the model-visible messages of `source[start..end]`.
+pub fn visible_into<S: Source>(
     source: &mut S,
     start: usize,
     end: usize,
-) -> Result<Vec<(usize, Arc<MessageInfo>)>, S::Error> {
-    let mut visible = Vec::with_capacity(end - start);
+    turn: &mut Vec<(usize, S::Message)>,
+) -> Result<(), S::Error> {
+    turn.clear();
     for index in start..end {
         let message = source.get(index)?;
-        if message.kind.model_visible() {
-            visible.push((index, message));
+        if message.borrow().kind.model_visible() {
+            turn.push((index, message));
         }
     }
-    Ok(visible)
+    Ok(())
 }
 
 /// A turn is complete when it ends with a final answer and every tool call has its result.
-pub fn inferred_completed(turn: &[(usize, Arc<MessageInfo>)], has_missing_result: bool) -> bool {
+pub fn inferred_completed<M: Borrow<MessageInfo>>(
+    turn: &[(usize, M)],
+    has_missing_result: bool,
+) -> bool {
     match turn.last() {
-        Some((_, last)) if !has_missing_result => last.kind == Kind::Ai && last.final_text,
+        Some((_, last)) if !has_missing_result => {
+            let last = last.borrow();
+            last.kind == Kind::Ai && last.final_text
+        }
         _ => false,
     }
 }
 
 /// True when any AI message of the turn calls a tool or any tool result is present.
-pub fn has_tool_calls(turn: &[(usize, Arc<MessageInfo>)]) -> bool {
-    turn.iter()
-        .any(|(_, m)| (m.kind == Kind::Ai && !m.call_ids.is_empty()) || m.kind == Kind::Tool)
+pub fn has_tool_calls<M: Borrow<MessageInfo>>(turn: &[(usize, M)]) -> bool {
+    turn.iter().any(|(_, m)| {
+        let m = m.borrow();
+        (m.kind == Kind::Ai && !m.call_ids.is_empty()) || m.kind == Kind::Tool
+    })
 }

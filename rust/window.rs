@@ -3,11 +3,9 @@
 
 use crate::error::CoreError;
 use crate::model::{Item, Kind, MessageInfo, Source};
-use crate::protocol::{validate_segment, Violation, ViolationKind};
-use crate::turns::{
-    has_tool_calls, inferred_completed, turn_starts, visible_indices, TurnsBackward,
-};
-use std::sync::Arc;
+use crate::protocol::{OpenCalls, Violation, ViolationKind};
+use crate::turns::{has_tool_calls, inferred_completed, visible_into, TurnsBackward};
+use std::borrow::Borrow;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WindowOptions {
@@ -54,7 +52,7 @@ pub struct Window {
 /// Index of the first SystemMessage before the first UserMessage.
 pub fn leading_system<S: Source>(source: &mut S) -> Result<Option<usize>, S::Error> {
     for index in 0..source.len() {
-        match source.get(index)?.kind {
+        match source.get(index)?.borrow().kind {
             Kind::User => return Ok(None),
             Kind::System => return Ok(Some(index)),
             _ => {}
@@ -63,23 +61,19 @@ pub fn leading_system<S: Source>(source: &mut S) -> Result<Option<usize>, S::Err
     Ok(None)
 }
 
-/// Number of turns that start in `source[..end]`.
-pub fn count_turns<S: Source>(source: &mut S, end: usize) -> Result<usize, S::Error> {
-    Ok(turn_starts(source, end.min(source.len()))?.len())
-}
+type Turn<M> = Vec<(usize, M)>;
 
-type Turn = Vec<(usize, Arc<MessageInfo>)>;
-
-fn originals(turn: &Turn) -> Vec<Item> {
-    turn.iter()
-        .map(|(index, _)| Item::Original(*index))
-        .collect()
+fn originals<M>(turn: &[(usize, M)]) -> impl Iterator<Item = Item> + '_ {
+    turn.iter().map(|(index, _)| Item::Original(*index))
 }
 
 /// The turn with orphan results left out and missing results closed synthetically, each
 /// synthetic result right after the run of results that follows its call.
-fn repaired(turn: &Turn, violations: &[Violation]) -> Vec<Item> {
-    let mut view = Vec::with_capacity(turn.len() + violations.len());
+fn repaired<M: Borrow<MessageInfo>>(
+    turn: &Turn<M>,
+    violations: &[Violation],
+    view: &mut Vec<Item>,
+) {
     // (insert after position, caller position, call index), in the order Python inserts them.
     let mut inserts: Vec<(usize, usize, usize)> = Vec::new();
     for v in violations
@@ -89,7 +83,7 @@ fn repaired(turn: &Turn, violations: &[Violation]) -> Vec<Item> {
         let mut last = v.position;
         while turn
             .get(last + 1)
-            .is_some_and(|(_, m)| m.kind == Kind::Tool)
+            .is_some_and(|(_, m)| m.borrow().kind == Kind::Tool)
         {
             last += 1;
         }
@@ -111,17 +105,20 @@ fn repaired(turn: &Turn, violations: &[Violation]) -> Vec<Item> {
             }
         }
     }
-    view
 }
 
 /// Apply rules 1-7 of SPEC §5 to `source`.
+///
+/// Buffers are shared by the turns (one turn, one set of open calls, one list of kept views),
+/// so a window allocates a handful of times whatever the number of turns it attaches.
 pub fn select<S: Source>(source: &mut S, options: &WindowOptions) -> Result<Window, S::Error> {
     let mut turns = TurnsBackward::new(source.len());
     let Some((current_start, current_end)) = turns.next_turn(source)? else {
         return Err(CoreError::NoUserMessage.into());
     };
-    let current = visible_indices(source, current_start, current_end)?;
-    let current_items = originals(&current);
+    let mut turn: Turn<S::Message> = Vec::with_capacity(16);
+    visible_into(source, current_start, current_end, &mut turn)?;
+    let current_items: Vec<Item> = originals(&turn).collect();
     let system_tokens = if options.has_system {
         source.system_tokens()?
     } else {
@@ -129,8 +126,12 @@ pub fn select<S: Source>(source: &mut S, options: &WindowOptions) -> Result<Wind
     };
     let mut total_messages = current_items.len();
     let mut total_tokens = system_tokens + source.tokens(&current_items)?;
-    let mut kept: Vec<(usize, Vec<Item>, u64)> = Vec::new(); // newest first
-    let mut repairs_by_turn: Vec<Vec<Violation>> = Vec::new();
+    // The views of kept turns, newest turn first, and (history position, length, tokens) of each.
+    let mut views: Vec<Item> = Vec::with_capacity(options.max_attached_messages.min(256));
+    let mut kept: Vec<(usize, usize, u64)> = Vec::with_capacity(options.max_attached_turns.min(64));
+    let mut repairs_by_turn: Vec<Vec<Violation>> = Vec::new(); // newest first
+    let mut open = OpenCalls::new();
+    let mut violations = Vec::new();
     let (mut attached, mut compacted, mut seen) = (0usize, 0usize, 0usize);
     let mut cut_by = None;
     let mut unread_end = current_start;
@@ -141,15 +142,20 @@ pub fn select<S: Source>(source: &mut S, options: &WindowOptions) -> Result<Wind
             cut_by = Some(CutBy::Turns);
             break;
         }
-        let turn = visible_indices(source, start, end)?;
-        let violations = validate_segment(&turn);
-        let Some((last_index, last)) = turn.last().cloned() else {
+        visible_into(source, start, end, &mut turn)?;
+        violations.clear();
+        open.validate_into(turn.iter().map(|(_, m)| m.clone()), &mut violations);
+        let (Some((first_index, first)), Some((last_index, last))) = (turn.first(), turn.last())
+        else {
             continue; // unreachable: a turn starts with its user message
         };
-        let recorded = match turn.first().and_then(|(_, first)| first.turn_id.clone()) {
-            Some(turn_id) => source.recorded_completed(&turn_id)?,
+        let (first_index, last_index) = (*first_index, *last_index);
+        let recorded = match &first.borrow().turn_id {
+            Some(turn_id) => source.recorded_completed(turn_id)?,
             None => None,
         };
+        let last = last.borrow();
+        let ends_with_answer = last.kind == Kind::Ai && last.final_text;
         let is_completed = match recorded {
             Some(done) => done,
             None => inferred_completed(
@@ -163,61 +169,63 @@ pub fn select<S: Source>(source: &mut S, options: &WindowOptions) -> Result<Wind
             && seen > options.compression_keep_recent_turns
             && is_completed
             && has_tool_calls(&turn)
-            && last.kind == Kind::Ai
-            && last.final_text;
-        let mut left_out = false;
-        let (view, turn_repairs) = if is_compacted {
-            (
-                vec![
-                    Item::Original(start_index(&turn)),
-                    Item::Original(last_index),
-                ],
-                Vec::new(),
-            )
-        } else if violations
-            .iter()
-            .any(|v| v.kind == ViolationKind::DuplicateCallId)
-        {
-            left_out = true;
-            (Vec::new(), violations)
+            && ends_with_answer;
+        let left_out = !is_compacted
+            && violations
+                .iter()
+                .any(|v| v.kind == ViolationKind::DuplicateCallId);
+        let view_start = views.len();
+        if is_compacted {
+            views.extend([Item::Original(first_index), Item::Original(last_index)]);
+        } else if left_out {
+            // The turn is repaired by leaving it out.
         } else if violations.is_empty() {
-            (originals(&turn), violations)
+            views.extend(originals(&turn));
         } else {
-            (repaired(&turn, &violations), violations)
-        };
+            repaired(&turn, &violations, &mut views);
+        }
+        let view = views.get(view_start..).unwrap_or_default();
         let view_tokens = if view.is_empty() {
             0
         } else {
-            source.tokens(&view)?
+            source.tokens(view)?
         };
+        let view_len = view.len();
         if options
             .max_attached_tokens
             .is_some_and(|budget| total_tokens + view_tokens > budget)
         {
             cut_by = Some(CutBy::Tokens);
+            views.truncate(view_start);
             break;
         }
-        if total_messages + view.len() > options.max_attached_messages {
+        if total_messages + view_len > options.max_attached_messages {
             cut_by = Some(CutBy::Messages);
+            views.truncate(view_start);
             break;
         }
-        total_messages += view.len();
+        total_messages += view_len;
         total_tokens += view_tokens;
-        repairs_by_turn.push(turn_repairs);
+        if !is_compacted && !violations.is_empty() {
+            repairs_by_turn.push(violations.clone());
+        }
         if !left_out {
             attached += 1;
             compacted += usize::from(is_compacted);
-            kept.push((seen, view, view_tokens));
+            kept.push((seen, view_len, view_tokens));
         }
     }
     let mut items = Vec::with_capacity(total_messages);
     let (mut older_count, mut older_tokens) = (0usize, 0u64);
-    for (position, view, view_tokens) in kept.into_iter().rev() {
+    let mut view_end = views.len();
+    for &(position, view_len, view_tokens) in kept.iter().rev() {
+        let view_start = view_end.saturating_sub(view_len);
         if position > options.compression_keep_recent_turns {
-            older_count += view.len();
+            older_count += view_len;
             older_tokens += view_tokens;
         }
-        items.extend(view);
+        items.extend_from_slice(views.get(view_start..view_end).unwrap_or_default());
+        view_end = view_start;
     }
     items.extend(current_items);
     Ok(Window {
@@ -232,8 +240,4 @@ pub fn select<S: Source>(source: &mut S, options: &WindowOptions) -> Result<Wind
         seen_history_turns: seen,
         unread_end,
     })
-}
-
-fn start_index(turn: &Turn) -> usize {
-    turn.first().map_or(0, |(index, _)| *index)
 }

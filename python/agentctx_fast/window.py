@@ -145,10 +145,20 @@ def build_window_on(
     turn_statuses: Mapping[str, TurnStatus] | None = None,
 ) -> ContextWindow:
     """`build_window` on a given core (the Rust module or the reference); for benchmarks."""
-    _limit("max_attached_turns", max_attached_turns)
-    _limit("max_attached_messages", max_attached_messages)
-    _limit("compression_keep_recent_turns", compression_keep_recent_turns)
-    _limit("max_attached_tokens", max_attached_tokens, optional=True)
+    # One cheap test for the common case; the named checks only when something is off.
+    if (
+        type(max_attached_turns) is not int
+        or type(max_attached_messages) is not int
+        or type(compression_keep_recent_turns) is not int
+        or max_attached_turns < 0
+        or max_attached_messages < 0
+        or compression_keep_recent_turns < 0
+        or max_attached_tokens is not None
+    ):
+        _limit("max_attached_turns", max_attached_turns)
+        _limit("max_attached_messages", max_attached_messages)
+        _limit("compression_keep_recent_turns", compression_keep_recent_turns)
+        _limit("max_attached_tokens", max_attached_tokens, optional=True)
     if not isinstance(compact_completed_tool_turns, bool):
         raise InvalidArgumentError(
             f"compact_completed_tool_turns must be a bool, got {compact_completed_tool_turns!r}"
@@ -209,7 +219,7 @@ def build_window_on(
         attached_turns,
         compacted_turns,
         cut_by,
-        [ProtocolViolation(*v) for v in repairs],
+        [ProtocolViolation(*v) for v in repairs] if repairs else [],
         messages,
         seen_history_turns,
         unread_end,
