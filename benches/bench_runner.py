@@ -91,7 +91,7 @@ def runner_store(
         bulk_load(store, conversation_id, tool_history(size))
         conversations[size] = conversation_id
     if kind == "postgresql":  # what autovacuum does after a bulk load: planner statistics
-        with store.engine.connect() as connection:
+        with store.engine.begin() as connection:  # committed, or the statistics roll back
             connection.exec_driver_sql(f"ANALYZE {store._tables.messages.name}")
     yield kind, store, conversations
     store.close()

@@ -142,9 +142,7 @@ def test_large_records_are_not_kept(kind: str, request: pytest.FixtureRequest) -
 
 
 @pytest.mark.parametrize("kind", SERVER_KINDS)
-def test_a_replaced_serializer_is_used_for_reads(
-    kind: str, request: pytest.FixtureRequest
-) -> None:
+def test_a_replaced_serializer_is_used_for_reads(kind: str, request: pytest.FixtureRequest) -> None:
     store = make_store(kind, request)
     try:
         memory = store.chat_memory(new_conversation_id())

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import StaticPool
+from sqlalchemy.schema import SchemaItem
 
 from agentctx_fast._ids import check_identifier
 from agentctx_fast.coordinator import AgentContextCompressionState, check_expected_version
@@ -46,24 +47,41 @@ from agentctx_fast.stores.serializer import (
 )
 from agentctx_fast.stores.sql_turns import SqlAgentTurnStore, turn_tables
 
-_SEQ = sa.BigInteger().with_variant(sa.Integer(), "sqlite")  # SQLite: an alias of the rowid
+
+def _message_keys(prefix: str, dialect: str) -> list[SchemaItem]:
+    """``seq`` (append order) and the page index.
+
+    SQLite: ``seq`` is the rowid, and ``(conversation_id, seq)`` a second index. Elsewhere the
+    primary key is ``(conversation_id, seq)`` itself: with a key on ``seq`` alone, PostgreSQL
+    may page an old conversation by walking the whole table backwards from the newest row of
+    any conversation, filtering, so a read would slow down as other conversations grow.
+    """
+    if dialect == "sqlite":
+        return [
+            sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
+            sa.Column("conversation_id", sa.String, nullable=False),
+            sa.Index(f"{prefix}messages_page", "conversation_id", "seq"),
+        ]
+    return [
+        sa.Column("seq", sa.BigInteger, sa.Identity(), nullable=False),
+        sa.Column("conversation_id", sa.String, nullable=False),
+        sa.PrimaryKeyConstraint("conversation_id", "seq", name=f"{prefix}messages_page"),
+    ]
 
 
 class _Tables:
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, prefix: str, dialect: str) -> None:
         self.metadata = sa.MetaData()
         self.messages = sa.Table(
             f"{prefix}messages",
             self.metadata,
-            sa.Column("seq", _SEQ, primary_key=True, autoincrement=True),
-            sa.Column("conversation_id", sa.String, nullable=False),
+            *_message_keys(prefix, dialect),
             sa.Column("message_id", sa.String, nullable=False),
             sa.Column("kind", sa.String(64), nullable=False),
             sa.Column("model_visible", sa.Boolean, nullable=False),
             sa.Column("version", sa.BigInteger, nullable=False),
             sa.Column("data", sa.LargeBinary, nullable=False),
             sa.UniqueConstraint("conversation_id", "message_id", name=f"{prefix}messages_id"),
-            sa.Index(f"{prefix}messages_page", "conversation_id", "seq"),
             sa.Index(
                 f"{prefix}messages_visible",
                 "conversation_id",
@@ -186,8 +204,8 @@ class SqlAgentStore:
         self.table_prefix = table_prefix
         self.serializer: AgentStoreSerializer = serializer or JsonAgentStoreSerializer()
         self._load_message = MessageLoader(self, message_cache_size)
-        self._tables = _Tables(table_prefix)
         self._dialect = self.engine.dialect.name
+        self._tables = _Tables(table_prefix, self._dialect)
         shared = isinstance(self.engine.pool, StaticPool)
         self._serial: AbstractContextManager[Any] = threading.RLock() if shared else nullcontext()
 
