@@ -7,7 +7,7 @@
 use std::cell::{Cell, OnceCell};
 
 /// Size of the first chunk; chunk `k` holds `FIRST_CHUNK << k` values, allocated on first use.
-const FIRST_CHUNK: usize = 32;
+const FIRST_CHUNK: usize = 64;
 /// Enough chunks for more values than any history can hold.
 const CHUNKS: usize = 32;
 

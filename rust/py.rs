@@ -707,7 +707,7 @@ fn select<'py>(
         .iter()
         .map(|v| violation_tuple(py, v))
         .collect();
-    let values: Vec<Bound<'py, PyAny>> = vec![
+    let values: [Bound<'py, PyAny>; 11] = [
         PyList::new(py, objects)?.into_any(),
         options.has_system.into_pyobject(py)?.to_owned().into_any(),
         result.older_count.into_pyobject(py)?.into_any(),
