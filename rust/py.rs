@@ -1,6 +1,7 @@
 //! The only file that knows PyO3: converts Python messages to the core's view at the edge,
 //! runs the core, and turns its errors into the exceptions the pure-Python reference raises.
 
+use crate::arena::Arena;
 use crate::error::CoreError;
 use crate::model::{Item, Kind, MessageInfo, Source};
 use crate::protocol::Violation;
@@ -8,7 +9,7 @@ use crate::tokens::{count_text, count_utf8_bytes as count_utf8};
 use crate::window::{self, WindowOptions};
 use crate::{protocol, turns};
 use numpy::PyArray1;
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyMemoryError, PyTypeError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -303,11 +304,12 @@ fn stream_cores<'py>(
     end: Option<usize>,
     mut sink: impl FnMut(&CoreRef<'py>),
 ) -> Result<(), Failure> {
-    let source = PySource::new(py, messages)?;
-    let end = end.map_or(source.len, |end| end.min(source.len));
+    let seq = sequence(py, messages)?;
+    let len = seq.len()?;
+    let end = end.map_or(len, |end| end.min(len));
     let slot = intern!(py, "_core");
     for index in 0..end {
-        let object = source.object(index)?;
+        let object = seq.get_item(index)?;
         match core_named(py, &object, slot)? {
             Some(core) => sink(&CoreRef(core)),
             None => {
@@ -338,8 +340,38 @@ fn cached_tokens(py: Python<'_>, object: &Bound<'_, PyAny>, core: &MessageCore) 
     Ok(tokens)
 }
 
+/// A message's cached core, borrowed from the arena that keeps it alive for the whole window:
+/// copying it, holding it in a turn or an open call costs no reference count.
+#[derive(Clone, Copy)]
+struct CoreView<'a>(&'a MessageCore);
+
+impl Borrow<MessageInfo> for CoreView<'_> {
+    fn borrow(&self) -> &MessageInfo {
+        &self.0.info
+    }
+}
+
+/// A message a window read and its core, owned until the window is built.
+type Read<'py> = (Bound<'py, PyAny>, Bound<'py, MessageCore>);
+
+/// Everything a window reads: the tail, by distance from the end (the backward scan reads it
+/// in that order), and any other message.
+struct Reads<'py> {
+    tail: Arena<Read<'py>>,
+    others: Arena<Read<'py>>,
+}
+
+impl Reads<'_> {
+    fn new() -> Self {
+        Reads {
+            tail: Arena::new(),
+            others: Arena::new(),
+        }
+    }
+}
+
 /// A Python sequence of messages, read lazily by index.
-struct PySource<'py> {
+struct PySource<'a, 'py> {
     py: Python<'py>,
     seq: Bound<'py, PySequence>,
     len: usize,
@@ -348,26 +380,37 @@ struct PySource<'py> {
     statuses: Option<Bound<'py, PyAny>>,
     completed: Option<Bound<'py, PyAny>>,
     synthetic: HashMap<(usize, usize), Bound<'py, PyAny>>,
-    /// Cores read so far, by distance from the end: a window reads the tail backwards, then
-    /// reads its turns and their tokens again.
-    tail: Vec<CoreRef<'py>>,
+    reads: &'a Reads<'py>,
+    /// `reads.tail` again, as a plain slice of references: a window looks each message up
+    /// several times (scan, turn, tokens, output), so the hit must be one bounds check.
+    tail: Vec<&'a Read<'py>>,
 }
 
-impl<'py> PySource<'py> {
-    fn new(py: Python<'py>, messages: &Bound<'py, PyAny>) -> Result<PySource<'py>, Failure> {
-        let seq = match messages.cast::<PySequence>() {
-            Ok(seq) if !messages.is_instance_of::<pyo3::types::PyDict>() => seq.clone(),
-            _ => {
-                return Err(Failure(raise(
-                    py,
-                    &classes(py)?.invalid_message_type,
-                    format!(
-                        "messages must be a sequence of Message, got {}",
-                        type_name(messages)
-                    ),
-                )))
-            }
-        };
+/// `messages` as a sequence, or the reference's error for anything else.
+fn sequence<'py>(
+    py: Python<'py>,
+    messages: &Bound<'py, PyAny>,
+) -> Result<Bound<'py, PySequence>, Failure> {
+    match messages.cast::<PySequence>() {
+        Ok(seq) if !messages.is_instance_of::<pyo3::types::PyDict>() => Ok(seq.clone()),
+        _ => Err(Failure(raise(
+            py,
+            &classes(py)?.invalid_message_type,
+            format!(
+                "messages must be a sequence of Message, got {}",
+                type_name(messages)
+            ),
+        ))),
+    }
+}
+
+impl<'a, 'py> PySource<'a, 'py> {
+    fn new(
+        py: Python<'py>,
+        messages: &Bound<'py, PyAny>,
+        reads: &'a Reads<'py>,
+    ) -> Result<PySource<'a, 'py>, Failure> {
+        let seq = sequence(py, messages)?;
         let len = seq.len()?;
         Ok(PySource {
             py,
@@ -378,6 +421,7 @@ impl<'py> PySource<'py> {
             statuses: None,
             completed: None,
             synthetic: HashMap::new(),
+            reads,
             tail: Vec::new(),
         })
     }
@@ -386,12 +430,25 @@ impl<'py> PySource<'py> {
         self.seq.get_item(index)
     }
 
-    /// The core of `messages[index]`, from `tail` when it was read before.
-    fn core(&mut self, index: usize) -> Result<CoreRef<'py>, Failure> {
+    /// `messages[index]` and its core, read once: a window reads the tail backwards, then
+    /// reads its turns, their tokens and their objects again.
+    #[inline]
+    fn read(&mut self, index: usize) -> Result<&'a Read<'py>, Failure> {
         let from_end = self.len.checked_sub(index + 1);
-        if let Some(cached) = from_end.and_then(|back| self.tail.get(back)) {
-            return Ok(cached.clone());
+        match from_end.and_then(|back| self.tail.get(back)) {
+            Some(read) => Ok(*read),
+            None => self.read_new(index, from_end),
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn read_new(
+        &mut self,
+        index: usize,
+        from_end: Option<usize>,
+    ) -> Result<&'a Read<'py>, Failure> {
+        let reads: &'a Reads<'py> = self.reads;
         let object = self.object(index)?;
         let Some(core) = core_of(self.py, &object)? else {
             return Err(CoreError::NotAMessage {
@@ -400,17 +457,25 @@ impl<'py> PySource<'py> {
             }
             .into());
         };
-        let core = CoreRef(core);
-        // Only the contiguous tail is kept: the backward scan reads it in that order.
-        if from_end == Some(self.tail.len()) {
-            self.tail.push(core.clone());
+        let in_tail = from_end == Some(self.tail.len());
+        let arena = if in_tail { &reads.tail } else { &reads.others };
+        let Ok(read) = arena.push((object, core)) else {
+            return Err(PyMemoryError::new_err("too many messages read for one window").into());
+        };
+        if in_tail {
+            self.tail.push(read);
         }
-        Ok(core)
+        Ok(read)
+    }
+
+    #[inline]
+    fn core(&mut self, index: usize) -> Result<CoreView<'a>, Failure> {
+        Ok(CoreView(self.read(index)?.1.get()))
     }
 
     fn materialize(&mut self, item: Item) -> Result<Bound<'py, PyAny>, Failure> {
         match item {
-            Item::Original(index) => Ok(self.object(index)?),
+            Item::Original(index) => Ok(self.read(index)?.0.clone()),
             Item::MissingResult { caller, call } => {
                 if let Some(existing) = self.synthetic.get(&(caller, call)) {
                     return Ok(existing.clone());
@@ -441,15 +506,15 @@ impl<'py> PySource<'py> {
     }
 }
 
-impl<'py> Source for PySource<'py> {
+impl<'a, 'py> Source for PySource<'a, 'py> {
     type Error = Failure;
-    type Message = CoreRef<'py>;
+    type Message = CoreView<'a>;
 
     fn len(&self) -> usize {
         self.len
     }
 
-    fn get(&mut self, index: usize) -> Result<CoreRef<'py>, Failure> {
+    fn get(&mut self, index: usize) -> Result<CoreView<'a>, Failure> {
         self.core(index)
     }
 
@@ -469,11 +534,9 @@ impl<'py> Source for PySource<'py> {
                     total += match item {
                         Item::Original(index) => {
                             let core = self.core(*index)?;
-                            match known_tokens(core.0.get()) {
+                            match known_tokens(core.0) {
                                 Some(tokens) => tokens,
-                                None => {
-                                    cached_tokens(self.py, &self.object(*index)?, core.0.get())?
-                                }
+                                None => cached_tokens(self.py, &self.read(*index)?.0, core.0)?,
                             }
                         }
                         Item::MissingResult { .. } => MESSAGE_OVERHEAD + count_text(MISSING_TEXT),
@@ -493,7 +556,11 @@ impl<'py> Source for PySource<'py> {
                 let list = PyList::new(self.py, [system])?;
                 Ok(estimator.call1((list,))?.extract::<u64>()?)
             }
-            None => Ok(heuristic_tokens(self.py, &system, Kind::System)?),
+            // Agents pass the same system message every call: its count is kept on its core.
+            None => match core_of(self.py, &system)? {
+                Some(core) => Ok(cached_tokens(self.py, &system, core.get())?),
+                None => Ok(heuristic_tokens(self.py, &system, Kind::System)?),
+            },
         }
     }
 
@@ -570,11 +637,12 @@ fn message_tokens<'py>(
     py: Python<'py>,
     messages: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyArray1<i64>>> {
-    let source = PySource::new(py, messages)?;
-    let mut counts = Vec::with_capacity(source.len);
+    let seq = sequence(py, messages)?;
+    let len = seq.len()?;
+    let mut counts = Vec::with_capacity(len);
     let slot = intern!(py, "_core");
-    for index in 0..source.len {
-        let object = source.object(index)?;
+    for index in 0..len {
+        let object = seq.get_item(index)?;
         let Some(core) = core_named(py, &object, slot)? else {
             let error = CoreError::NotAMessage {
                 index,
@@ -604,9 +672,10 @@ fn select<'py>(
     turn_statuses: Option<Bound<'py, PyAny>>,
     completed: Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let mut source = PySource::new(py, messages)?;
-    // A default window reads about a hundred messages of the tail.
-    source.tail.reserve(128);
+    let reads = Reads::new();
+    let mut source = PySource::new(py, messages, &reads)?;
+    // A default window reads about fifty messages of the tail.
+    source.tail.reserve(64);
     source.system = system;
     if use_leading_system {
         source.system = match window::leading_system(&mut source)? {
@@ -638,7 +707,7 @@ fn select<'py>(
         .iter()
         .map(|v| violation_tuple(py, v))
         .collect();
-    let values: Vec<Bound<'py, PyAny>> = vec![
+    let values: [Bound<'py, PyAny>; 11] = [
         PyList::new(py, objects)?.into_any(),
         options.has_system.into_pyobject(py)?.to_owned().into_any(),
         result.older_count.into_pyobject(py)?.into_any(),
