@@ -177,7 +177,7 @@ fn run_tokens(bytes: &[u8], start: usize) -> (u64, usize) {
 
 /// The classes of a 64-byte block as bit masks: bit `j` is about byte `j`. Punctuation (`P`)
 /// is what is left of ASCII.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Masks {
     letters: u64,
     digits: u64,
@@ -201,13 +201,7 @@ impl Masks {
     /// The portable definition (and the check of the SIMD one).
     #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
     fn of_bytes(block: &[u8; BLOCK]) -> Masks {
-        let mut masks = Masks {
-            letters: 0,
-            digits: 0,
-            white: 0,
-            space: 0,
-            non_ascii: 0,
-        };
+        let mut masks = Masks::default();
         for (j, &b) in block.iter().enumerate() {
             let class = CLASS[usize::from(b)];
             masks.letters |= u64::from(class == L) << j;
@@ -287,13 +281,7 @@ mod sse2 {
 
     #[target_feature(enable = "sse2")]
     pub(super) fn masks(block: &[u8; BLOCK]) -> Masks {
-        let mut masks = Masks {
-            letters: 0,
-            digits: 0,
-            white: 0,
-            space: 0,
-            non_ascii: 0,
-        };
+        let mut masks = Masks::default();
         let bits = |v: __m128i| u64::from(_mm_movemask_epi8(v) as u16);
         for (q, chunk) in block.chunks_exact(16).enumerate() {
             let mut lanes = [0u64; 2];
