@@ -26,13 +26,21 @@ def check_identifier(value: object, what: str) -> None:
     assert isinstance(value, str)
     if "\x00" in value:
         raise InvalidArgumentError(f"{what} must not contain NUL (\\x00), got {value!r}")
-    if not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidArgumentError(
-                f"{what} must be valid Unicode text, got {value!r} with a lone surrogate"
-            ) from None
+    if not is_unicode_text(value):
+        raise InvalidArgumentError(
+            f"{what} must be valid Unicode text, got {value!r} with a lone surrogate"
+        )
+
+
+def is_unicode_text(value: str) -> bool:
+    """False when ``value`` holds a lone surrogate (it cannot be encoded, stored or sent)."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def check_conversation_id(conversation_id: object) -> str:

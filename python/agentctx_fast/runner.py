@@ -319,6 +319,12 @@ class AgentRunner:
         if lease.lost.is_set():
             raise _LeaseLost
 
+    def _checkpoint(self, run: _TurnRun) -> None:
+        """The lease is still this runner's and the turn was not cancelled (before a model or
+        tool call, and before a failure is recorded)."""
+        self._check_lease(run)
+        self._check_cancel(run)
+
     def _check_cancel(self, run: _TurnRun) -> None:
         """`_Cancelled` once the turn was cancelled (here, or through the store by another
         process as of the last renewal)."""
@@ -328,8 +334,7 @@ class AgentRunner:
     def _loop(self, run: _TurnRun) -> AgentTurn:
         agent = run.agent
         while True:
-            self._check_lease(run)
-            self._check_cancel(run)
+            self._checkpoint(run)
             if run.steps >= agent.max_steps:
                 return self._finish(
                     run,
@@ -340,14 +345,12 @@ class AgentRunner:
             try:
                 window = self._window(run)
             except AgentCtxError as error:  # a compressor failure, typed
-                self._check_lease(run)  # a slow compressor may have outlived the lease
-                self._check_cancel(run)
+                self._checkpoint(run)  # a slow compressor may have outlived the lease
                 return self._finish(run, TurnStatus.FAILED, error=f"window failed: {error}")
             try:
                 reply = agent.chat_model.chat(window.messages, agent.tools)
             except Exception as error:  # any model failure ends the turn, typed in `error`
-                self._check_lease(run)
-                self._check_cancel(run)
+                self._checkpoint(run)
                 return self._finish(
                     run, TurnStatus.FAILED, error=f"model failed: {type(error).__name__}: {error}"
                 )
@@ -431,8 +434,7 @@ class AgentRunner:
         """Run a tool unless the turn was cancelled or taken over. A tool that ran has its
         result written even when a cancel came meanwhile (the side effect happened); the
         cancel stops the turn at the next check."""
-        self._check_lease(run)
-        self._check_cancel(run)
+        self._checkpoint(run)
         outcome = tool.invoke(arguments)
         self._check_lease(run)
         return outcome

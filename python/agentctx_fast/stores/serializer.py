@@ -24,6 +24,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
+from agentctx_fast._ids import is_unicode_text
 from agentctx_fast.coordinator import AgentContextCompressionState
 from agentctx_fast.errors import AgentCtxError, SerializationError
 from agentctx_fast.messages import (
@@ -134,13 +135,10 @@ def _check_no_lone_surrogate(value: object, where: str = "record") -> None:
 
 def _walk_texts(value: object, where: str) -> None:
     if isinstance(value, str):
-        if not value.isascii():
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                raise SerializationError(
-                    f"{where}: {value!r} holds a lone surrogate, not valid Unicode text"
-                ) from None
+        if not is_unicode_text(value):
+            raise SerializationError(
+                f"{where}: {value!r} holds a lone surrogate, not valid Unicode text"
+            )
     elif isinstance(value, list):
         for index, item in enumerate(value):
             _walk_texts(item, f"{where}[{index}]")
