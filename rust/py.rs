@@ -10,6 +10,7 @@ use crate::window::{self, WindowOptions};
 use crate::{protocol, turns};
 use numpy::PyArray1;
 use pyo3::exceptions::{PyMemoryError, PyTypeError};
+use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -244,6 +245,103 @@ impl MessageCore {
     }
 }
 
+/// Reads the `_core` slot of the message classes straight from the object, as the slot's
+/// member descriptor does, skipping the attribute lookup; about a tenth of a window's time.
+///
+/// Only instances whose exact type is one of the library's message classes are read this
+/// way: every one of them has `Message`'s layout and resolves `_core` to `Message`'s slot.
+struct SlotReader {
+    types: Vec<usize>,
+    offset: isize,
+    core_type: usize,
+}
+
+static SLOT_READER: PyOnceLock<Option<SlotReader>> = PyOnceLock::new();
+
+impl SlotReader {
+    /// `None` when the slot is not a plain object member (then every read takes getattr).
+    fn new(py: Python<'_>) -> PyResult<Option<SlotReader>> {
+        let messages = py.import("agentctx_fast.messages")?;
+        let Some(offset) = member_offset(&messages.getattr("Message")?, "_core")? else {
+            return Ok(None);
+        };
+        let mut types = Vec::new();
+        for name in MESSAGE_CLASSES {
+            let class = messages.getattr(name)?;
+            // A class that defined the name again would not read the base slot.
+            let mut owners = 0;
+            for owner in class.getattr("__mro__")?.try_iter()? {
+                owners += usize::from(owner?.getattr("__dict__")?.contains("_core")?);
+            }
+            if owners == 1 {
+                types.push(class.as_ptr() as usize);
+            }
+        }
+        Ok(Some(SlotReader {
+            types,
+            offset,
+            core_type: py.get_type::<MessageCore>().as_ptr() as usize,
+        }))
+    }
+
+    /// The message's cached core, when `object` is an exact library message that has one.
+    #[inline]
+    fn read<'py>(&self, object: &Bound<'py, PyAny>) -> Option<Bound<'py, MessageCore>> {
+        let pointer = object.as_ptr();
+        // SAFETY: `pointer` is a live object; its exact type is one of `types`, every one of
+        // which has the object member `_core` at `offset`, so the read is of an initialised
+        // PyObject pointer (or NULL when unset). The value's type is checked before the cast.
+        unsafe {
+            if !self.types.contains(&(ffi::Py_TYPE(pointer) as usize)) {
+                return None;
+            }
+            let value = *pointer
+                .cast::<u8>()
+                .offset(self.offset)
+                .cast::<*mut ffi::PyObject>();
+            if value.is_null() || ffi::Py_TYPE(value) as usize != self.core_type {
+                return None;
+            }
+            Some(Bound::from_borrowed_ptr(object.py(), value).cast_into_unchecked())
+        }
+    }
+}
+
+/// Offset of `class`'s own `__slots__` entry `name` in its instances, when it is a plain
+/// object member (what `__slots__` makes); `None` for anything else.
+fn member_offset(class: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<isize>> {
+    let Some(descriptor) = class.getattr("__dict__")?.get_item(name).ok() else {
+        return Ok(None);
+    };
+    let member_type = std::ptr::addr_of_mut!(ffi::PyMemberDescr_Type);
+    // SAFETY: the descriptor's exact type is checked before it is read as a member descriptor;
+    // its PyMemberDef lives as long as the class, and the class is alive here.
+    unsafe {
+        let pointer = descriptor.as_ptr();
+        if ffi::Py_TYPE(pointer) != member_type {
+            return Ok(None);
+        }
+        let descriptor = &*pointer.cast::<ffi::PyMemberDescrObject>();
+        let member = descriptor.d_member;
+        let ok = descriptor.d_common.d_type.cast::<ffi::PyObject>() == class.as_ptr()
+            && !member.is_null()
+            && (*member).type_code == ffi::Py_T_OBJECT_EX
+            && (*member).flags & ffi::Py_READONLY == 0
+            && (*member).offset >= std::mem::size_of::<ffi::PyObject>() as isize;
+        Ok(ok.then(|| (*member).offset))
+    }
+}
+
+/// The concrete message classes whose `_core` slot is read directly.
+const MESSAGE_CLASSES: [&str; 6] = [
+    "SystemMessage",
+    "UserMessage",
+    "AiMessage",
+    "ToolMessage",
+    "AgentActionMessage",
+    "AgentFormMessage",
+];
+
 /// The cached core of a message, creating it on first sight; `None` for a non-message.
 fn core_of<'py>(
     py: Python<'py>,
@@ -259,6 +357,11 @@ fn core_named<'py>(
     object: &Bound<'py, PyAny>,
     slot: &Bound<'py, PyString>,
 ) -> PyResult<Option<Bound<'py, MessageCore>>> {
+    if let Some(reader) = SLOT_READER.get_or_try_init(py, || SlotReader::new(py))? {
+        if let Some(core) = reader.read(object) {
+            return Ok(Some(core));
+        }
+    }
     if let Ok(Some(cached)) = object.getattr_opt(slot) {
         if let Ok(core) = cached.cast_into::<MessageCore>() {
             return Ok(Some(core));
@@ -655,44 +758,62 @@ fn message_tokens<'py>(
     Ok(PyArray1::from_vec(py, counts))
 }
 
-#[pyfunction]
-#[allow(clippy::too_many_arguments)]
-#[pyo3(signature = (messages, system, use_leading_system, max_attached_turns, max_attached_messages, compact_completed_tool_turns, compression_keep_recent_turns, max_attached_tokens, count_tokens, turn_statuses, completed))]
-fn select<'py>(
-    py: Python<'py>,
-    messages: &Bound<'py, PyAny>,
+/// A limit (an int >= 0) as the core holds it: one past the core's range is `max`, which no
+/// history can reach, so the window is the one the reference builds with the exact int.
+fn saturating<T>(value: &Bound<'_, PyAny>, max: T) -> PyResult<T>
+where
+    T: for<'a, 'py> FromPyObject<'a, 'py, Error = PyErr>,
+{
+    match value.extract::<T>() {
+        Err(error)
+            if error.is_instance_of::<pyo3::exceptions::PyOverflowError>(value.py())
+                && value.gt(0)? =>
+        {
+            Ok(max)
+        }
+        other => other,
+    }
+}
+
+/// What `select` hands the caller besides the messages: how the window was chosen.
+struct Chosen<'py> {
+    messages: Bound<'py, PyList>,
+    has_system: bool,
+    window: window::Window,
+}
+
+/// The window's options as the core takes them, and the Python objects it consults.
+struct Request<'py> {
     system: Option<Bound<'py, PyAny>>,
     use_leading_system: bool,
-    max_attached_turns: usize,
-    max_attached_messages: usize,
-    compact_completed_tool_turns: bool,
-    compression_keep_recent_turns: usize,
-    max_attached_tokens: Option<u64>,
+    options: WindowOptions,
     count_tokens: Option<Bound<'py, PyAny>>,
     turn_statuses: Option<Bound<'py, PyAny>>,
     completed: Bound<'py, PyAny>,
-) -> PyResult<Bound<'py, PyTuple>> {
+}
+
+fn choose<'py>(
+    py: Python<'py>,
+    messages: &Bound<'py, PyAny>,
+    request: Request<'py>,
+) -> Result<Chosen<'py>, Failure> {
     let reads = Reads::new();
     let mut source = PySource::new(py, messages, &reads)?;
     // A default window reads about fifty messages of the tail.
     source.tail.reserve(64);
-    source.system = system;
-    if use_leading_system {
+    source.system = request.system;
+    if request.use_leading_system {
         source.system = match window::leading_system(&mut source)? {
             Some(index) => Some(source.object(index)?),
             None => None,
         };
     }
-    source.estimator = count_tokens;
-    source.statuses = turn_statuses;
-    source.completed = Some(completed);
+    source.estimator = request.count_tokens;
+    source.statuses = request.turn_statuses;
+    source.completed = Some(request.completed);
     let options = WindowOptions {
-        max_attached_turns,
-        max_attached_messages,
-        compact_completed_tool_turns,
-        compression_keep_recent_turns,
-        max_attached_tokens,
         has_system: source.system.is_some(),
+        ..request.options
     };
     let result = window::select(&mut source, &options)?;
     let mut objects = Vec::with_capacity(result.items.len() + 1);
@@ -702,28 +823,320 @@ fn select<'py>(
     for item in &result.items {
         objects.push(source.materialize(*item)?);
     }
+    Ok(Chosen {
+        messages: PyList::new(py, objects)?,
+        has_system: options.has_system,
+        window: result,
+    })
+}
+
+fn cut_by_name(py: Python<'_>, cut_by: Option<window::CutBy>) -> Bound<'_, PyAny> {
+    match cut_by {
+        Some(cut) => PyString::intern(py, cut.name()).into_any(),
+        None => py.None().into_bound(py),
+    }
+}
+
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (messages, system, use_leading_system, max_attached_turns, max_attached_messages, compact_completed_tool_turns, compression_keep_recent_turns, max_attached_tokens, count_tokens, turn_statuses, completed))]
+fn select<'py>(
+    py: Python<'py>,
+    messages: &Bound<'py, PyAny>,
+    system: Option<Bound<'py, PyAny>>,
+    use_leading_system: bool,
+    max_attached_turns: &Bound<'py, PyAny>,
+    max_attached_messages: &Bound<'py, PyAny>,
+    compact_completed_tool_turns: bool,
+    compression_keep_recent_turns: &Bound<'py, PyAny>,
+    max_attached_tokens: Option<Bound<'py, PyAny>>,
+    count_tokens: Option<Bound<'py, PyAny>>,
+    turn_statuses: Option<Bound<'py, PyAny>>,
+    completed: Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let request = Request {
+        system,
+        use_leading_system,
+        options: WindowOptions {
+            max_attached_turns: saturating(max_attached_turns, usize::MAX)?,
+            max_attached_messages: saturating(max_attached_messages, usize::MAX)?,
+            compact_completed_tool_turns,
+            compression_keep_recent_turns: saturating(compression_keep_recent_turns, usize::MAX)?,
+            max_attached_tokens: match max_attached_tokens {
+                Some(budget) => Some(saturating(&budget, u64::MAX)?),
+                None => None,
+            },
+            has_system: false,
+        },
+        count_tokens,
+        turn_statuses,
+        completed,
+    };
+    let Chosen {
+        messages,
+        has_system,
+        window: result,
+    } = choose(py, messages, request)?;
     let repairs: PyResult<Vec<_>> = result
         .repairs
         .iter()
         .map(|v| violation_tuple(py, v))
         .collect();
     let values: [Bound<'py, PyAny>; 11] = [
-        PyList::new(py, objects)?.into_any(),
-        options.has_system.into_pyobject(py)?.to_owned().into_any(),
+        messages.into_any(),
+        has_system.into_pyobject(py)?.to_owned().into_any(),
         result.older_count.into_pyobject(py)?.into_any(),
         result.older_tokens.into_pyobject(py)?.into_any(),
         result.estimated_tokens.into_pyobject(py)?.into_any(),
         result.attached_turns.into_pyobject(py)?.into_any(),
         result.compacted_turns.into_pyobject(py)?.into_any(),
-        match result.cut_by {
-            Some(cut) => PyString::new(py, cut.name()).into_any(),
-            None => py.None().into_bound(py),
-        },
+        cut_by_name(py, result.cut_by),
         PyList::new(py, repairs?)?.into_any(),
         result.seen_history_turns.into_pyobject(py)?.into_any(),
         result.unread_end.into_pyobject(py)?.into_any(),
     ];
     PyTuple::new(py, values)
+}
+
+/// The slots of `ContextWindow`, in the order of its `__init__` parameters, then `_dropped`
+/// (which `__init__` sets to None).
+const WINDOW_FIELDS: [&str; 11] = [
+    "messages",
+    "estimated_tokens",
+    "attached_turns",
+    "compacted_turns",
+    "cut_by",
+    "repairs",
+    "_history",
+    "_seen_history_turns",
+    "_unread_end",
+    "_engine",
+    "_dropped",
+];
+
+/// What `build_window` needs of `agentctx_fast.window`, looked up once.
+struct WindowApi {
+    /// `ContextWindow`, and the offsets of its slots when it is the plain slotted class
+    /// `window.py` defines: then a window is made by writing them, as its `__init__` would,
+    /// without running Python code.
+    context_window: Py<PyAny>,
+    slots: Option<[isize; 11]>,
+    /// `window._build_checked`: every check and option, for calls off the fast path.
+    checked: Py<PyAny>,
+    system_message: Py<PyAny>,
+    system_type: Py<PyAny>,
+    violation: Py<PyAny>,
+    completed: Py<PyAny>,
+    engine: Py<PyAny>,
+}
+
+static WINDOW_API: PyOnceLock<WindowApi> = PyOnceLock::new();
+
+impl WindowApi {
+    fn get(py: Python<'_>) -> PyResult<&WindowApi> {
+        WINDOW_API.get_or_try_init(py, || {
+            let window = py.import("agentctx_fast.window")?;
+            let class = window.getattr("ContextWindow")?;
+            Ok(WindowApi {
+                slots: window_slots(&class)?,
+                context_window: class.unbind(),
+                checked: window.getattr("_build_checked")?.unbind(),
+                system_message: window.getattr("_system_message")?.unbind(),
+                system_type: py
+                    .import("agentctx_fast.messages")?
+                    .getattr("SystemMessage")?
+                    .unbind(),
+                violation: py
+                    .import("agentctx_fast.protocol")?
+                    .getattr("ProtocolViolation")?
+                    .unbind(),
+                completed: window.getattr("_COMPLETED")?.unbind(),
+                engine: py.import("agentctx_fast._native")?.into_any().unbind(),
+            })
+        })
+    }
+
+    /// A `ContextWindow` holding `values` (in `WINDOW_FIELDS` order).
+    fn window<'py>(
+        &self,
+        py: Python<'py>,
+        values: [Bound<'py, PyAny>; 11],
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let class = self.context_window.bind(py);
+        let Some(offsets) = self.slots else {
+            let [a, b, c, d, e, f, g, h, i, j, _] = values;
+            return class.call1((a, b, c, d, e, f, g, h, i, j));
+        };
+        let type_object = class.as_ptr().cast::<ffi::PyTypeObject>();
+        // SAFETY: `window_slots` checked that the class is a plain slotted class whose slots
+        // are exactly WINDOW_FIELDS, object members at `offsets` inside its instances. tp_alloc
+        // returns a zeroed, tracked instance; each slot then takes one owned reference, as
+        // `__init__` would store it. No Python code runs between the allocation and the
+        // stores, and a collector passing meanwhile would see empty slots, which it allows.
+        unsafe {
+            let Some(alloc) = (*type_object).tp_alloc else {
+                let [a, b, c, d, e, f, g, h, i, j, _] = values;
+                return class.call1((a, b, c, d, e, f, g, h, i, j));
+            };
+            let instance = alloc(type_object, 0);
+            if instance.is_null() {
+                return Err(PyErr::fetch(py));
+            }
+            for (offset, value) in offsets.into_iter().zip(values) {
+                *instance
+                    .cast::<u8>()
+                    .offset(offset)
+                    .cast::<*mut ffi::PyObject>() = value.into_ptr();
+            }
+            Ok(Bound::from_owned_ptr(py, instance))
+        }
+    }
+}
+
+/// The slot offsets of `ContextWindow` in `WINDOW_FIELDS` order, when it is a plain class of
+/// exactly those slots (no `__dict__`, no base but object).
+fn window_slots(class: &Bound<'_, PyAny>) -> PyResult<Option<[isize; 11]>> {
+    let py = class.py();
+    let object = py.get_type::<pyo3::types::PyAny>();
+    let bases = class.getattr("__bases__")?;
+    let mut declared: Vec<String> = class.getattr("__slots__")?.extract()?;
+    declared.sort();
+    let mut expected = WINDOW_FIELDS.map(str::to_owned);
+    expected.sort();
+    if !bases.eq((object,))?
+        || declared != expected
+        || class.getattr("__dict__")?.contains("__dict__")?
+    {
+        return Ok(None);
+    }
+    let mut offsets = [0isize; 11];
+    // SAFETY: `class` is a type (it has __bases__ and __slots__, checked above as a class).
+    let basic_size = if class.is_instance_of::<pyo3::types::PyType>() {
+        unsafe { (*class.as_ptr().cast::<ffi::PyTypeObject>()).tp_basicsize }
+    } else {
+        return Ok(None);
+    };
+    for (slot, name) in offsets.iter_mut().zip(WINDOW_FIELDS) {
+        match member_offset(class, name)? {
+            Some(offset) if offset + (std::mem::size_of::<usize>() as isize) <= basic_size => {
+                *slot = offset
+            }
+            _ => return Ok(None),
+        }
+    }
+    Ok(Some(offsets))
+}
+
+/// An option that is an exact int within `T`, or `None` to take the checked path.
+fn plain_int<T: for<'a, 'py> FromPyObject<'a, 'py>>(value: &Bound<'_, PyAny>) -> Option<T> {
+    if value.is_exact_instance_of::<pyo3::types::PyInt>() {
+        value.extract().ok()
+    } else {
+        None
+    }
+}
+
+/// `build_window` (SPEC §5): the common call (int limits, no compressor, the heuristic
+/// estimator, a dict of statuses) runs here end to end; anything else, errors included, goes
+/// through `window._build_checked`, which checks every option and calls `select`.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn build_window<'py>(
+    py: Python<'py>,
+    messages: &Bound<'py, PyAny>,
+    system: &Bound<'py, PyAny>,
+    max_attached_turns: &Bound<'py, PyAny>,
+    max_attached_messages: &Bound<'py, PyAny>,
+    compact_completed_tool_turns: &Bound<'py, PyAny>,
+    compression_keep_recent_turns: &Bound<'py, PyAny>,
+    context_compressor: &Bound<'py, PyAny>,
+    max_attached_tokens: &Bound<'py, PyAny>,
+    token_estimator: &Bound<'py, PyAny>,
+    turn_statuses: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let api = WindowApi::get(py)?;
+    let plain = (|| {
+        let system = if system.is_none() {
+            None
+        } else if system.get_type().is(api.system_type.bind(py)) {
+            Some(system.clone())
+        } else if system.is_exact_instance_of::<PyString>() {
+            Some(api.system_message.bind(py).call1((system,)).ok()?)
+        } else {
+            return None;
+        };
+        let compact = compact_completed_tool_turns
+            .cast_exact::<pyo3::types::PyBool>()
+            .ok()?
+            .is_true();
+        let plain_options = context_compressor.is_none()
+            && token_estimator.is_none()
+            && (turn_statuses.is_none()
+                || turn_statuses.is_exact_instance_of::<pyo3::types::PyDict>());
+        if !plain_options {
+            return None;
+        }
+        let max_attached_tokens = if max_attached_tokens.is_none() {
+            None
+        } else {
+            Some(plain_int::<u64>(max_attached_tokens)?)
+        };
+        Some(Request {
+            use_leading_system: system.is_none(),
+            system,
+            options: WindowOptions {
+                max_attached_turns: plain_int(max_attached_turns)?,
+                max_attached_messages: plain_int(max_attached_messages)?,
+                compact_completed_tool_turns: compact,
+                compression_keep_recent_turns: plain_int(compression_keep_recent_turns)?,
+                max_attached_tokens,
+                has_system: false,
+            },
+            count_tokens: None,
+            turn_statuses: (!turn_statuses.is_none()).then(|| turn_statuses.clone()),
+            completed: api.completed.bind(py).clone(),
+        })
+    })();
+    let Some(request) = plain else {
+        return api.checked.bind(py).call1((
+            api.engine.bind(py),
+            messages,
+            system,
+            max_attached_turns,
+            max_attached_messages,
+            compact_completed_tool_turns,
+            compression_keep_recent_turns,
+            context_compressor,
+            max_attached_tokens,
+            token_estimator,
+            turn_statuses,
+        ));
+    };
+    let Chosen {
+        messages: window,
+        window: result,
+        ..
+    } = choose(py, messages, request)?;
+    let repairs = PyList::empty(py);
+    for v in &result.repairs {
+        repairs.append(api.violation.bind(py).call1(violation_tuple(py, v)?)?)?;
+    }
+    api.window(
+        py,
+        [
+            window.into_any(),
+            result.estimated_tokens.into_pyobject(py)?.into_any(),
+            result.attached_turns.into_pyobject(py)?.into_any(),
+            result.compacted_turns.into_pyobject(py)?.into_any(),
+            cut_by_name(py, result.cut_by),
+            repairs.into_any(),
+            messages.clone(),
+            result.seen_history_turns.into_pyobject(py)?.into_any(),
+            result.unread_end.into_pyobject(py)?.into_any(),
+            api.engine.bind(py).clone(),
+            py.None().into_bound(py),
+        ],
+    )
 }
 
 /// Inputs at least this large are counted with the GIL released (below it, detaching costs
@@ -802,6 +1215,7 @@ fn count_texts<'py>(
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     module.add_class::<MessageCore>()?;
+    module.add_function(wrap_pyfunction!(build_window, module)?)?;
     module.add_function(wrap_pyfunction!(count_text_py, module)?)?;
     module.add_function(wrap_pyfunction!(count_texts, module)?)?;
     module.add_function(wrap_pyfunction!(count_turns, module)?)?;

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 from agentctx_fast._backend import core, native
@@ -118,18 +118,17 @@ def build_window(
     >>> [m.message_id for m in w.messages], w.cut_by
     (['system', 'u2'], 'max_attached_turns')
     """
-    return build_window_on(
-        core,
+    return _build(
         messages,
-        system=system,
-        max_attached_turns=max_attached_turns,
-        max_attached_messages=max_attached_messages,
-        compact_completed_tool_turns=compact_completed_tool_turns,
-        compression_keep_recent_turns=compression_keep_recent_turns,
-        context_compressor=context_compressor,
-        max_attached_tokens=max_attached_tokens,
-        token_estimator=token_estimator,
-        turn_statuses=turn_statuses,
+        system,
+        max_attached_turns,
+        max_attached_messages,
+        compact_completed_tool_turns,
+        compression_keep_recent_turns,
+        context_compressor,
+        max_attached_tokens,
+        token_estimator,
+        turn_statuses,
     )
 
 
@@ -148,6 +147,45 @@ def build_window_on(
     turn_statuses: Mapping[str, TurnStatus] | None = None,
 ) -> ContextWindow:
     """`build_window` on a given core (the Rust module or the reference); for benchmarks."""
+    return builder(engine)(
+        messages,
+        system,
+        max_attached_turns,
+        max_attached_messages,
+        compact_completed_tool_turns,
+        compression_keep_recent_turns,
+        context_compressor,
+        max_attached_tokens,
+        token_estimator,
+        turn_statuses,
+    )
+
+
+def builder(engine: Any) -> Callable[..., ContextWindow]:
+    """`build_window` on ``engine``, taking its arguments by position (in signature order).
+
+    The Rust module builds the common window (plain int limits, no compressor, the default
+    estimator) without any Python code and sends every other call to `_build_checked`.
+    """
+    if engine is native and native is not None:
+        return native.build_window  # type: ignore[no-any-return]
+    return partial(_build_checked, engine)
+
+
+def _build_checked(
+    engine: Any,
+    messages: Sequence[Message],
+    system: SystemMessage | str | None,
+    max_attached_turns: int,
+    max_attached_messages: int,
+    compact_completed_tool_turns: bool,
+    compression_keep_recent_turns: int,
+    context_compressor: AgentContextCompressor | None,
+    max_attached_tokens: int | None,
+    token_estimator: TokenEstimator | None,
+    turn_statuses: Mapping[str, TurnStatus] | None,
+) -> ContextWindow:
+    """Every option checked, then the window from ``engine.select``."""
     # One cheap test for the common case; the named checks only when something is off.
     if (
         type(max_attached_turns) is not int
@@ -294,3 +332,7 @@ def validate_compressor_output(output: object) -> list[Message]:
             f"{first.message_id!r} (tool_call_id {first.tool_call_id!r})"
         )
     return list(output)
+
+
+# The entry `build_window` calls, bound to the selected core once.
+_build = builder(core)

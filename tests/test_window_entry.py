@@ -1,0 +1,240 @@
+"""`build_window` as callers reach it: the Rust entry builds the common window without Python
+code and sends every other call through the checked path; both agree with the reference."""
+
+from __future__ import annotations
+
+import sys
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import agentctx_fast
+from agentctx_fast import (
+    AiMessage,
+    HeuristicTokenEstimator,
+    Message,
+    SystemMessage,
+    TurnStatus,
+    UserMessage,
+    build_window,
+)
+from agentctx_fast._reference import api as reference
+from agentctx_fast.window import ContextWindow, builder
+from conftest import native_or_skip
+from strategies import histories, window_options
+
+SETTINGS = settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.fixture(scope="module")
+def native() -> Any:
+    return native_or_skip()
+
+
+class _Int(int):
+    pass
+
+
+class _Str(str):
+    __slots__ = ()
+
+
+class _System(SystemMessage):
+    __slots__ = ()
+
+
+class _Estimator:
+    def estimate(self, messages: list[Message]) -> int:
+        return 3 * len(messages)
+
+
+def _keep_older(older: list[Message]) -> list[Message]:
+    return older
+
+
+_LIMIT = st.one_of(
+    st.integers(-2, 12),
+    st.booleans(),
+    st.sampled_from([2**64, 2**70, 3.0, None, "3", _Int(4)]),
+)
+# Values a caller may pass that are off the fast path, valid or not.
+ODD_OPTIONS = {
+    "system": st.sampled_from(
+        [
+            "",
+            "\ud800 lone surrogate",
+            _Str("You are a str subclass."),
+            SystemMessage("You are a message.", message_id="sys"),
+            _System("You are a subclass.", message_id="sub"),
+            UserMessage("not a system message"),
+            5,
+        ]
+    ),
+    "max_attached_turns": _LIMIT,
+    "max_attached_messages": _LIMIT,
+    "compression_keep_recent_turns": _LIMIT,
+    "max_attached_tokens": _LIMIT,
+    "compact_completed_tool_turns": st.sampled_from([0, 1, None, "yes"]),
+    "turn_statuses": st.sampled_from(
+        [
+            OrderedDict(),
+            MappingProxyType({"t0": TurnStatus.COMPLETED}),
+            {"t0": TurnStatus.FAILED},
+            [],
+        ]
+    ),
+    "token_estimator": st.one_of(
+        st.builds(HeuristicTokenEstimator), st.sampled_from([_Estimator(), object()])
+    ),
+    "context_compressor": st.sampled_from([_keep_older, lambda older: [], 5]),
+}
+
+
+def _window(
+    build: Callable[..., ContextWindow], history: list[Any], options: dict[str, Any]
+) -> Any:
+    try:
+        window = build(history, **options)
+    except Exception as error:  # parity covers the class and the message
+        return ("error", type(error), str(error))
+    assert type(window) is ContextWindow
+    return (
+        window.messages,
+        [type(m) for m in window.messages],
+        window.estimated_tokens,
+        window.attached_turns,
+        window.compacted_turns,
+        window.cut_by,
+        window.repairs,
+        window.dropped_turns,
+        repr(window),
+    )
+
+
+def _for_reference(options: dict[str, Any]) -> dict[str, Any]:
+    """The reference's default estimator caches by (message_id, version), and hypothesis
+    reuses ids across examples with other content; a fresh one per call counts afresh, as the
+    Rust core's per-object count does."""
+    if options.get("token_estimator") is None:
+        return {**options, "token_estimator": HeuristicTokenEstimator()}
+    return options
+
+
+def _keywords(engine: Any) -> Callable[..., ContextWindow]:
+    entry = builder(engine)
+
+    def build(
+        messages: list[Any],
+        *,
+        system: Any = None,
+        max_attached_turns: Any = 10,
+        max_attached_messages: Any = 100,
+        compact_completed_tool_turns: Any = False,
+        compression_keep_recent_turns: Any = 2,
+        context_compressor: Any = None,
+        max_attached_tokens: Any = None,
+        token_estimator: Any = None,
+        turn_statuses: Any = None,
+    ) -> ContextWindow:
+        return entry(
+            messages,
+            system,
+            max_attached_turns,
+            max_attached_messages,
+            compact_completed_tool_turns,
+            compression_keep_recent_turns,
+            context_compressor,
+            max_attached_tokens,
+            token_estimator,
+            turn_statuses,
+        )
+
+    return build
+
+
+@SETTINGS
+@given(st.data())
+def test_entry_parity_on_plain_options(native: Any, data: st.DataObject) -> None:
+    history = data.draw(histories())
+    options = data.draw(window_options(history))
+    assert _window(_keywords(native), history, options) == _window(
+        _keywords(reference), history, _for_reference(options)
+    )
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_entry_parity_on_odd_options(native: Any, data: st.DataObject) -> None:
+    history = data.draw(histories())
+    options = data.draw(window_options(history))
+    names = data.draw(st.lists(st.sampled_from(sorted(ODD_OPTIONS)), min_size=1, max_size=3))
+    for name in names:
+        options[name] = data.draw(ODD_OPTIONS[name])
+    assert _window(_keywords(native), history, options) == _window(
+        _keywords(reference), history, _for_reference(options)
+    )
+
+
+def _history() -> list[Message]:
+    return [
+        UserMessage("Where is my order?", message_id="u1"),
+        AiMessage("It ships today.", message_id="a1"),
+        UserMessage("Thanks, and the refund?", message_id="u2"),
+    ]
+
+
+PACKAGE = str(Path(agentctx_fast.__file__).parent)
+
+
+def _python_calls(fn: Callable[[], Any]) -> list[str]:
+    """The library's Python functions that run during ``fn()``."""
+    calls: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code.co_filename.startswith(PACKAGE):
+            calls.append(f"{frame.f_code.co_filename}:{frame.f_code.co_name}")
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+def test_plain_call_runs_no_python_code(native: Any) -> None:
+    history = _history()
+    entry = builder(native)
+    plain = (history, "Be brief.", 10, 100, True, 2, None, 500, None, {"t": TurnStatus.COMPLETED})
+    entry(*plain)  # the first call imports and caches what the entry needs
+    assert _python_calls(lambda: entry(*plain)) == []
+    # An option off the fast path runs the checked path, which is Python.
+    checked = (*plain[:2], _Int(10), *plain[3:])
+    assert any("_build_checked" in call for call in _python_calls(lambda: entry(*checked)))
+
+
+def test_fast_path_window_is_a_whole_context_window(native: Any) -> None:
+    history = _history()
+    window = builder(native)(history, None, 0, 100, False, 2, None, None, None, None)
+    assert isinstance(window, ContextWindow)
+    assert [m.message_id for m in window.messages] == ["u2"]
+    assert window.estimated_tokens > 0
+    assert (window.attached_turns, window.compacted_turns) == (0, 0)
+    assert window.cut_by == "max_attached_turns"
+    assert window.repairs == []
+    assert window.dropped_turns == 1
+    assert repr(window).startswith("ContextWindow(1 messages")
+
+
+def test_public_build_window_uses_the_selected_core() -> None:
+    from agentctx_fast import _backend
+
+    window = build_window(_history(), system="Be brief.")
+    assert [m.message_id for m in window.messages] == ["system", "u1", "a1", "u2"]
+    assert window._engine is _backend.core
