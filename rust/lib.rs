@@ -1,7 +1,6 @@
 //! agentctx_fast's core: turn segmentation, tool-protocol validation, window selection and
 //! heuristic token counting. No PyO3 here; `py.rs` (feature `python`) is the only binding.
 
-pub mod arena;
 pub mod error;
 pub mod model;
 pub mod protocol;

@@ -1,21 +1,21 @@
 //! The only file that knows PyO3: converts Python messages to the core's view at the edge,
 //! runs the core, and turns its errors into the exceptions the pure-Python reference raises.
 
-use crate::arena::Arena;
 use crate::error::CoreError;
 use crate::model::{Item, Kind, MessageInfo, Source};
 use crate::protocol::Violation;
 use crate::tokens::{count_text, count_utf8_bytes as count_utf8};
-use crate::window::{self, WindowOptions};
+use crate::window::{self, CutBy, WindowOptions};
 use crate::{protocol, turns};
 use numpy::PyArray1;
-use pyo3::exceptions::{PyMemoryError, PyTypeError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyList, PySequence, PyString, PyTuple};
 use std::borrow::Borrow;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -251,7 +251,8 @@ impl MessageCore {
 /// Only instances whose exact type is one of the library's message classes are read this
 /// way: every one of them has `Message`'s layout and resolves `_core` to `Message`'s slot.
 struct SlotReader {
-    types: Vec<usize>,
+    /// The classes' addresses; 0 (no class) where one redefines `_core`.
+    types: [usize; MESSAGE_CLASSES.len()],
     offset: isize,
     core_type: usize,
 }
@@ -265,8 +266,8 @@ impl SlotReader {
         let Some(offset) = member_offset(&messages.getattr("Message")?, "_core")? else {
             return Ok(None);
         };
-        let mut types = Vec::new();
-        for name in MESSAGE_CLASSES {
+        let mut types = [0; MESSAGE_CLASSES.len()];
+        for (address, name) in types.iter_mut().zip(MESSAGE_CLASSES) {
             let class = messages.getattr(name)?;
             // A class that defined the name again would not read the base slot.
             let mut owners = 0;
@@ -274,7 +275,7 @@ impl SlotReader {
                 owners += usize::from(owner?.getattr("__dict__")?.contains("_core")?);
             }
             if owners == 1 {
-                types.push(class.as_ptr() as usize);
+                *address = class.as_ptr() as usize;
             }
         }
         Ok(Some(SlotReader {
@@ -352,7 +353,24 @@ fn core_of<'py>(
 
 /// [`core_of`] with the slot name already interned, for loops over whole histories: a cached
 /// core costs one attribute read and one type check.
+#[inline]
 fn core_named<'py>(
+    py: Python<'py>,
+    object: &Bound<'py, PyAny>,
+    slot: &Bound<'py, PyString>,
+) -> PyResult<Option<Bound<'py, MessageCore>>> {
+    if let Some(Some(reader)) = SLOT_READER.get(py) {
+        if let Some(core) = reader.read(object) {
+            return Ok(Some(core));
+        }
+    }
+    core_by_name(py, object, slot)
+}
+
+/// [`core_named`] for anything but a library message with its core cached.
+#[cold]
+#[inline(never)]
+fn core_by_name<'py>(
     py: Python<'py>,
     object: &Bound<'py, PyAny>,
     slot: &Bound<'py, PyString>,
@@ -412,7 +430,7 @@ fn stream_cores<'py>(
     let end = end.map_or(len, |end| end.min(len));
     let slot = intern!(py, "_core");
     for index in 0..end {
-        let object = seq.get_item(index)?;
+        let object = seq.get(index)?;
         match core_named(py, &object, slot)? {
             Some(core) => sink(&CoreRef(core)),
             None => {
@@ -443,8 +461,8 @@ fn cached_tokens(py: Python<'_>, object: &Bound<'_, PyAny>, core: &MessageCore) 
     Ok(tokens)
 }
 
-/// A message's cached core, borrowed from the arena that keeps it alive for the whole window:
-/// copying it, holding it in a turn or an open call costs no reference count.
+/// A message's cached core, borrowed from the `Reads` that keeps it alive for the whole
+/// window: copying it, holding it in a turn or an open call costs no reference count.
 #[derive(Clone, Copy)]
 struct CoreView<'a>(&'a MessageCore);
 
@@ -454,29 +472,51 @@ impl Borrow<MessageInfo> for CoreView<'_> {
     }
 }
 
-/// A message a window read and its core, owned until the window is built.
-type Read<'py> = (Bound<'py, PyAny>, Bound<'py, MessageCore>);
-
-/// Everything a window reads: the tail, by distance from the end (the backward scan reads it
-/// in that order), and any other message.
-struct Reads<'py> {
-    tail: Arena<Read<'py>>,
-    others: Arena<Read<'py>>,
+/// A message a window read and its core, both kept alive by `Reads` for `'a`.
+#[derive(Clone, Copy)]
+struct Seen<'a> {
+    object: *mut ffi::PyObject,
+    core: &'a MessageCore,
 }
 
-impl Reads<'_> {
-    fn new() -> Self {
+impl Seen<'_> {
+    fn object<'py>(&self, py: Python<'py>) -> Bound<'py, PyAny> {
+        // SAFETY: `Reads` holds a strong reference to the object for as long as `self` lives.
+        unsafe { Bound::from_borrowed_ptr(py, self.object) }
+    }
+}
+
+/// Every message a window read, with its core, owned until the window is built. Values are
+/// only ever added, so what `hold` hands out stays valid while the `Reads` lives.
+struct Reads<'py> {
+    held: RefCell<Vec<(Bound<'py, PyAny>, Bound<'py, MessageCore>)>>,
+}
+
+impl<'py> Reads<'py> {
+    fn with_capacity(capacity: usize) -> Self {
         Reads {
-            tail: Arena::new(),
-            others: Arena::new(),
+            held: RefCell::new(Vec::with_capacity(capacity)),
         }
+    }
+
+    fn hold(&self, object: Bound<'py, PyAny>, core: Bound<'py, MessageCore>) -> Seen<'_> {
+        let core_ref: *const MessageCore = core.get();
+        let seen = Seen {
+            object: object.as_ptr(),
+            // SAFETY: the core is a Python object on the heap, kept alive by the reference
+            // pushed below until `self` drops, and never mutated except through atomics; moving
+            // the `Bound` into the vector does not move the object it points to.
+            core: unsafe { &*core_ref },
+        };
+        self.held.borrow_mut().push((object, core));
+        seen
     }
 }
 
 /// A Python sequence of messages, read lazily by index.
 struct PySource<'a, 'py> {
     py: Python<'py>,
-    seq: Bound<'py, PySequence>,
+    seq: Items<'py>,
     len: usize,
     estimator: Option<Bound<'py, PyAny>>,
     system: Option<Bound<'py, PyAny>>,
@@ -484,18 +524,51 @@ struct PySource<'a, 'py> {
     completed: Option<Bound<'py, PyAny>>,
     synthetic: HashMap<(usize, usize), Bound<'py, PyAny>>,
     reads: &'a Reads<'py>,
-    /// `reads.tail` again, as a plain slice of references: a window looks each message up
-    /// several times (scan, turn, tokens, output), so the hit must be one bounds check.
-    tail: Vec<&'a Read<'py>>,
+    /// The tail read so far, by distance from the end (the backward scan reads it in that
+    /// order): a window looks each message up several times (scan, turn, tokens, output), so
+    /// the hit must be one bounds check.
+    tail: Vec<Seen<'a>>,
+}
+
+/// `messages`, read by index: an exact list or tuple straight from its item array, any other
+/// sequence through `__getitem__`.
+struct Items<'py> {
+    seq: Bound<'py, PySequence>,
+    list: Option<Bound<'py, PyList>>,
+    tuple: Option<Bound<'py, PyTuple>>,
+}
+
+impl<'py> Items<'py> {
+    fn len(&self) -> PyResult<usize> {
+        self.seq.len()
+    }
+
+    #[inline]
+    fn get(&self, index: usize) -> PyResult<Bound<'py, PyAny>> {
+        if let Some(list) = &self.list {
+            // A callback may have shrunk the list since its length was read: check again.
+            if index < list.len() {
+                // SAFETY: `index` is within the list's current length.
+                return Ok(unsafe { list.get_item_unchecked(index) });
+            }
+        } else if let Some(tuple) = &self.tuple {
+            if index < tuple.len() {
+                // SAFETY: `index` is within the tuple's length.
+                return Ok(unsafe { tuple.get_item_unchecked(index) });
+            }
+        }
+        self.seq.get_item(index)
+    }
 }
 
 /// `messages` as a sequence, or the reference's error for anything else.
-fn sequence<'py>(
-    py: Python<'py>,
-    messages: &Bound<'py, PyAny>,
-) -> Result<Bound<'py, PySequence>, Failure> {
+fn sequence<'py>(py: Python<'py>, messages: &Bound<'py, PyAny>) -> Result<Items<'py>, Failure> {
     match messages.cast::<PySequence>() {
-        Ok(seq) if !messages.is_instance_of::<pyo3::types::PyDict>() => Ok(seq.clone()),
+        Ok(seq) if !messages.is_instance_of::<pyo3::types::PyDict>() => Ok(Items {
+            seq: seq.clone(),
+            list: messages.cast_exact::<PyList>().ok().cloned(),
+            tuple: messages.cast_exact::<PyTuple>().ok().cloned(),
+        }),
         _ => Err(Failure(raise(
             py,
             &classes(py)?.invalid_message_type,
@@ -530,13 +603,13 @@ impl<'a, 'py> PySource<'a, 'py> {
     }
 
     fn object(&self, index: usize) -> PyResult<Bound<'py, PyAny>> {
-        self.seq.get_item(index)
+        self.seq.get(index)
     }
 
     /// `messages[index]` and its core, read once: a window reads the tail backwards, then
     /// reads its turns, their tokens and their objects again.
     #[inline]
-    fn read(&mut self, index: usize) -> Result<&'a Read<'py>, Failure> {
+    fn read(&mut self, index: usize) -> Result<Seen<'a>, Failure> {
         let from_end = self.len.checked_sub(index + 1);
         match from_end.and_then(|back| self.tail.get(back)) {
             Some(read) => Ok(*read),
@@ -546,12 +619,7 @@ impl<'a, 'py> PySource<'a, 'py> {
 
     #[cold]
     #[inline(never)]
-    fn read_new(
-        &mut self,
-        index: usize,
-        from_end: Option<usize>,
-    ) -> Result<&'a Read<'py>, Failure> {
-        let reads: &'a Reads<'py> = self.reads;
+    fn read_new(&mut self, index: usize, from_end: Option<usize>) -> Result<Seen<'a>, Failure> {
         let object = self.object(index)?;
         let Some(core) = core_of(self.py, &object)? else {
             return Err(CoreError::NotAMessage {
@@ -560,25 +628,21 @@ impl<'a, 'py> PySource<'a, 'py> {
             }
             .into());
         };
-        let in_tail = from_end == Some(self.tail.len());
-        let arena = if in_tail { &reads.tail } else { &reads.others };
-        let Ok(read) = arena.push((object, core)) else {
-            return Err(PyMemoryError::new_err("too many messages read for one window").into());
-        };
-        if in_tail {
-            self.tail.push(read);
+        let seen = self.reads.hold(object, core);
+        if from_end == Some(self.tail.len()) {
+            self.tail.push(seen);
         }
-        Ok(read)
+        Ok(seen)
     }
 
     #[inline]
     fn core(&mut self, index: usize) -> Result<CoreView<'a>, Failure> {
-        Ok(CoreView(self.read(index)?.1.get()))
+        Ok(CoreView(self.read(index)?.core))
     }
 
     fn materialize(&mut self, item: Item) -> Result<Bound<'py, PyAny>, Failure> {
         match item {
-            Item::Original(index) => Ok(self.read(index)?.0.clone()),
+            Item::Original(index) => Ok(self.read(index)?.object(self.py)),
             Item::MissingResult { caller, call } => {
                 if let Some(existing) = self.synthetic.get(&(caller, call)) {
                     return Ok(existing.clone());
@@ -639,7 +703,10 @@ impl<'a, 'py> Source for PySource<'a, 'py> {
                             let core = self.core(*index)?;
                             match known_tokens(core.0) {
                                 Some(tokens) => tokens,
-                                None => cached_tokens(self.py, &self.read(*index)?.0, core.0)?,
+                                None => {
+                                    let object = self.read(*index)?.object(self.py);
+                                    cached_tokens(self.py, &object, core.0)?
+                                }
                             }
                         }
                         Item::MissingResult { .. } => MESSAGE_OVERHEAD + count_text(MISSING_TEXT),
@@ -745,7 +812,7 @@ fn message_tokens<'py>(
     let mut counts = Vec::with_capacity(len);
     let slot = intern!(py, "_core");
     for index in 0..len {
-        let object = seq.get_item(index)?;
+        let object = seq.get(index)?;
         let Some(core) = core_named(py, &object, slot)? else {
             let error = CoreError::NotAMessage {
                 index,
@@ -797,9 +864,9 @@ fn choose<'py>(
     messages: &Bound<'py, PyAny>,
     request: Request<'py>,
 ) -> Result<Chosen<'py>, Failure> {
-    let reads = Reads::new();
-    let mut source = PySource::new(py, messages, &reads)?;
     // A default window reads about fifty messages of the tail.
+    let reads = Reads::with_capacity(64);
+    let mut source = PySource::new(py, messages, &reads)?;
     source.tail.reserve(64);
     source.system = request.system;
     if request.use_leading_system {
@@ -816,23 +883,64 @@ fn choose<'py>(
         ..request.options
     };
     let result = window::select(&mut source, &options)?;
-    let mut objects = Vec::with_capacity(result.items.len() + 1);
-    if let Some(system) = source.system.clone() {
-        objects.push(system);
-    }
-    for item in &result.items {
-        objects.push(source.materialize(*item)?);
-    }
+    let system = source.system.clone();
+    let messages = new_list(
+        py,
+        usize::from(system.is_some()) + result.items.len(),
+        system
+            .iter()
+            .cloned()
+            .map(Ok)
+            .chain(result.items.iter().map(|item| source.materialize(*item))),
+    )?;
     Ok(Chosen {
-        messages: PyList::new(py, objects)?,
+        messages,
         has_system: options.has_system,
         window: result,
     })
 }
 
-fn cut_by_name(py: Python<'_>, cut_by: Option<window::CutBy>) -> Bound<'_, PyAny> {
+/// A list of the `len` values of `items`, filled in place: the first error drops what was
+/// filled and is returned.
+fn new_list<'py>(
+    py: Python<'py>,
+    len: usize,
+    items: impl Iterator<Item = Result<Bound<'py, PyAny>, Failure>>,
+) -> Result<Bound<'py, PyList>, Failure> {
+    // SAFETY: PyList_New returns a list of `len` NULL items (or NULL with an exception set);
+    // each index below `len` is set once with an owned reference. A list dropped before it is
+    // full holds NULLs past the filled part, which list deallocation skips, and it is never
+    // handed to Python code before it is full.
+    unsafe {
+        let list = ffi::PyList_New(len as ffi::Py_ssize_t);
+        if list.is_null() {
+            return Err(PyErr::fetch(py).into());
+        }
+        let list = Bound::from_owned_ptr(py, list).cast_into_unchecked::<PyList>();
+        let mut filled = 0;
+        for item in items.take(len) {
+            ffi::PyList_SET_ITEM(list.as_ptr(), filled as ffi::Py_ssize_t, item?.into_ptr());
+            filled += 1;
+        }
+        if filled < len {
+            return Err(PyTypeError::new_err("window list came out short").into());
+        }
+        Ok(list)
+    }
+}
+
+/// The `cut_by` strings, made once (a window that names its limit allocates nothing for it).
+static CUT_NAMES: PyOnceLock<[Py<PyString>; 3]> = PyOnceLock::new();
+
+fn cut_by_name(py: Python<'_>, cut_by: Option<CutBy>) -> Bound<'_, PyAny> {
     match cut_by {
-        Some(cut) => PyString::intern(py, cut.name()).into_any(),
+        Some(cut) => {
+            let names = CUT_NAMES.get_or_init(py, || {
+                [CutBy::Turns, CutBy::Messages, CutBy::Tokens]
+                    .map(|cut| PyString::intern(py, cut.name()).unbind())
+            });
+            names[cut as usize].bind(py).clone().into_any()
+        }
         None => py.None().into_bound(py),
     }
 }
