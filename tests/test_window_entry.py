@@ -3,6 +3,8 @@ code and sends every other call through the checked path; both agree with the re
 
 from __future__ import annotations
 
+import copy
+import pickle
 import sys
 from collections import OrderedDict
 from collections.abc import Callable
@@ -22,7 +24,6 @@ from agentctx_fast import (
     SystemMessage,
     TurnStatus,
     UserMessage,
-    build_window,
 )
 from agentctx_fast._reference import api as reference
 from agentctx_fast.window import ContextWindow, builder
@@ -232,9 +233,27 @@ def test_fast_path_window_is_a_whole_context_window(native: Any) -> None:
     assert repr(window).startswith("ContextWindow(1 messages")
 
 
-def test_public_build_window_uses_the_selected_core() -> None:
-    from agentctx_fast import _backend
-
-    window = build_window(_history(), system="Be brief.")
-    assert [m.message_id for m in window.messages] == ["system", "u1", "a1", "u2"]
-    assert window._engine is _backend.core
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_cached_core_slot_is_read_only_when_it_holds_a_core(
+    native: Any, data: st.DataObject
+) -> None:
+    """The Rust side reads a message's `_core` slot at its offset; copies, pickles and a slot
+    holding anything but a core (set by a caller) are read as messages without a cache."""
+    history = data.draw(histories())
+    options = data.draw(window_options(history))
+    _window(_keywords(native), history, options)  # caches a core on every message it read
+    changed: list[Any] = []
+    for message in history:
+        how = data.draw(st.sampled_from(["keep", "copy", "pickle", "junk", "clear"]))
+        if how == "copy":
+            message = copy.copy(message)
+        elif how == "pickle":
+            message = pickle.loads(pickle.dumps(message))
+        elif how in ("junk", "clear"):
+            message = copy.deepcopy(message)
+            object.__setattr__(message, "_core", {"kind": 0} if how == "junk" else None)
+        changed.append(message)
+    assert _window(_keywords(native), changed, options) == _window(
+        _keywords(reference), changed, _for_reference(options)
+    )

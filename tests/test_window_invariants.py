@@ -100,3 +100,18 @@ def _assert_whole_turns(part: list[Message], turns: list[list[Message]]) -> None
         assert compacted or all(isinstance(m, ToolMessage) for m in dropped_results), (
             f"turn {k} was cut"
         )
+
+
+def test_public_build_window_uses_the_selected_core() -> None:
+    from agentctx_fast import _backend
+
+    window = build_window(
+        [
+            UserMessage("Where is my order?", message_id="u1"),
+            AiMessage("It ships today.", message_id="a1"),
+            UserMessage("Thanks, and the refund?", message_id="u2"),
+        ],
+        system="Be brief.",
+    )
+    assert [m.message_id for m in window.messages] == ["system", "u1", "a1", "u2"]
+    assert window._engine is _backend.core
