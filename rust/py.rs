@@ -640,36 +640,42 @@ impl<'a, 'py> PySource<'a, 'py> {
         Ok(CoreView(self.read(index)?.core))
     }
 
+    #[inline]
     fn materialize(&mut self, item: Item) -> Result<Bound<'py, PyAny>, Failure> {
         match item {
             Item::Original(index) => Ok(self.read(index)?.object(self.py)),
-            Item::MissingResult { caller, call } => {
-                if let Some(existing) = self.synthetic.get(&(caller, call)) {
-                    return Ok(existing.clone());
-                }
-                let py = self.py;
-                let ai = self.object(caller)?;
-                let tool_call = ai.getattr(intern!(py, "tool_calls"))?.get_item(call)?;
-                let call_id = tool_call.getattr(intern!(py, "id"))?;
-                let kwargs = pyo3::types::PyDict::new(py);
-                kwargs.set_item("tool_name", tool_call.getattr(intern!(py, "name"))?)?;
-                kwargs.set_item("is_error", true)?;
-                kwargs.set_item(
-                    "message_id",
-                    format!(
-                        "{}:missing",
-                        call_id.cast::<PyString>().map_err(PyErr::from)?.to_cow()?
-                    ),
-                )?;
-                kwargs.set_item("turn_id", ai.getattr(intern!(py, "turn_id"))?)?;
-                let message = classes(py)?
-                    .tool_message
-                    .bind(py)
-                    .call((call_id, MISSING_TEXT), Some(&kwargs))?;
-                self.synthetic.insert((caller, call), message.clone());
-                Ok(message)
-            }
+            Item::MissingResult { caller, call } => self.missing_result(caller, call),
         }
+    }
+
+    /// The synthetic result closing call `call` of the AI message at `caller`, made once.
+    #[cold]
+    #[inline(never)]
+    fn missing_result(&mut self, caller: usize, call: usize) -> Result<Bound<'py, PyAny>, Failure> {
+        if let Some(existing) = self.synthetic.get(&(caller, call)) {
+            return Ok(existing.clone());
+        }
+        let py = self.py;
+        let ai = self.object(caller)?;
+        let tool_call = ai.getattr(intern!(py, "tool_calls"))?.get_item(call)?;
+        let call_id = tool_call.getattr(intern!(py, "id"))?;
+        let kwargs = pyo3::types::PyDict::new(py);
+        kwargs.set_item("tool_name", tool_call.getattr(intern!(py, "name"))?)?;
+        kwargs.set_item("is_error", true)?;
+        kwargs.set_item(
+            "message_id",
+            format!(
+                "{}:missing",
+                call_id.cast::<PyString>().map_err(PyErr::from)?.to_cow()?
+            ),
+        )?;
+        kwargs.set_item("turn_id", ai.getattr(intern!(py, "turn_id"))?)?;
+        let message = classes(py)?
+            .tool_message
+            .bind(py)
+            .call((call_id, MISSING_TEXT), Some(&kwargs))?;
+        self.synthetic.insert((caller, call), message.clone());
+        Ok(message)
     }
 }
 
