@@ -8,6 +8,7 @@ import pickle
 import sys
 from collections import OrderedDict
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -26,7 +27,7 @@ from agentctx_fast import (
     UserMessage,
 )
 from agentctx_fast._reference import api as reference
-from agentctx_fast.window import ContextWindow, builder
+from agentctx_fast.window import ContextWindow, build_window_on, builder
 from conftest import native_or_skip
 from strategies import histories, window_options
 
@@ -128,35 +129,8 @@ def _for_reference(options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _keywords(engine: Any) -> Callable[..., ContextWindow]:
-    entry = builder(engine)
-
-    def build(
-        messages: list[Any],
-        *,
-        system: Any = None,
-        max_attached_turns: Any = 10,
-        max_attached_messages: Any = 100,
-        compact_completed_tool_turns: Any = False,
-        compression_keep_recent_turns: Any = 2,
-        context_compressor: Any = None,
-        max_attached_tokens: Any = None,
-        token_estimator: Any = None,
-        turn_statuses: Any = None,
-    ) -> ContextWindow:
-        return entry(
-            messages,
-            system,
-            max_attached_turns,
-            max_attached_messages,
-            compact_completed_tool_turns,
-            compression_keep_recent_turns,
-            context_compressor,
-            max_attached_tokens,
-            token_estimator,
-            turn_statuses,
-        )
-
-    return build
+    """`build_window` with its keywords, on ``engine``'s entry (see `builder`)."""
+    return partial(build_window_on, engine)
 
 
 @SETTINGS
