@@ -889,16 +889,14 @@ fn choose<'py>(
         ..request.options
     };
     let result = window::select(&mut source, &options)?;
-    let system = source.system.clone();
-    let messages = new_list(
-        py,
-        usize::from(system.is_some()) + result.items.len(),
-        system
-            .iter()
-            .cloned()
-            .map(Ok)
-            .chain(result.items.iter().map(|item| source.materialize(*item))),
-    )?;
+    // Every message of the window, made before the list exists: making a synthetic result runs
+    // Python code, which must never see a list that is not full.
+    let mut objects = Vec::with_capacity(result.items.len() + 1);
+    objects.extend(source.system.clone());
+    for item in &result.items {
+        objects.push(source.materialize(*item)?);
+    }
+    let messages = new_list(py, objects)?;
     Ok(Chosen {
         messages,
         has_system: options.has_system,
@@ -906,32 +904,23 @@ fn choose<'py>(
     })
 }
 
-/// A list of the `len` values of `items`, filled in place: the first error drops what was
-/// filled and is returned.
+/// A list of `objects`, filled in place (no Python code runs while it is partly filled).
 fn new_list<'py>(
     py: Python<'py>,
-    len: usize,
-    items: impl Iterator<Item = Result<Bound<'py, PyAny>, Failure>>,
+    objects: Vec<Bound<'py, PyAny>>,
 ) -> Result<Bound<'py, PyList>, Failure> {
     // SAFETY: PyList_New returns a list of `len` NULL items (or NULL with an exception set);
-    // each index below `len` is set once with an owned reference. A list dropped before it is
-    // full holds NULLs past the filled part, which list deallocation skips, and it is never
-    // handed to Python code before it is full.
+    // each index below `len` is then set once with an owned reference, from values that already
+    // exist, so nothing can observe the list before it is full.
     unsafe {
-        let list = ffi::PyList_New(len as ffi::Py_ssize_t);
+        let list = ffi::PyList_New(objects.len() as ffi::Py_ssize_t);
         if list.is_null() {
             return Err(PyErr::fetch(py).into());
         }
-        let list = Bound::from_owned_ptr(py, list).cast_into_unchecked::<PyList>();
-        let mut filled = 0;
-        for item in items.take(len) {
-            ffi::PyList_SET_ITEM(list.as_ptr(), filled as ffi::Py_ssize_t, item?.into_ptr());
-            filled += 1;
+        for (index, object) in objects.into_iter().enumerate() {
+            ffi::PyList_SET_ITEM(list, index as ffi::Py_ssize_t, object.into_ptr());
         }
-        if filled < len {
-            return Err(PyTypeError::new_err("window list came out short").into());
-        }
-        Ok(list)
+        Ok(Bound::from_owned_ptr(py, list).cast_into_unchecked::<PyList>())
     }
 }
 
