@@ -253,6 +253,8 @@ impl MessageCore {
 struct SlotReader {
     /// The classes' addresses; 0 (no class) where one redefines `_core`.
     types: [usize; MESSAGE_CLASSES.len()],
+    /// The classes themselves, kept alive so no other type can ever take their addresses.
+    _classes: Vec<Py<PyAny>>,
     offset: isize,
     core_type: usize,
 }
@@ -267,6 +269,7 @@ impl SlotReader {
             return Ok(None);
         };
         let mut types = [0; MESSAGE_CLASSES.len()];
+        let mut classes = Vec::new();
         for (address, name) in types.iter_mut().zip(MESSAGE_CLASSES) {
             let class = messages.getattr(name)?;
             // A class that defined the name again would not read the base slot.
@@ -277,11 +280,13 @@ impl SlotReader {
             if owners == 1 {
                 *address = class.as_ptr() as usize;
             }
+            classes.push(class.unbind());
         }
         Ok(Some(SlotReader {
             types,
             offset,
             core_type: py.get_type::<MessageCore>().as_ptr() as usize,
+            _classes: classes,
         }))
     }
 
@@ -699,7 +704,7 @@ impl<'a, 'py> Source for PySource<'a, 'py> {
                     objects.push(self.materialize(*item)?);
                 }
                 let list = PyList::new(self.py, objects)?;
-                Ok(estimator.call1((list,))?.extract::<u64>()?)
+                Ok(saturating(&estimator.call1((list,))?, u64::MAX)?)
             }
             None => {
                 let mut total = 0;
@@ -730,7 +735,7 @@ impl<'a, 'py> Source for PySource<'a, 'py> {
         match self.estimator.clone() {
             Some(estimator) => {
                 let list = PyList::new(self.py, [system])?;
-                Ok(estimator.call1((list,))?.extract::<u64>()?)
+                Ok(saturating(&estimator.call1((list,))?, u64::MAX)?)
             }
             // Agents pass the same system message every call: its count is kept on its core.
             None => match core_of(self.py, &system)? {
@@ -831,8 +836,9 @@ fn message_tokens<'py>(
     Ok(PyArray1::from_vec(py, counts))
 }
 
-/// A limit (an int >= 0) as the core holds it: one past the core's range is `max`, which no
-/// history can reach, so the window is the one the reference builds with the exact int.
+/// A limit or an estimator's count (an int >= 0, checked by the caller) as the core holds it:
+/// one past the core's range is `max`. No history reaches it, so a limit that large gives the
+/// window the reference builds with the exact int.
 fn saturating<T>(value: &Bound<'_, PyAny>, max: T) -> PyResult<T>
 where
     T: for<'a, 'py> FromPyObject<'a, 'py, Error = PyErr>,
@@ -1041,7 +1047,9 @@ impl WindowApi {
             let window = py.import("agentctx_fast.window")?;
             let class = window.getattr("ContextWindow")?;
             Ok(WindowApi {
-                slots: window_slots(&class)?,
+                // A class this code cannot read as plain slots is called instead, whatever
+                // made the inspection fail.
+                slots: window_slots(&class).ok().flatten(),
                 context_window: class.unbind(),
                 checked: window.getattr("_build_checked")?.unbind(),
                 system_message: window.getattr("_system_message")?.unbind(),
@@ -1158,13 +1166,14 @@ fn build_window<'py>(
     turn_statuses: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let api = WindowApi::get(py)?;
+    let system_text = system.is_exact_instance_of::<PyString>();
     let plain = (|| {
-        let system = if system.is_none() {
+        // A str becomes its SystemMessage below, once every other option is known plain:
+        // the checked path converts it after checking them, and its errors must come out.
+        let system = if system.is_none() || system.is_exact_instance_of::<PyString>() {
             None
         } else if system.get_type().is(api.system_type.bind(py)) {
             Some(system.clone())
-        } else if system.is_exact_instance_of::<PyString>() {
-            Some(api.system_message.bind(py).call1((system,)).ok()?)
         } else {
             return None;
         };
@@ -1185,7 +1194,7 @@ fn build_window<'py>(
             Some(plain_int::<u64>(max_attached_tokens)?)
         };
         Some(Request {
-            use_leading_system: system.is_none(),
+            use_leading_system: system.is_none() && !system_text,
             system,
             options: WindowOptions {
                 max_attached_turns: plain_int(max_attached_turns)?,
@@ -1200,7 +1209,7 @@ fn build_window<'py>(
             completed: api.completed.bind(py).clone(),
         })
     })();
-    let Some(request) = plain else {
+    let Some(mut request) = plain else {
         return api.checked.bind(py).call1((
             api.engine.bind(py),
             messages,
@@ -1215,6 +1224,9 @@ fn build_window<'py>(
             turn_statuses,
         ));
     };
+    if system_text {
+        request.system = Some(api.system_message.bind(py).call1((system,))?);
+    }
     let Chosen {
         messages: window,
         window: result,

@@ -125,7 +125,7 @@ pub fn select<S: Source>(source: &mut S, options: &WindowOptions) -> Result<Wind
         0
     };
     let mut total_messages = current_items.len();
-    let mut total_tokens = system_tokens + source.tokens(&current_items)?;
+    let mut total_tokens = system_tokens.saturating_add(source.tokens(&current_items)?);
     // The views of kept turns, newest turn first, and (history position, length, tokens) of each.
     let mut views: Vec<Item> = Vec::with_capacity(options.max_attached_messages.min(256));
     let mut kept: Vec<(usize, usize, u64)> = Vec::with_capacity(options.max_attached_turns.min(64));
@@ -193,7 +193,7 @@ pub fn select<S: Source>(source: &mut S, options: &WindowOptions) -> Result<Wind
         let view_len = view.len();
         if options
             .max_attached_tokens
-            .is_some_and(|budget| total_tokens + view_tokens > budget)
+            .is_some_and(|budget| total_tokens.saturating_add(view_tokens) > budget)
         {
             cut_by = Some(CutBy::Tokens);
             views.truncate(view_start);
@@ -205,7 +205,7 @@ pub fn select<S: Source>(source: &mut S, options: &WindowOptions) -> Result<Wind
             break;
         }
         total_messages += view_len;
-        total_tokens += view_tokens;
+        total_tokens = total_tokens.saturating_add(view_tokens);
         if !is_compacted && !violations.is_empty() {
             repairs_by_turn.push(violations.clone());
         }
@@ -222,7 +222,7 @@ pub fn select<S: Source>(source: &mut S, options: &WindowOptions) -> Result<Wind
         let view_start = view_end.saturating_sub(view_len);
         if position > options.compression_keep_recent_turns {
             older_count += view_len;
-            older_tokens += view_tokens;
+            older_tokens = older_tokens.saturating_add(view_tokens);
         }
         items.extend_from_slice(views.get(view_start..view_end).unwrap_or_default());
         view_end = view_start;

@@ -4,9 +4,10 @@ code and sends every other call through the checked path; both agree with the re
 from __future__ import annotations
 
 import copy
+import gc
 import pickle
 import sys
-from collections import OrderedDict
+from collections import OrderedDict, UserList
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -23,6 +24,7 @@ from agentctx_fast import (
     HeuristicTokenEstimator,
     Message,
     SystemMessage,
+    ToolCall,
     TurnStatus,
     UserMessage,
 )
@@ -138,8 +140,11 @@ def _keywords(engine: Any) -> Callable[..., ContextWindow]:
 def test_entry_parity_on_plain_options(native: Any, data: st.DataObject) -> None:
     history = data.draw(histories())
     options = data.draw(window_options(history))
-    assert _window(_keywords(native), history, options) == _window(
-        _keywords(reference), history, _for_reference(options)
+    # A list and a tuple are read from their item arrays, any other sequence by __getitem__.
+    container = data.draw(st.sampled_from([list, tuple, UserList]))
+    messages = container(history)
+    assert _window(_keywords(native), messages, options) == _window(
+        _keywords(reference), messages, _for_reference(options)
     )
 
 
@@ -183,14 +188,23 @@ def _python_calls(fn: Callable[[], Any]) -> list[str]:
     return calls
 
 
-def test_plain_call_runs_no_python_code(native: Any) -> None:
+PLAIN_CALLS = [
+    ("Be brief.", 10, 100, True, 2, None, 500, None, {"u2-turn": TurnStatus.COMPLETED}),
+    (None, 10, 100, False, 2, None, None, None, None),
+    (SystemMessage("Be brief."), 0, 0, False, 0, None, 0, None, {}),
+    (None, 2**40, 2**40, True, 2**40, None, 2**63, None, None),
+]
+
+
+@pytest.mark.parametrize("options", PLAIN_CALLS)
+def test_plain_call_runs_no_python_code(native: Any, options: tuple[Any, ...]) -> None:
     history = _history()
     entry = builder(native)
-    plain = (history, "Be brief.", 10, 100, True, 2, None, 500, None, {"t": TurnStatus.COMPLETED})
+    plain = (history, *options)
     entry(*plain)  # the first call imports and caches what the entry needs
     assert _python_calls(lambda: entry(*plain)) == []
     # An option off the fast path runs the checked path, which is Python.
-    checked = (*plain[:2], _Int(10), *plain[3:])
+    checked = (*plain[:2], _Int(plain[2]), *plain[3:])
     assert any("_build_checked" in call for call in _python_calls(lambda: entry(*checked)))
 
 
@@ -231,3 +245,69 @@ def test_cached_core_slot_is_read_only_when_it_holds_a_core(
     assert _window(_keywords(native), changed, options) == _window(
         _keywords(reference), changed, _for_reference(options)
     )
+
+
+def _history_with_missing_results() -> list[Message]:
+    calls = tuple(ToolCall(f"c{i}", "search", "{}") for i in range(3))
+    return [
+        UserMessage("hi", message_id="u1"),
+        AiMessage(None, calls, message_id="a1"),
+        AiMessage("done", message_id="a2"),
+        UserMessage("next", message_id="u2"),
+    ]
+
+
+def test_window_list_is_never_seen_half_filled(native: Any) -> None:
+    """Making the synthetic results runs Python code, and a collection then may hand any
+    tracked object to Python (gc callbacks, memory profilers): the window list must be full
+    by the time it exists."""
+    history = _history_with_missing_results()
+    seen: list[int] = []
+
+    def inspect(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            for candidate in gc.get_objects():
+                if type(candidate) is list and candidate[:1] == [history[0]]:
+                    seen.append(len(list(candidate)))  # reads every item
+
+    builder(native)(history, None, 10, 100, False, 2, None, None, None, None)
+    threshold = gc.get_threshold()
+    gc.callbacks.append(inspect)
+    gc.set_threshold(1)
+    try:
+        for _ in range(20):
+            window = builder(native)(history, None, 10, 100, False, 2, None, None, None, None)
+    finally:
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(inspect)
+    assert [m.message_id for m in window.messages][-3:] == ["c2:missing", "a2", "u2"]
+    assert seen, "no collection ran while windows were built"
+
+
+class _ShrinksHistory:
+    """A turn status whose comparison empties the history being read."""
+
+    def __init__(self, history: list[Message]) -> None:
+        self.history = history
+
+    def __eq__(self, other: object) -> bool:
+        self.history.clear()
+        gc.collect()
+        return True
+
+    __hash__ = object.__hash__
+
+
+@pytest.mark.parametrize("engine", ["native", "reference"])
+def test_history_emptied_during_a_build_is_an_error_not_a_crash(native: Any, engine: str) -> None:
+    module = native if engine == "native" else reference
+    history = [
+        UserMessage("a", message_id="u1", turn_id="t1"),
+        AiMessage("b", message_id="a1", turn_id="t1"),
+        UserMessage("c", message_id="u2", turn_id="t2"),
+        AiMessage("d", message_id="a2", turn_id="t2"),
+        UserMessage("e", message_id="u3", turn_id="t3"),
+    ]
+    statuses = {"t2": _ShrinksHistory(history), "t1": _ShrinksHistory(history)}
+    with pytest.raises(IndexError):
+        builder(module)(history, None, 10, 100, False, 2, None, None, None, statuses)
