@@ -1029,7 +1029,7 @@ struct WindowApi {
     /// `window.py` defines: then a window is made by writing them, as its `__init__` would,
     /// without running Python code.
     context_window: Py<PyAny>,
-    slots: Option<[isize; 11]>,
+    slots: Option<WindowSlots>,
     /// `window._build_checked`: every check and option, for calls off the fast path.
     checked: Py<PyAny>,
     system_message: Py<PyAny>,
@@ -1074,7 +1074,7 @@ impl WindowApi {
         values: [Bound<'py, PyAny>; 11],
     ) -> PyResult<Bound<'py, PyAny>> {
         let class = self.context_window.bind(py);
-        let Some(offsets) = self.slots else {
+        let Some(slots) = self.slots else {
             let [a, b, c, d, e, f, g, h, i, j, _] = values;
             return class.call1((a, b, c, d, e, f, g, h, i, j));
         };
@@ -1085,15 +1085,11 @@ impl WindowApi {
         // `__init__` would store it. No Python code runs between the allocation and the
         // stores, and a collector passing meanwhile would see empty slots, which it allows.
         unsafe {
-            let Some(alloc) = (*type_object).tp_alloc else {
-                let [a, b, c, d, e, f, g, h, i, j, _] = values;
-                return class.call1((a, b, c, d, e, f, g, h, i, j));
-            };
-            let instance = alloc(type_object, 0);
+            let instance = (slots.alloc)(type_object, 0);
             if instance.is_null() {
                 return Err(PyErr::fetch(py));
             }
-            for (offset, value) in offsets.into_iter().zip(values) {
+            for (offset, value) in slots.offsets.into_iter().zip(values) {
                 *instance
                     .cast::<u8>()
                     .offset(offset)
@@ -1104,29 +1100,42 @@ impl WindowApi {
     }
 }
 
-/// The slot offsets of `ContextWindow` in `WINDOW_FIELDS` order, when it is a plain class of
-/// exactly those slots (no `__dict__`, no base but object).
-fn window_slots(class: &Bound<'_, PyAny>) -> PyResult<Option<[isize; 11]>> {
+/// How to make a `ContextWindow` without running its `__init__`: the class's allocator and
+/// the offsets of its slots, in `WINDOW_FIELDS` order.
+#[derive(Clone, Copy)]
+struct WindowSlots {
+    alloc: ffi::allocfunc,
+    offsets: [isize; 11],
+}
+
+/// The allocator and slot offsets of `ContextWindow`, when it is a plain class of exactly
+/// those slots (no `__dict__`, no base but object).
+fn window_slots(class: &Bound<'_, PyAny>) -> PyResult<Option<WindowSlots>> {
     let py = class.py();
-    let object = py.get_type::<pyo3::types::PyAny>();
-    let bases = class.getattr("__bases__")?;
+    let Ok(class_type) = class.cast::<pyo3::types::PyType>() else {
+        return Ok(None);
+    };
     let mut declared: Vec<String> = class.getattr("__slots__")?.extract()?;
     declared.sort();
     let mut expected = WINDOW_FIELDS.map(str::to_owned);
     expected.sort();
-    if !bases.eq((object,))?
+    if !class
+        .getattr("__bases__")?
+        .eq((py.get_type::<pyo3::types::PyAny>(),))?
         || declared != expected
         || class.getattr("__dict__")?.contains("__dict__")?
     {
         return Ok(None);
     }
-    let mut offsets = [0isize; 11];
-    // SAFETY: `class` is a type (it has __bases__ and __slots__, checked above as a class).
-    let basic_size = if class.is_instance_of::<pyo3::types::PyType>() {
-        unsafe { (*class.as_ptr().cast::<ffi::PyTypeObject>()).tp_basicsize }
-    } else {
+    // SAFETY: `class_type` is a type object, alive while `class` is.
+    let (alloc, basic_size) = unsafe {
+        let type_object = &*class_type.as_ptr().cast::<ffi::PyTypeObject>();
+        (type_object.tp_alloc, type_object.tp_basicsize)
+    };
+    let Some(alloc) = alloc else {
         return Ok(None);
     };
+    let mut offsets = [0isize; 11];
     for (slot, name) in offsets.iter_mut().zip(WINDOW_FIELDS) {
         match member_offset(class, name)? {
             Some(offset) if offset + (std::mem::size_of::<usize>() as isize) <= basic_size => {
@@ -1135,7 +1144,7 @@ fn window_slots(class: &Bound<'_, PyAny>) -> PyResult<Option<[isize; 11]>> {
             _ => return Ok(None),
         }
     }
-    Ok(Some(offsets))
+    Ok(Some(WindowSlots { alloc, offsets }))
 }
 
 /// An option that is an exact int within `T`, or `None` to take the checked path.
