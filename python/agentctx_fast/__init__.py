@@ -7,7 +7,7 @@ True
 
 from agentctx_fast._backend import backend
 from agentctx_fast.agent import Agent, AgentTurn
-from agentctx_fast.chat_model import ChatModel
+from agentctx_fast.chat_model import AsyncChatModel, ChatModel, StreamingChatModel
 from agentctx_fast.compressors import AgentContextCompressors, IncrementalCompressor
 from agentctx_fast.coordinator import (
     AgentContextCompressionCoordinator,
@@ -20,6 +20,7 @@ from agentctx_fast.coordinator import (
 from agentctx_fast.errors import (
     AgentConversationBusyError,
     AgentCtxError,
+    BackendUnavailableError,
     CompressionError,
     CompressionStateConflictError,
     CompressorOutputError,
@@ -29,6 +30,8 @@ from agentctx_fast.errors import (
     InvalidArgumentError,
     InvalidMessageTypeError,
     MessageNotFoundError,
+    MissingDependencyError,
+    ModelCallError,
     SerializationError,
     StoreError,
     StoreUnavailableError,
@@ -91,7 +94,9 @@ __all__ = [
     "AgentTurnSnapshot",
     "AgentTurnStore",
     "AiMessage",
+    "AsyncChatModel",
     "AudioPart",
+    "BackendUnavailableError",
     "ChatMemory",
     "ChatMemoryProvider",
     "ChatModel",
@@ -120,6 +125,8 @@ __all__ = [
     "Message",
     "MessageNotFoundError",
     "MetricSummary",
+    "MissingDependencyError",
+    "ModelCallError",
     "OpenAIFormatError",
     "PendingApproval",
     "ProtocolViolation",
@@ -130,6 +137,7 @@ __all__ = [
     "SqlAgentStore",
     "StoreError",
     "StoreUnavailableError",
+    "StreamingChatModel",
     "SystemMessage",
     "TextPart",
     "TiktokenEstimator",

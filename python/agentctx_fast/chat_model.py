@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from agentctx_fast.messages import AiMessage, Message
@@ -16,3 +16,22 @@ class ChatModel(Protocol):
     """
 
     def chat(self, messages: Sequence[Message], tools: Sequence[Any]) -> AiMessage: ...
+
+
+@runtime_checkable
+class AsyncChatModel(Protocol):
+    """Any object with ``async chat(messages, tools) -> AiMessage`` (SPEC §17).
+
+    A model may also offer ``stream(messages, tools)``: an async iterator of ``str`` text deltas
+    whose last item is the finished `AiMessage`; the async runner uses it when present.
+    """
+
+    async def chat(self, messages: Sequence[Message], tools: Sequence[Any]) -> AiMessage: ...
+
+
+class StreamingChatModel(AsyncChatModel, Protocol):
+    """An `AsyncChatModel` that also streams: text deltas, then the finished `AiMessage`."""
+
+    def stream(
+        self, messages: Sequence[Message], tools: Sequence[Any]
+    ) -> AsyncIterator[str | AiMessage]: ...

@@ -94,3 +94,19 @@ class StoreError(AgentCtxError):
 
 class StoreUnavailableError(StoreError):
     """The store's server could not be reached or dropped the connection mid-operation."""
+
+
+class ModelCallError(AgentCtxError):
+    """A model API call failed; ``status_code`` is the HTTP status when there is one."""
+
+    def __init__(self, message: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class MissingDependencyError(AgentCtxError, ImportError):
+    """An optional extra is not installed; the message names the extra to install."""
+
+
+class BackendUnavailableError(AgentCtxError):
+    """The requested feature needs a backend (the Rust extension, or a package) that is missing."""
