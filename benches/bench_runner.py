@@ -136,8 +136,8 @@ class _TimedMemory(ChatMemory):
         self._inner = inner
         self._timer = timer
 
-    def _time(self, bucket: str, name: str, *args: Any) -> Any:
-        return self._timer.timed(bucket, getattr(self._inner, name))(*args)
+    def _time(self, bucket: str, name: str, *args: Any, **kwargs: Any) -> Any:
+        return self._timer.timed(bucket, getattr(self._inner, name))(*args, **kwargs)
 
     def add_message_if_absent(self, message: Message) -> bool:
         return bool(self._time("writes", "add_message_if_absent", message))
@@ -146,8 +146,8 @@ class _TimedMemory(ChatMemory):
         result: Message = self._time("writes", "update_message", message, expected_version)
         return result
 
-    def get_messages(self, count: int | None = None, offset: int = 0) -> list[Message]:
-        result: list[Message] = self._time("reads", "get_messages", count, offset)
+    def get_messages(self, count: int | None = None, *, offset: int = 0) -> list[Message]:
+        result: list[Message] = self._time("reads", "get_messages", count, offset=offset)
         return result
 
     def get_message(self, message_id: str) -> Message | None:

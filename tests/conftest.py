@@ -23,6 +23,7 @@ from agentctx_fast import (
 )
 from server_fixtures import *  # noqa: F403  (session servers)
 from store_fixtures import *  # noqa: F403  (the parametrised store)
+from store_fixtures import SERVER_KINDS
 
 DATA = Path(__file__).parent / "data"
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -90,5 +91,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         params = getattr(getattr(item, "callspec", None), "params", {})
         if _SERVER_FIXTURES & set(getattr(item, "fixturenames", ())) or params.get(
             "store_kind"
-        ) in ("postgresql", "redis"):
+        ) in SERVER_KINDS:
             item.add_marker(pytest.mark.servers)

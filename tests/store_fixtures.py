@@ -13,16 +13,22 @@ from agentctx_fast.stores import InMemoryAgentStore
 from servers import PostgresServer, RedisServer
 
 __all__ = [
+    "ASYNC_STORE_KINDS",
+    "SERVER_KINDS",
     "STORE_KINDS",
+    "make_async_store",
     "make_store",
     "new_conversation_id",
     "server_store_kind",
     "sqlite_path",
     "store",
     "store_kind",
+    "store_url",
 ]
 
 STORE_KINDS = ("memory", "sqlite", "postgresql", "redis")
+ASYNC_STORE_KINDS = ("async-memory", "async-sqlite", "async-postgresql", "async-redis")
+SERVER_KINDS = ("postgresql", "redis", "async-postgresql", "async-redis")
 
 
 def new_conversation_id() -> str:
@@ -32,6 +38,8 @@ def new_conversation_id() -> str:
 
 def make_store(kind: str, request: pytest.FixtureRequest, **options: Any) -> Any:
     """A fresh store of ``kind``; servers come from the session fixtures."""
+    if kind.startswith("async-"):
+        return _bridged(kind.removeprefix("async-"), request, **options)
     if kind == "memory":
         return InMemoryAgentStore()
     if kind == "sqlite":
@@ -53,6 +61,52 @@ def make_store(kind: str, request: pytest.FixtureRequest, **options: Any) -> Any
 
         redis_server: RedisServer = request.getfixturevalue("redis_server")
         return RedisAgentStore(redis_server.url, **options)
+    raise ValueError(f"unknown store kind {kind!r}")
+
+
+def _bridged(kind: str, request: pytest.FixtureRequest, **options: Any) -> Any:
+    """The async store of ``kind`` behind the blocking interface, with its blocking twin on the
+    same database for tests that read or corrupt records directly."""
+    from async_bridge import BridgedStore
+
+    twin = None if kind == "memory" else make_store(kind, request)
+    url = store_url(kind, request)
+
+    async def factory() -> Any:
+        return await make_async_store(kind, url, **options)
+
+    return BridgedStore(factory, twin)
+
+
+def store_url(kind: str, request: pytest.FixtureRequest) -> str | None:
+    """The database URL of a store kind's test server (None for the in-memory store)."""
+    if kind == "sqlite":
+        path: Path = request.getfixturevalue("sqlite_path")
+        return f"sqlite:///{path}"
+    if kind == "postgresql":
+        return str(request.getfixturevalue("postgres_server").url)
+    if kind == "redis":
+        return str(request.getfixturevalue("redis_server").url)
+    return None
+
+
+async def make_async_store(kind: str, url: str | None, **options: Any) -> Any:
+    """A fresh async store of ``kind`` on ``url`` (its schema initialized), on the running loop."""
+    from agentctx_fast.stores import AsyncInMemoryAgentStore
+
+    if kind == "memory":
+        return AsyncInMemoryAgentStore()
+    assert url is not None
+    if kind in ("sqlite", "postgresql"):
+        from agentctx_fast.stores.sql import AsyncSqlAgentStore
+
+        sql = AsyncSqlAgentStore(url, **options)
+        await sql.schema().initialize()
+        return sql
+    if kind == "redis":
+        from agentctx_fast.stores.redis import AsyncRedisAgentStore
+
+        return AsyncRedisAgentStore(url, **options)
     raise ValueError(f"unknown store kind {kind!r}")
 
 

@@ -25,7 +25,13 @@ from agentctx_fast import (
 )
 from agentctx_fast.coordinator import AgentContextCompressionState
 from agentctx_fast.memory import ChatMemory
-from store_fixtures import new_conversation_id
+from store_fixtures import ASYNC_STORE_KINDS, STORE_KINDS, new_conversation_id
+
+
+@pytest.fixture(params=STORE_KINDS + ASYNC_STORE_KINDS)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """The contract holds on every store, blocking and async (the async ones bridged)."""
+    return str(request.param)
 
 
 def timeline(n: int, prefix: str = "m") -> list[Message]:
@@ -86,7 +92,7 @@ def test_get_messages_pages_from_the_newest(memory: ChatMemory, count: Any, offs
         memory.add_message(message)
     end = max(len(messages) - offset, 0)
     start = 0 if count is None else max(end - count, 0)
-    assert ids(memory.get_messages(count, offset)) == ids(messages[start:end])
+    assert ids(memory.get_messages(count, offset=offset)) == ids(messages[start:end])
 
 
 @pytest.mark.parametrize("count", [None, 0, 1, 4, 7, 100])
@@ -161,7 +167,14 @@ def test_update_keeps_position_and_visibility(memory: ChatMemory) -> None:
 )
 def test_bad_page_arguments(memory: ChatMemory, count: Any, offset: Any) -> None:
     with pytest.raises(InvalidArgumentError):
-        memory.get_messages(count, offset)
+        memory.get_messages(count, offset=offset)
+
+
+def test_java_order_offset_count_fails_loudly(memory: ChatMemory) -> None:
+    for message in timeline(4):
+        memory.add_message(message)
+    with pytest.raises(TypeError):
+        memory.get_messages(0, 50)  # type: ignore[misc]
 
 
 def test_bad_arguments_write_nothing(memory: ChatMemory) -> None:

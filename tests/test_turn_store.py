@@ -20,8 +20,14 @@ from agentctx_fast import (
     ToolCall,
     TurnStatus,
 )
-from store_fixtures import new_conversation_id
+from store_fixtures import ASYNC_STORE_KINDS, STORE_KINDS, new_conversation_id
 from turn_store_workers import acquire_worker
+
+
+@pytest.fixture(params=STORE_KINDS + ASYNC_STORE_KINDS)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """The contract holds on every store, blocking and async (the async ones bridged)."""
+    return str(request.param)
 
 
 def _snapshot(conversation_id: str, turn_id: str = "t1", **fields: Any) -> AgentTurnSnapshot:

@@ -5,6 +5,8 @@
 True
 """
 
+from typing import TYPE_CHECKING
+
 from agentctx_fast._backend import backend
 from agentctx_fast.agent import Agent, AgentTurn
 from agentctx_fast.chat_model import AsyncChatModel, ChatModel, StreamingChatModel
@@ -40,7 +42,12 @@ from agentctx_fast.errors import (
     TurnStateError,
     VersionConflictError,
 )
-from agentctx_fast.memory import ChatMemory, ChatMemoryProvider, InMemoryChatMemory
+from agentctx_fast.memory import (
+    AsyncChatMemory,
+    ChatMemory,
+    ChatMemoryProvider,
+    InMemoryChatMemory,
+)
 from agentctx_fast.messages import (
     MAX_INLINE_BYTES,
     AgentActionMessage,
@@ -59,9 +66,22 @@ from agentctx_fast.messages import (
 from agentctx_fast.metrics import AgentMetrics, InMemoryMetrics, MetricSummary
 from agentctx_fast.openai import OpenAIFormatError, from_openai, to_openai
 from agentctx_fast.protocol import ProtocolViolation, check_tool_protocol, validate_tool_protocol
-from agentctx_fast.runner import AgentRunner
-from agentctx_fast.scripted import ScriptedChatModel, ScriptExhaustedError
-from agentctx_fast.stores import InMemoryAgentStore, JsonAgentStoreSerializer
+from agentctx_fast.runner import (
+    AgentRunner,
+    ApprovalRequired,
+    AsyncAgentRunner,
+    StreamEvent,
+    TextDelta,
+    ToolCallEvent,
+    ToolResultEvent,
+    TurnEnded,
+)
+from agentctx_fast.scripted import AsyncScriptedChatModel, ScriptedChatModel, ScriptExhaustedError
+from agentctx_fast.stores import (
+    AsyncInMemoryAgentStore,
+    InMemoryAgentStore,
+    JsonAgentStoreSerializer,
+)
 from agentctx_fast.stores.turns import (
     AgentTurnSnapshot,
     AgentTurnStore,
@@ -94,7 +114,14 @@ __all__ = [
     "AgentTurnSnapshot",
     "AgentTurnStore",
     "AiMessage",
+    "ApprovalRequired",
+    "AsyncAgentRunner",
+    "AsyncChatMemory",
     "AsyncChatModel",
+    "AsyncInMemoryAgentStore",
+    "AsyncRedisAgentStore",
+    "AsyncScriptedChatModel",
+    "AsyncSqlAgentStore",
     "AudioPart",
     "BackendUnavailableError",
     "ChatMemory",
@@ -137,16 +164,21 @@ __all__ = [
     "SqlAgentStore",
     "StoreError",
     "StoreUnavailableError",
+    "StreamEvent",
     "StreamingChatModel",
     "SystemMessage",
+    "TextDelta",
     "TextPart",
     "TiktokenEstimator",
     "TokenEstimator",
     "Tool",
     "ToolCall",
+    "ToolCallEvent",
     "ToolMessage",
     "ToolProtocolError",
+    "ToolResultEvent",
     "ToolResultPage",
+    "TurnEnded",
     "TurnNotFoundError",
     "TurnSegments",
     "TurnStateError",
@@ -165,8 +197,15 @@ __all__ = [
 
 def __getattr__(name: str) -> object:
     # The SQL and Redis stores import SQLAlchemy / redis-py, optional extras: load on use.
-    if name in ("SqlAgentStore", "RedisAgentStore"):
+    if name in _STORES:
         from agentctx_fast import stores
 
         return getattr(stores, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+_STORES = ("SqlAgentStore", "AsyncSqlAgentStore", "RedisAgentStore", "AsyncRedisAgentStore")
+
+if TYPE_CHECKING:  # typed for users; imported on first use at run time
+    from agentctx_fast.stores.redis import AsyncRedisAgentStore, RedisAgentStore
+    from agentctx_fast.stores.sql import AsyncSqlAgentStore, SqlAgentStore

@@ -79,6 +79,19 @@ class AgentContextCompressionStateStore(Protocol):
         ...
 
 
+@runtime_checkable
+class AsyncAgentContextCompressionStateStore(Protocol):
+    """`AgentContextCompressionStateStore` for asyncio programs: ``load`` and ``save`` awaited."""
+
+    async def load(self, conversation_id: str) -> AgentContextCompressionState | None:
+        """The saved state, or None when the conversation has none."""
+        ...
+
+    async def save(self, state: AgentContextCompressionState, expected_version: int) -> bool:
+        """Compare-and-set save, as `AgentContextCompressionStateStore.save`."""
+        ...
+
+
 def check_expected_version(state: object, expected_version: object) -> None:
     """Argument checks shared by every `AgentContextCompressionStateStore.save`."""
     if not isinstance(state, AgentContextCompressionState):

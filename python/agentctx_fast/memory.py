@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from agentctx_fast._ids import check_expected_version, check_identifier
+from agentctx_fast._sync import run_sync
 from agentctx_fast.errors import (
     DuplicateMessageError,
     InvalidArgumentError,
@@ -77,10 +78,11 @@ class ChatMemory(ABC):
         """
 
     @abstractmethod
-    def get_messages(self, count: int | None = None, offset: int = 0) -> list[Message]:
+    def get_messages(self, count: int | None = None, *, offset: int = 0) -> list[Message]:
         """The ``count`` messages that end ``offset`` messages before the newest, oldest first.
 
-        ``count=None`` means every message up to that point.
+        ``count=None`` means every message up to that point. ``offset`` is keyword-only, so a
+        Java-style ``get_messages(offset, count)`` call fails loudly.
         """
 
     @abstractmethod
@@ -105,25 +107,159 @@ class ChatMemory(ABC):
 
     def add_message(self, message: Message) -> None:
         """Append ``message``; `DuplicateMessageError` if its id is already stored."""
-        if not self.add_message_if_absent(message):
-            raise DuplicateMessageError(f"message {message.message_id!r} is already stored")
+        _check_added(self.add_message_if_absent(message), message)
 
     def get_model_messages(self, count: int | None = None) -> list[Message]:
         """The last ``count`` model-visible messages, oldest first (UI messages dropped first)."""
-        check_page(count, 0)
-        if count == 0:
-            return []
-        kept: list[Message] = []
-        offset = 0
-        while count is None or len(kept) < count:
-            page = self.get_messages(_PAGE, offset)
-            kept.extend(m for m in reversed(page) if m.model_visible)
-            if len(page) < _PAGE:
-                break
-            offset += _PAGE
-        kept = kept if count is None else kept[:count]
-        kept.reverse()
-        return kept
+
+        async def page(size: int, offset: int) -> list[Message]:
+            return self.get_messages(size, offset=offset)
+
+        return run_sync(model_messages(page, count))
+
+
+class AsyncChatMemory(ABC):
+    """`ChatMemory` for asyncio programs: the same contract, every method a coroutine."""
+
+    @abstractmethod
+    async def add_message_if_absent(self, message: Message) -> bool:
+        """Append ``message`` unless its ``message_id`` is stored; True when it was appended."""
+
+    @abstractmethod
+    async def get_messages(self, count: int | None = None, *, offset: int = 0) -> list[Message]:
+        """The ``count`` messages that end ``offset`` messages before the newest, oldest first."""
+
+    @abstractmethod
+    async def get_message(self, message_id: str) -> Message | None:
+        """The stored message with this id, or None."""
+
+    @abstractmethod
+    async def update_message(self, message: Message, expected_version: int) -> Message:
+        """Compare-and-set replace of the stored message with ``message``'s id."""
+
+    @abstractmethod
+    async def message_count(self) -> int:
+        """How many messages the conversation holds, UI messages included."""
+
+    @abstractmethod
+    async def clear(self) -> None:
+        """Remove every message. Exists for applications; the library never calls it."""
+
+    async def add_message(self, message: Message) -> None:
+        """Append ``message``; `DuplicateMessageError` if its id is already stored."""
+        _check_added(await self.add_message_if_absent(message), message)
+
+    async def get_model_messages(self, count: int | None = None) -> list[Message]:
+        """The last ``count`` model-visible messages, oldest first (UI messages dropped first)."""
+
+        async def page(size: int, offset: int) -> list[Message]:
+            return await self.get_messages(size, offset=offset)
+
+        return await model_messages(page, count)
+
+
+AsyncChatMemoryProvider = Callable[[str], AsyncChatMemory]
+"""Locates the async memory of a conversation id."""
+
+
+def _check_added(added: bool, message: Message) -> None:
+    if not added:
+        raise DuplicateMessageError(f"message {message.message_id!r} is already stored")
+
+
+async def model_messages(
+    page: Callable[[int, int], Awaitable[list[Message]]], count: int | None
+) -> list[Message]:
+    """The default `get_model_messages`: pages backwards until ``count`` visible ones are read."""
+    check_page(count, 0)
+    if count == 0:
+        return []
+    kept: list[Message] = []
+    offset = 0
+    while count is None or len(kept) < count:
+        chunk = await page(_PAGE, offset)
+        kept.extend(m for m in reversed(chunk) if m.model_visible)
+        if len(chunk) < _PAGE:
+            break
+        offset += _PAGE
+    kept = kept if count is None else kept[:count]
+    kept.reverse()
+    return kept
+
+
+class BlockingChatMemory(ChatMemory):
+    """The blocking `ChatMemory` over an `AsyncChatMemory` whose I/O never suspends (a store's
+    one implementation driven by its blocking port)."""
+
+    __slots__ = ("_inner",)
+
+    def __init__(self, inner: AsyncChatMemory) -> None:
+        self._inner = inner
+
+    @property
+    def conversation_id(self) -> str:
+        """The conversation this memory holds."""
+        return str(getattr(self._inner, "conversation_id", ""))
+
+    def add_message_if_absent(self, message: Message) -> bool:
+        return run_sync(self._inner.add_message_if_absent(message))
+
+    def get_messages(self, count: int | None = None, *, offset: int = 0) -> list[Message]:
+        return run_sync(self._inner.get_messages(count, offset=offset))
+
+    def get_model_messages(self, count: int | None = None) -> list[Message]:
+        return run_sync(self._inner.get_model_messages(count))
+
+    def get_message(self, message_id: str) -> Message | None:
+        return run_sync(self._inner.get_message(message_id))
+
+    def update_message(self, message: Message, expected_version: int) -> Message:
+        return run_sync(self._inner.update_message(message, expected_version))
+
+    def message_count(self) -> int:
+        return run_sync(self._inner.message_count())
+
+    def clear(self) -> None:
+        run_sync(self._inner.clear())
+
+
+class AwaitableChatMemory(AsyncChatMemory):
+    """An `AsyncChatMemory` over a `ChatMemory` whose calls do not block (an in-process memory),
+    or that the caller accepts to block on."""
+
+    __slots__ = ("_inner",)
+
+    def __init__(self, inner: ChatMemory) -> None:
+        self._inner = inner
+
+    async def add_message_if_absent(self, message: Message) -> bool:
+        return self._inner.add_message_if_absent(message)
+
+    async def get_messages(self, count: int | None = None, *, offset: int = 0) -> list[Message]:
+        return self._inner.get_messages(count, offset=offset)
+
+    async def get_model_messages(self, count: int | None = None) -> list[Message]:
+        return self._inner.get_model_messages(count)
+
+    async def get_message(self, message_id: str) -> Message | None:
+        return self._inner.get_message(message_id)
+
+    async def update_message(self, message: Message, expected_version: int) -> Message:
+        return self._inner.update_message(message, expected_version)
+
+    async def message_count(self) -> int:
+        return self._inner.message_count()
+
+    async def clear(self) -> None:
+        self._inner.clear()
+
+
+def awaitable_memory(memory: ChatMemory) -> AsyncChatMemory:
+    """``memory`` as an `AsyncChatMemory` for the library's one implementation: a blocking
+    store memory gives back its own implementation, any other memory is wrapped."""
+    if isinstance(memory, BlockingChatMemory):
+        return memory._inner
+    return AwaitableChatMemory(memory)
 
 
 class InMemoryChatMemory(ChatMemory):
@@ -146,7 +282,7 @@ class InMemoryChatMemory(ChatMemory):
             self._messages.append(message)
             return True
 
-    def get_messages(self, count: int | None = None, offset: int = 0) -> list[Message]:
+    def get_messages(self, count: int | None = None, *, offset: int = 0) -> list[Message]:
         check_page(count, offset)
         with self._lock:
             end = max(len(self._messages) - offset, 0)
@@ -192,4 +328,3 @@ class InMemoryChatMemory(ChatMemory):
             self._messages.clear()
             self._positions.clear()
             self._visible.clear()
-

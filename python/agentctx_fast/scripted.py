@@ -12,8 +12,10 @@ It is not a model: it returns the replies it was given, in order, and records ev
 
 from __future__ import annotations
 
+import asyncio
+import re
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,12 +37,8 @@ class ScriptedCall:
     tools: tuple[Any, ...]
 
 
-class ScriptedChatModel:
-    """Replays ``replies`` in order (``cycle=True`` starts over when they run out).
-
-    A reply may be an `AiMessage` or a callable ``(messages, tools) -> AiMessage``; an
-    exception instance in the script is raised instead, to script a failing model.
-    """
+class _Script:
+    """The replies of a scripted model and the calls it was given."""
 
     def __init__(
         self, replies: Iterable[ScriptedReply | BaseException], *, cycle: bool = False
@@ -51,7 +49,7 @@ class ScriptedChatModel:
         self._lock = threading.Lock()
         self.calls: list[ScriptedCall] = []
 
-    def chat(self, messages: Sequence[Message], tools: Sequence[Any]) -> AiMessage:
+    def _reply(self, messages: Sequence[Message], tools: Sequence[Any]) -> AiMessage:
         with self._lock:
             self.calls.append(ScriptedCall(tuple(messages), tuple(tools)))
             if self._next >= len(self._replies):
@@ -73,3 +71,54 @@ class ScriptedChatModel:
         """Replies not yet used."""
         with self._lock:
             return len(self._replies) - self._next
+
+
+class ScriptedChatModel(_Script):
+    """Replays ``replies`` in order (``cycle=True`` starts over when they run out).
+
+    A reply may be an `AiMessage` or a callable ``(messages, tools) -> AiMessage``; an
+    exception instance in the script is raised instead, to script a failing model.
+    """
+
+    def chat(self, messages: Sequence[Message], tools: Sequence[Any]) -> AiMessage:
+        """The next scripted reply."""
+        return self._reply(messages, tools)
+
+
+class AsyncScriptedChatModel(_Script):
+    """`ScriptedChatModel` as an async, streaming model (SPEC §17): ``await chat(...)``, and
+    ``stream(...)``, which yields the reply's text word by word and then the reply.
+    ``delay`` seconds are awaited before each reply, as a remote model would take.
+
+    >>> import asyncio
+    >>> model = AsyncScriptedChatModel([AiMessage("Hello there!")])
+    >>> async def main() -> list[object]:
+    ...     return [item async for item in model.stream([], ())]
+    >>> [getattr(item, "text", item) for item in asyncio.run(main())]
+    ['Hello ', 'there!', 'Hello there!']
+    """
+
+    def __init__(
+        self,
+        replies: Iterable[ScriptedReply | BaseException],
+        *,
+        cycle: bool = False,
+        delay: float = 0.0,
+    ) -> None:
+        super().__init__(replies, cycle=cycle)
+        self._delay = delay
+
+    async def chat(self, messages: Sequence[Message], tools: Sequence[Any]) -> AiMessage:
+        """The next scripted reply, after ``delay`` seconds."""
+        if self._delay:
+            await asyncio.sleep(self._delay)
+        return self._reply(messages, tools)
+
+    async def stream(
+        self, messages: Sequence[Message], tools: Sequence[Any]
+    ) -> AsyncIterator[str | AiMessage]:
+        """The next scripted reply's text in word-sized deltas, then the reply itself."""
+        reply = await self.chat(messages, tools)
+        for delta in re.findall(r"\S+\s*|\s+", reply.text or ""):
+            yield delta
+        yield reply

@@ -104,12 +104,38 @@ class Tool:
         if not self.description:
             object.__setattr__(self, "description", inspect.getdoc(self.fn) or "")
 
+    @property
+    def is_async(self) -> bool:
+        """True when ``fn`` is a coroutine function: only the async runner can call it."""
+        return is_async_callable(self.fn)
+
     def invoke(self, arguments: str) -> ToolOutcome:
         """Parse the call's JSON ``arguments``, call ``fn(**arguments)`` and render the result.
 
         Nothing escapes: malformed arguments, a raising tool or an unserialisable result all
         become an error outcome the model can read.
         """
+        parsed = self._parse(arguments)
+        if isinstance(parsed, ToolOutcome):
+            return parsed
+        try:
+            result = self.fn(**parsed)
+        except Exception as error:  # a tool's failure is a result the model can react to
+            return self._failed(error, parsed)
+        return self._render(result, parsed)
+
+    async def ainvoke(self, arguments: str) -> ToolOutcome:
+        """`invoke` for an ``async def`` tool: ``fn(**arguments)`` is awaited."""
+        parsed = self._parse(arguments)
+        if isinstance(parsed, ToolOutcome):
+            return parsed
+        try:
+            result = await self.fn(**parsed)
+        except Exception as error:  # a tool's failure is a result the model can react to
+            return self._failed(error, parsed)
+        return self._render(result, parsed)
+
+    def _parse(self, arguments: str) -> dict[str, Any] | ToolOutcome:
         try:
             parsed = json.loads(arguments) if arguments.strip() else {}
         except ValueError as error:
@@ -120,17 +146,28 @@ class Tool:
                 f"got {type(parsed).__name__}",
                 is_error=True,
             )
-        page_request = parsed.get("cursor") is not None
-        try:
-            result = self.fn(**parsed)
-        except Exception as error:  # a tool's failure is a result the model can react to
+        return parsed
+
+    def _failed(self, error: Exception, parsed: Mapping[str, Any]) -> ToolOutcome:
+        return ToolOutcome(
+            f"tool {self.name} failed: {type(error).__name__}: {error}",
+            is_error=True,
+            page_request=_page_request(parsed),
+        )
+
+    def _render(self, result: object, parsed: Mapping[str, Any]) -> ToolOutcome:
+        page_request = _page_request(parsed)
+        if isinstance(result, str):
+            return ToolOutcome(result, page_request=page_request)
+        if inspect.isawaitable(result):
+            if inspect.iscoroutine(result):
+                result.close()  # never awaited: no "coroutine was never awaited" warning
             return ToolOutcome(
-                f"tool {self.name} failed: {type(error).__name__}: {error}",
+                f"tool {self.name} returned an awaitable: an async tool runs only under "
+                "AsyncAgentRunner",
                 is_error=True,
                 page_request=page_request,
             )
-        if isinstance(result, str):
-            return ToolOutcome(result, page_request=page_request)
         if isinstance(result, ToolResultPage):
             try:
                 text = result.to_text()
@@ -143,6 +180,20 @@ class Tool:
             )
         except (TypeError, ValueError, RecursionError) as error:
             return _unserialisable(self.name, error, page_request)
+
+
+def is_async_callable(fn: object) -> bool:
+    """True for a coroutine function (or async generator function), a partial of one, or an
+    object whose ``__call__`` is one."""
+    return (
+        inspect.iscoroutinefunction(fn)
+        or inspect.isasyncgenfunction(fn)
+        or (not inspect.isroutine(fn) and inspect.iscoroutinefunction(type(fn).__call__))
+    )
+
+
+def _page_request(parsed: Mapping[str, Any]) -> bool:
+    return parsed.get("cursor") is not None
 
 
 def _unserialisable(name: str, error: Exception, page_request: bool) -> ToolOutcome:

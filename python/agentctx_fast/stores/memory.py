@@ -1,11 +1,19 @@
-"""`InMemoryAgentStore`: every store facility in process memory, for tests and single processes."""
+"""`InMemoryAgentStore` and `AsyncInMemoryAgentStore`: every store facility in process memory,
+for tests and single processes."""
 
 from __future__ import annotations
 
 import threading
 
 from agentctx_fast.coordinator import InMemoryCompressionStateStore
-from agentctx_fast.memory import ChatMemoryProvider, InMemoryChatMemory
+from agentctx_fast.memory import (
+    AsyncChatMemory,
+    AsyncChatMemoryProvider,
+    AwaitableChatMemory,
+    ChatMemoryProvider,
+    InMemoryChatMemory,
+)
+from agentctx_fast.stores._bridge import AwaitableAgentTurnStore, AwaitableCompressionStateStore
 from agentctx_fast.stores._common import check_conversation_id
 from agentctx_fast.stores.turns import InMemoryAgentTurnStore
 
@@ -47,3 +55,42 @@ class InMemoryAgentStore:
 
     def close(self) -> None:
         """Nothing to release; present so every store closes the same way."""
+
+
+class AsyncInMemoryAgentStore:
+    """`InMemoryAgentStore` for asyncio programs: the same in-process data behind coroutines
+    (nothing in it waits, so nothing blocks the event loop).
+
+    >>> import asyncio
+    >>> from agentctx_fast import UserMessage
+    >>> async def main() -> list[str]:
+    ...     memory = AsyncInMemoryAgentStore().chat_memory("c1")
+    ...     await memory.add_message_if_absent(UserMessage("hi", message_id="u1"))
+    ...     return [m.text for m in await memory.get_messages()]
+    >>> asyncio.run(main())
+    ['hi']
+    """
+
+    def __init__(self) -> None:
+        self._store = InMemoryAgentStore()
+        self._states = AwaitableCompressionStateStore(self._store.compression_state_store())
+        self._turns = AwaitableAgentTurnStore(self._store.turn_store())
+
+    def chat_memory(self, conversation_id: str) -> AsyncChatMemory:
+        """The memory of ``conversation_id``."""
+        return AwaitableChatMemory(self._store.chat_memory(conversation_id))
+
+    def chat_memory_provider(self) -> AsyncChatMemoryProvider:
+        """A provider that locates each conversation's memory in this store."""
+        return self.chat_memory
+
+    def compression_state_store(self) -> AwaitableCompressionStateStore:
+        """The compression states of every conversation in this store."""
+        return self._states
+
+    def turn_store(self) -> AwaitableAgentTurnStore:
+        """Turn snapshots and conversation leases (protects the tasks of this process)."""
+        return self._turns
+
+    async def aclose(self) -> None:
+        """Nothing to release; present so every async store closes the same way."""

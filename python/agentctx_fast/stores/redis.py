@@ -1,20 +1,20 @@
-"""`RedisAgentStore` on redis-py: every write is one Lua script, atomic on the server.
+"""`RedisAgentStore` and `AsyncRedisAgentStore` on redis-py: every write is one Lua script,
+atomic on the server.
 
 Keys of a conversation ``c`` under prefix ``p``: ``p conv:c:m`` (hash id → record),
 ``…:v`` (hash id → version), ``…:k`` (hash id → message class), ``…:o`` (list of ids in append
 order) and ``…:vis`` (list of model-visible ids). Pages are ``LRANGE`` from the tail, which
 costs the page, not the conversation. Compression states live in ``p compression:c``.
+
+The rules are written once, as coroutines over a `RedisPort`: `AsyncRedisAgentStore` awaits
+redis.asyncio, and `RedisAgentStore` drives the same code over a blocking client. Both write the
+same keys, so one reads what the other wrote.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
-
-import redis
-from redis import exceptions as redis_exc
+from typing import Any
 
 from agentctx_fast._ids import check_identifier
 from agentctx_fast.coordinator import AgentContextCompressionState, check_expected_version
@@ -22,29 +22,29 @@ from agentctx_fast.errors import (
     InvalidArgumentError,
     MessageNotFoundError,
     SerializationError,
-    StoreError,
-    StoreUnavailableError,
     VersionConflictError,
 )
 from agentctx_fast.memory import (
-    ChatMemory,
+    AsyncChatMemory,
+    AsyncChatMemoryProvider,
+    BlockingChatMemory,
     ChatMemoryProvider,
     check_message,
     check_page,
     check_version,
 )
 from agentctx_fast.messages import Message
+from agentctx_fast.stores._bridge import BlockingCompressionStateStore
 from agentctx_fast.stores._common import check_conversation_id, check_key_prefix
 from agentctx_fast.stores._loader import DEFAULT_MESSAGE_CACHE_SIZE, MessageLoader
+from agentctx_fast.stores._redis_io import RedisPort, raw, redis
+from agentctx_fast.stores.redis_turns import AsyncRedisAgentTurnStore, RedisAgentTurnStore
 from agentctx_fast.stores.serializer import (
     AgentStoreSerializer,
     JsonAgentStoreSerializer,
     dump,
     load_state,
 )
-
-if TYPE_CHECKING:
-    from agentctx_fast.stores.redis_turns import RedisAgentTurnStore
 
 # KEYS: records, versions, kinds, order, visible. ARGV: id, record, version, kind, visible.
 _ADD_IF_ABSENT = """
@@ -91,26 +91,44 @@ return 1
 """
 
 
-def _raw(value: object) -> bytes:
-    # The store's own client returns bytes; a caller's client may decode responses to str.
-    if isinstance(value, str):
-        return value.encode("utf-8")
-    if not isinstance(value, bytes):
-        raise SerializationError(f"unexpected Redis reply of type {type(value).__name__}")
-    return value
+class _RedisStoreBase:
+    """What both Redis stores share: key layout, serializer, decoded-record cache, the port."""
+
+    def __init__(
+        self,
+        client: Any,
+        owns_client: bool,
+        key_prefix: str,
+        serializer: AgentStoreSerializer | None,
+        message_cache_size: int,
+    ) -> None:
+        self.client = client
+        self._owns_client = owns_client
+        self._port = RedisPort(client)
+        self.key_prefix = key_prefix
+        self.serializer: AgentStoreSerializer = serializer or JsonAgentStoreSerializer()
+        self._load_message = MessageLoader(self, message_cache_size)
+
+    def _key(self, *parts: str) -> str:
+        return self.key_prefix + ":".join(parts)
 
 
-@contextmanager
-def _translated(action: str) -> Iterator[None]:
-    try:
-        yield
-    except (redis_exc.ConnectionError, redis_exc.TimeoutError) as error:
-        raise StoreUnavailableError(f"Redis unavailable while {action}: {error}") from error
-    except redis_exc.RedisError as error:
-        raise StoreError(f"Redis error while {action}: {error}") from error
+def _client_argument(client_or_url: object, client_type: type, from_url: Any) -> tuple[Any, bool]:
+    """The client a store uses and whether it owns it (it does when it made it from a URL)."""
+    if isinstance(client_or_url, str):
+        try:
+            return from_url(client_or_url), True
+        except ValueError as error:
+            raise InvalidArgumentError(f"cannot use Redis URL: {error}") from error
+    if isinstance(client_or_url, client_type):
+        return client_or_url, False
+    raise InvalidArgumentError(
+        f"client_or_url must be a {client_type.__module__}.{client_type.__name__} client or a "
+        f"URL, got {type(client_or_url).__name__}"
+    )
 
 
-class RedisAgentStore:
+class RedisAgentStore(_RedisStoreBase):
     """Chat memories, compression states, turns and leases in Redis under ``key_prefix``.
 
     ``client_or_url`` is a `redis.Redis` client (the caller closes it) or a URL such as
@@ -126,32 +144,14 @@ class RedisAgentStore:
         message_cache_size: int = DEFAULT_MESSAGE_CACHE_SIZE,
     ) -> None:
         check_key_prefix(key_prefix)
-        if isinstance(client_or_url, str):
-            try:
-                self.client: redis.Redis = redis.Redis.from_url(client_or_url)
-            except ValueError as error:
-                raise InvalidArgumentError(f"cannot use Redis URL: {error}") from error
-            self._owns_client = True
-        elif isinstance(client_or_url, redis.Redis):
-            self.client = client_or_url
-            self._owns_client = False
-        else:
-            raise InvalidArgumentError(
-                f"client_or_url must be a redis.Redis client or a URL, "
-                f"got {type(client_or_url).__name__}"
-            )
-        self.key_prefix = key_prefix
-        self.serializer: AgentStoreSerializer = serializer or JsonAgentStoreSerializer()
-        self._load_message = MessageLoader(self, message_cache_size)
-        self._add = self.client.register_script(_ADD_IF_ABSENT)
-        self._update = self.client.register_script(_UPDATE)
-        self._page = self.client.register_script(_PAGE)
-        self._save_state = self.client.register_script(_SAVE_STATE)
+        client, owns = _client_argument(client_or_url, redis.Redis, redis.Redis.from_url)
+        super().__init__(client, owns, key_prefix, serializer, message_cache_size)
+        self.client: redis.Redis = client
         self._turn_store: RedisAgentTurnStore | None = None
 
     def chat_memory(self, conversation_id: str) -> RedisChatMemory:
         """The memory of ``conversation_id`` (a light handle; create as many as you like)."""
-        return RedisChatMemory(self, check_conversation_id(conversation_id))
+        return RedisChatMemory(AsyncRedisChatMemory(self, check_conversation_id(conversation_id)))
 
     def chat_memory_provider(self) -> ChatMemoryProvider:
         """A provider that locates each conversation's memory in this store."""
@@ -159,14 +159,12 @@ class RedisAgentStore:
 
     def compression_state_store(self) -> RedisCompressionStateStore:
         """The compression states of every conversation in this store."""
-        return RedisCompressionStateStore(self)
+        return RedisCompressionStateStore(AsyncRedisCompressionStateStore(self))
 
     def turn_store(self) -> RedisAgentTurnStore:
         """Turn snapshots and conversation leases (the runner's busy protection)."""
         if self._turn_store is None:
-            from agentctx_fast.stores.redis_turns import RedisAgentTurnStore
-
-            self._turn_store = RedisAgentTurnStore(self)
+            self._turn_store = RedisAgentTurnStore(AsyncRedisAgentTurnStore(self))
         return self._turn_store
 
     def close(self) -> None:
@@ -174,14 +172,59 @@ class RedisAgentStore:
         if self._owns_client:
             self.client.close()
 
-    def _key(self, *parts: str) -> str:
-        return self.key_prefix + ":".join(parts)
+
+class AsyncRedisAgentStore(_RedisStoreBase):
+    """`RedisAgentStore` for asyncio programs, on redis.asyncio: the same keys and records, so a
+    conversation written by one is read, continued and resumed by the other.
+
+    ``client_or_url`` is a `redis.asyncio.Redis` client (the caller closes it) or a URL (the
+    store creates the client and `aclose` closes it).
+    """
+
+    def __init__(
+        self,
+        client_or_url: Any,
+        key_prefix: str = "agent:",
+        serializer: AgentStoreSerializer | None = None,
+        *,
+        message_cache_size: int = DEFAULT_MESSAGE_CACHE_SIZE,
+    ) -> None:
+        check_key_prefix(key_prefix)
+        import redis.asyncio as aioredis
+
+        client, owns = _client_argument(client_or_url, aioredis.Redis, aioredis.Redis.from_url)
+        super().__init__(client, owns, key_prefix, serializer, message_cache_size)
+        self._turn_store: AsyncRedisAgentTurnStore | None = None
+
+    def chat_memory(self, conversation_id: str) -> AsyncRedisChatMemory:
+        """The memory of ``conversation_id`` (a light handle; create as many as you like)."""
+        return AsyncRedisChatMemory(self, check_conversation_id(conversation_id))
+
+    def chat_memory_provider(self) -> AsyncChatMemoryProvider:
+        """A provider that locates each conversation's memory in this store."""
+        return self.chat_memory
+
+    def compression_state_store(self) -> AsyncRedisCompressionStateStore:
+        """The compression states of every conversation in this store."""
+        return AsyncRedisCompressionStateStore(self)
+
+    def turn_store(self) -> AsyncRedisAgentTurnStore:
+        """Turn snapshots and conversation leases (the runner's busy protection)."""
+        if self._turn_store is None:
+            self._turn_store = AsyncRedisAgentTurnStore(self)
+        return self._turn_store
+
+    async def aclose(self) -> None:
+        """Close the client if this store created it."""
+        if self._owns_client:
+            await self.client.aclose()
 
 
-class RedisChatMemory(ChatMemory):
-    """One conversation's messages in Redis."""
+class AsyncRedisChatMemory(AsyncChatMemory):
+    """One conversation's messages in Redis (the one implementation: awaited by
+    `AsyncRedisAgentStore`, driven blocking by `RedisAgentStore`)."""
 
-    def __init__(self, store: RedisAgentStore, conversation_id: str) -> None:
+    def __init__(self, store: _RedisStoreBase, conversation_id: str) -> None:
         self._store = store
         self.conversation_id = conversation_id
         base = store._key("conv", conversation_id)
@@ -191,7 +234,7 @@ class RedisChatMemory(ChatMemory):
         self._order = base + ":o"
         self._visible = base + ":vis"
 
-    def add_message_if_absent(self, message: Message) -> bool:
+    async def add_message_if_absent(self, message: Message) -> bool:
         check_message(message)
         record = dump(self._store.serializer, message)
         keys = [self._records, self._versions, self._kinds, self._order, self._visible]
@@ -202,50 +245,49 @@ class RedisChatMemory(ChatMemory):
             type(message).__name__,
             "1" if message.model_visible else "0",
         ]
-        with _translated(f"adding message {message.message_id!r}"):
-            return bool(self._store._add(keys=keys, args=args) == 1)
+        action = f"adding message {message.message_id!r}"
+        return bool(await self._store._port.script(action, _ADD_IF_ABSENT, keys, args) == 1)
 
-    def get_messages(self, count: int | None = None, offset: int = 0) -> list[Message]:
+    async def get_messages(self, count: int | None = None, *, offset: int = 0) -> list[Message]:
         check_page(count, offset)
-        return self._read_page(self._order, count, offset)
+        return await self._read_page(self._order, count, offset)
 
-    def get_model_messages(self, count: int | None = None) -> list[Message]:
+    async def get_model_messages(self, count: int | None = None) -> list[Message]:
         check_page(count, 0)
-        return self._read_page(self._visible, count, 0)
+        return await self._read_page(self._visible, count, 0)
 
-    def _read_page(self, ids_key: str, count: int | None, offset: int) -> list[Message]:
+    async def _read_page(self, ids_key: str, count: int | None, offset: int) -> list[Message]:
         if count == 0:
             return []
         stop = -(offset + 1)
         start = 0 if count is None else -(offset + count)
-        with _translated("reading messages"):
-            records = self._store._page(keys=[ids_key, self._records], args=[start, stop])
-        load = self._store._load_message
-        return [
-            load(self.conversation_id, _raw(record)) for record in records if record is not None
-        ]
-
-    def get_message(self, message_id: str) -> Message | None:
-        check_identifier(message_id, "message_id")
-        with _translated(f"reading message {message_id!r}"):
-            record = self._store.client.hget(self._records, message_id)
-        return (
-            None
-            if record is None
-            else self._store._load_message(self.conversation_id, _raw(record))
+        records = await self._store._port.script(
+            "reading messages", _PAGE, [ids_key, self._records], [start, stop]
         )
+        load = self._store._load_message
+        return [load(self.conversation_id, raw(record)) for record in records if record is not None]
 
-    def update_message(self, message: Message, expected_version: int) -> Message:
+    async def get_message(self, message_id: str) -> Message | None:
+        check_identifier(message_id, "message_id")
+        record = await self._store._port.command(
+            f"reading message {message_id!r}", "hget", self._records, message_id
+        )
+        if record is None:
+            return None
+        return self._store._load_message(self.conversation_id, raw(record))
+
+    async def update_message(self, message: Message, expected_version: int) -> Message:
         check_message(message)
         check_version(expected_version)
         updated = replace(message, version=expected_version + 1)
         record = dump(self._store.serializer, updated)
         kind = type(message).__name__
-        with _translated(f"updating message {message.message_id!r}"):
-            outcome = self._store._update(
-                keys=[self._records, self._versions, self._kinds],
-                args=[message.message_id, expected_version, record, kind, expected_version + 1],
-            )
+        outcome = await self._store._port.script(
+            f"updating message {message.message_id!r}",
+            _UPDATE,
+            [self._records, self._versions, self._kinds],
+            [message.message_id, expected_version, record, kind, expected_version + 1],
+        )
         status = int(outcome[0])
         if status == 1:
             return updated
@@ -261,45 +303,53 @@ class RedisChatMemory(ChatMemory):
             f"not {expected_version}"
         )
 
-    def message_count(self) -> int:
-        with _translated("counting messages"):
-            return int(self._store.client.llen(self._order))
+    async def message_count(self) -> int:
+        return int(await self._store._port.command("counting messages", "llen", self._order))
 
-    def clear(self) -> None:
-        with _translated("clearing messages"):
-            self._store.client.delete(
-                self._records, self._versions, self._kinds, self._order, self._visible
-            )
+    async def clear(self) -> None:
+        keys = (self._records, self._versions, self._kinds, self._order, self._visible)
+        await self._store._port.command("clearing messages", "delete", *keys)
 
 
-class RedisCompressionStateStore:
+class RedisChatMemory(BlockingChatMemory):
+    """One conversation's messages in a `RedisAgentStore` (blocking)."""
+
+
+class AsyncRedisCompressionStateStore:
     """Compression states in Redis hashes, saved by a compare-and-set script."""
 
-    def __init__(self, store: RedisAgentStore) -> None:
+    def __init__(self, store: _RedisStoreBase) -> None:
         self._store = store
 
-    def load(self, conversation_id: str) -> AgentContextCompressionState | None:
+    async def load(self, conversation_id: str) -> AgentContextCompressionState | None:
         check_conversation_id(conversation_id)
-        with _translated("loading a compression state"):
-            version, data = self._store.client.hmget(
-                self._store._key("compression", conversation_id), ["version", "data"]
-            )
+        version, data = await self._store._port.command(
+            "loading a compression state",
+            "hmget",
+            self._store._key("compression", conversation_id),
+            ["version", "data"],
+        )
         if data is None:
             return None
-        state = load_state(self._store.serializer, _raw(data))
+        state = load_state(self._store.serializer, raw(data))
         try:
-            return replace(state, version=int(_raw(version)))
+            return replace(state, version=int(raw(version)))
         except (TypeError, ValueError) as error:
             raise SerializationError(
                 f"conversation {conversation_id!r}: stored state version {version!r} is not an int"
             ) from error
 
-    def save(self, state: AgentContextCompressionState, expected_version: int) -> bool:
+    async def save(self, state: AgentContextCompressionState, expected_version: int) -> bool:
         check_expected_version(state, expected_version)
         data = dump(self._store.serializer, replace(state, version=expected_version + 1))
-        with _translated("saving a compression state"):
-            applied = self._store._save_state(
-                keys=[self._store._key("compression", state.conversation_id)],
-                args=[expected_version, data, expected_version + 1],
-            )
+        applied = await self._store._port.script(
+            "saving a compression state",
+            _SAVE_STATE,
+            [self._store._key("compression", state.conversation_id)],
+            [expected_version, data, expected_version + 1],
+        )
         return bool(applied == 1)
+
+
+class RedisCompressionStateStore(BlockingCompressionStateStore):
+    """Compression states of a `RedisAgentStore` (blocking)."""

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from agentctx_fast.errors import SerializationError, StoreError
-from agentctx_fast.stores.redis import _raw, _translated
+from agentctx_fast.stores._bridge import BlockingAgentTurnStore
+from agentctx_fast.stores._redis_io import raw, text
 from agentctx_fast.stores.turns import (
     AgentTurnSnapshot,
     ConversationLease,
@@ -23,7 +24,7 @@ from agentctx_fast.stores.turns import (
 from agentctx_fast.turns import TurnStatus
 
 if TYPE_CHECKING:
-    from agentctx_fast.stores.redis import RedisAgentStore
+    from agentctx_fast.stores.redis import _RedisStoreBase
 
 # KEYS: the turn hash. ARGV: expected version, data, next version (computed by the client:
 # Lua numbers are doubles, which lose versions above 2**53).
@@ -99,23 +100,12 @@ return 1
 """
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+class AsyncRedisAgentTurnStore:
+    """The turn store of the Redis stores: the one implementation, awaited by
+    `AsyncRedisAgentStore` and driven blocking by `RedisAgentStore`."""
 
-
-class RedisAgentTurnStore:
-    """The `AgentTurnStore` of a `RedisAgentStore`."""
-
-    def __init__(self, store: RedisAgentStore) -> None:
+    def __init__(self, store: _RedisStoreBase) -> None:
         self._store = store
-        client = store.client
-        self._save = client.register_script(_SAVE_TURN)
-        self._acquire = client.register_script(_ACQUIRE)
-        self._renew = client.register_script(_RENEW)
-        self._suspend = client.register_script(_SUSPEND)
-        self._reacquire = client.register_script(_REACQUIRE)
-        self._cancel = client.register_script(_REQUEST_CANCEL)
-        self._release = client.register_script(_RELEASE)
 
     def _turn_key(self, conversation_id: str, turn_id: str) -> str:
         return self._store._key("turn", conversation_id, turn_id)
@@ -123,41 +113,43 @@ class RedisAgentTurnStore:
     def _lease_key(self, conversation_id: str) -> str:
         return self._store._key("lease", conversation_id)
 
-    def _run(self, action: str, script: Any, keys: list[str], args: list[Any]) -> Any:
-        with _translated(action):
-            return script(keys=keys, args=args)
+    async def _run(self, action: str, script: str, keys: list[str], args: list[Any]) -> Any:
+        return await self._store._port.script(action, script, keys, args)
 
-    def load_turn(self, conversation_id: str, turn_id: str) -> AgentTurnSnapshot | None:
-        with _translated(f"loading turn {turn_id!r}"):
-            version, data = self._store.client.hmget(
-                self._turn_key(conversation_id, turn_id), ["version", "data"]
-            )
+    async def load_turn(self, conversation_id: str, turn_id: str) -> AgentTurnSnapshot | None:
+        version, data = await self._store._port.command(
+            f"loading turn {turn_id!r}",
+            "hmget",
+            self._turn_key(conversation_id, turn_id),
+            ["version", "data"],
+        )
         if version is None or data is None:
             return None
         try:
-            number = int(_text(version))
+            number = int(text(version))
         except ValueError:
             raise SerializationError(f"turn {turn_id!r}: stored version is not a number") from None
-        return load_snapshot(_raw(data), number)
+        return load_snapshot(raw(data), number)
 
-    def save_turn(self, snapshot: AgentTurnSnapshot, expected_version: int) -> bool:
+    async def save_turn(self, snapshot: AgentTurnSnapshot, expected_version: int) -> bool:
         check_snapshot_save(snapshot, expected_version)
         data = dump_snapshot(snapshot)
         key = self._turn_key(snapshot.conversation_id, snapshot.turn_id)
-        applied = self._run(
+        applied = await self._run(
             f"saving turn {snapshot.turn_id!r}",
-            self._save,
+            _SAVE_TURN,
             [key],
             [str(expected_version), data, str(expected_version + 1)],
         )
         return bool(applied == 1)
 
-    def open_turn(self, conversation_id: str) -> ConversationLease | None:
-        with _translated("reading a conversation lease"):
-            fields = self._store.client.hgetall(self._lease_key(conversation_id))
+    async def open_turn(self, conversation_id: str) -> ConversationLease | None:
+        fields = await self._store._port.command(
+            "reading a conversation lease", "hgetall", self._lease_key(conversation_id)
+        )
         if not fields:
             return None
-        lease = {_text(k): _text(v) for k, v in fields.items()}
+        lease = {text(k): text(v) for k, v in fields.items()}
         expires = lease.get("expires_at")
         return ConversationLease(
             conversation_id,
@@ -168,13 +160,13 @@ class RedisAgentTurnStore:
             lease.get("cancel_requested") == "1",
         )
 
-    def acquire_conversation(
+    async def acquire_conversation(
         self, conversation_id: str, turn_id: str, owner: str, lease_seconds: float, now: float
     ) -> str | None:
         check_lease_arguments(conversation_id, turn_id, owner, lease_seconds)
-        reply = self._run(
+        reply = await self._run(
             "taking a conversation lease",
-            self._acquire,
+            _ACQUIRE,
             [self._lease_key(conversation_id)],
             [turn_id, owner, repr(now + lease_seconds), repr(float(now))],
         )
@@ -182,21 +174,21 @@ class RedisAgentTurnStore:
         if code == 1:
             return None
         if code == 2:
-            return _text(reply[1])
+            return text(reply[1])
         if code == 0:
             lease = ConversationLease(
-                conversation_id, _text(reply[1]), TurnStatus(_text(reply[2])), None, None
+                conversation_id, text(reply[1]), TurnStatus(text(reply[2])), None, None
             )
             raise busy_error(conversation_id, lease)
         raise StoreError(f"unexpected lease script reply {reply!r}")
 
-    def renew_lease(
+    async def renew_lease(
         self, conversation_id: str, turn_id: str, owner: str, lease_seconds: float, now: float
     ) -> LeaseRenewal:
         check_lease_arguments(conversation_id, turn_id, owner, lease_seconds)
-        code = self._run(
+        code = await self._run(
             "renewing a conversation lease",
-            self._renew,
+            _RENEW,
             [self._lease_key(conversation_id)],
             [turn_id, owner, repr(now + lease_seconds)],
         )
@@ -204,26 +196,30 @@ class RedisAgentTurnStore:
             int(code), LeaseRenewal.LOST
         )
 
-    def suspend_conversation(self, conversation_id: str, turn_id: str, owner: str) -> bool:
+    async def suspend_conversation(self, conversation_id: str, turn_id: str, owner: str) -> bool:
         key = self._lease_key(conversation_id)
-        return bool(self._run("suspending a turn", self._suspend, [key], [turn_id, owner]) == 1)
+        return bool(await self._run("suspending a turn", _SUSPEND, [key], [turn_id, owner]) == 1)
 
-    def reacquire_conversation(
+    async def reacquire_conversation(
         self, conversation_id: str, turn_id: str, owner: str, lease_seconds: float, now: float
     ) -> bool:
         check_lease_arguments(conversation_id, turn_id, owner, lease_seconds)
         args = [turn_id, owner, repr(now + lease_seconds)]
         key = self._lease_key(conversation_id)
-        return bool(self._run("resuming a turn", self._reacquire, [key], args) == 1)
+        return bool(await self._run("resuming a turn", _REACQUIRE, [key], args) == 1)
 
-    def request_cancel(self, conversation_id: str, turn_id: str, now: float) -> bool:
+    async def request_cancel(self, conversation_id: str, turn_id: str, now: float) -> bool:
         key = self._lease_key(conversation_id)
         args = [turn_id, repr(float(now))]
-        return bool(self._run("flagging a cancellation", self._cancel, [key], args) == 1)
+        return bool(await self._run("flagging a cancellation", _REQUEST_CANCEL, [key], args) == 1)
 
-    def release_conversation(
+    async def release_conversation(
         self, conversation_id: str, turn_id: str, owner: str | None, now: float
     ) -> bool:
         key = self._lease_key(conversation_id)
         args = [turn_id, owner or "", repr(float(now))]
-        return bool(self._run("releasing a conversation", self._release, [key], args) == 1)
+        return bool(await self._run("releasing a conversation", _RELEASE, [key], args) == 1)
+
+
+class RedisAgentTurnStore(BlockingAgentTurnStore):
+    """The `AgentTurnStore` of a `RedisAgentStore` (blocking)."""

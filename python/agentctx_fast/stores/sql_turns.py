@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-
 from agentctx_fast.errors import StoreError
+from agentctx_fast.stores._bridge import BlockingAgentTurnStore
+from agentctx_fast.stores._sql_io import sa
 from agentctx_fast.stores.turns import (
     AgentTurnSnapshot,
     ConversationLease,
@@ -27,7 +27,7 @@ from agentctx_fast.stores.turns import (
 from agentctx_fast.turns import TurnStatus
 
 if TYPE_CHECKING:
-    from agentctx_fast.stores.sql import SqlAgentStore
+    from agentctx_fast.stores.sql import _SqlStoreBase
 
 _RUNNING = TurnStatus.RUNNING.value
 _SUSPENDED = TurnStatus.SUSPENDED.value
@@ -58,26 +58,26 @@ def turn_tables(metadata: sa.MetaData, prefix: str, version_type: Any) -> tuple[
     return turns, leases
 
 
-class SqlAgentTurnStore:
-    """The `AgentTurnStore` of a `SqlAgentStore` (SQLite or PostgreSQL)."""
+class AsyncSqlAgentTurnStore:
+    """The turn store of the SQL stores (SQLite or PostgreSQL): the one implementation, awaited
+    by `AsyncSqlAgentStore` and driven blocking by `SqlAgentStore`."""
 
-    def __init__(self, store: SqlAgentStore) -> None:
+    def __init__(self, store: _SqlStoreBase) -> None:
         self._store = store
         self._turns = store._tables.turns
         self._leases = store._tables.leases
 
     # -- snapshots --------------------------------------------------------------------------
 
-    def load_turn(self, conversation_id: str, turn_id: str) -> AgentTurnSnapshot | None:
+    async def load_turn(self, conversation_id: str, turn_id: str) -> AgentTurnSnapshot | None:
         table = self._turns
         query = sa.select(table.c.version, table.c.data).where(
             table.c.conversation_id == conversation_id, table.c.turn_id == turn_id
         )
-        with self._store._translated_io(f"loading turn {turn_id!r}") as connection:
-            row = connection.execute(query).first()
-        return None if row is None else load_snapshot(row.data, row.version)
+        rows = await self._store._port.rows(f"loading turn {turn_id!r}", query)
+        return load_snapshot(rows[0].data, rows[0].version) if rows else None
 
-    def save_turn(self, snapshot: AgentTurnSnapshot, expected_version: int) -> bool:
+    async def save_turn(self, snapshot: AgentTurnSnapshot, expected_version: int) -> bool:
         check_snapshot_save(snapshot, expected_version)
         data = dump_snapshot(snapshot)
         table = self._turns
@@ -92,8 +92,6 @@ class SqlAgentTurnStore:
             statement: Any = self._store._insert_if_absent(
                 table, values, ["conversation_id", "turn_id"]
             )
-            if statement is None:
-                raise StoreError(f"turn snapshots need SQLite or PostgreSQL, not {self._dialect}")
         else:
             statement = (
                 sa.update(table)
@@ -105,8 +103,8 @@ class SqlAgentTurnStore:
                 .values(version=expected_version + 1, status=snapshot.status.value, data=data)
             )
         statement = statement.returning(table.c.version)
-        with self._store._translated_io(f"saving turn {snapshot.turn_id!r}", write=True) as c:
-            return c.execute(statement).first() is not None
+        action = f"saving turn {snapshot.turn_id!r}"
+        return bool(await self._store._port.rows(action, statement, write=True))
 
     # -- leases -----------------------------------------------------------------------------
 
@@ -114,14 +112,13 @@ class SqlAgentTurnStore:
     def _dialect(self) -> str:
         return self._store._dialect
 
-    def open_turn(self, conversation_id: str) -> ConversationLease | None:
+    async def open_turn(self, conversation_id: str) -> ConversationLease | None:
         table = self._leases
         query = sa.select(table).where(table.c.conversation_id == conversation_id)
-        with self._store._translated_io("reading a conversation lease") as connection:
-            row = connection.execute(query).first()
-        return None if row is None else _lease(row)
+        rows = await self._store._port.rows("reading a conversation lease", query)
+        return _lease(rows[0]) if rows else None
 
-    def acquire_conversation(
+    async def acquire_conversation(
         self, conversation_id: str, turn_id: str, owner: str, lease_seconds: float, now: float
     ) -> str | None:
         check_lease_arguments(conversation_id, turn_id, owner, lease_seconds)
@@ -129,10 +126,8 @@ class SqlAgentTurnStore:
         insert: Any
         if self._dialect == "postgresql":
             from sqlalchemy.dialects.postgresql import insert
-        elif self._dialect == "sqlite":
-            from sqlalchemy.dialects.sqlite import insert
         else:
-            raise StoreError(f"conversation leases need SQLite or PostgreSQL, not {self._dialect}")
+            from sqlalchemy.dialects.sqlite import insert
         statement: Any = insert(table).values(
             conversation_id=conversation_id,
             turn_id=turn_id,
@@ -155,17 +150,19 @@ class SqlAgentTurnStore:
             where=(table.c.status == _RUNNING) & (table.c.expires_at <= now),
         ).returning(table.c.previous_turn_id)
         for _ in range(3):
-            with self._store._translated_io("taking a conversation lease", write=True) as c:
-                row = c.execute(statement).first()
-            if row is not None:
-                return None if row.previous_turn_id is None else str(row.previous_turn_id)
-            lease = self.open_turn(conversation_id)
+            rows = await self._store._port.rows(
+                "taking a conversation lease", statement, write=True
+            )
+            if rows:
+                previous = rows[0].previous_turn_id
+                return None if previous is None else str(previous)
+            lease = await self.open_turn(conversation_id)
             if lease is not None:
                 raise busy_error(conversation_id, lease)
             # released between the two statements: try again
         raise StoreError(f"conversation {conversation_id!r}: the lease kept changing")
 
-    def renew_lease(
+    async def renew_lease(
         self, conversation_id: str, turn_id: str, owner: str, lease_seconds: float, now: float
     ) -> LeaseRenewal:
         check_lease_arguments(conversation_id, turn_id, owner, lease_seconds)
@@ -176,22 +173,21 @@ class SqlAgentTurnStore:
             .values(expires_at=now + lease_seconds)
             .returning(table.c.cancel_requested)
         )
-        with self._store._translated_io("renewing a conversation lease", write=True) as c:
-            row = c.execute(statement).first()
-        if row is None:
+        rows = await self._store._port.rows("renewing a conversation lease", statement, write=True)
+        if not rows:
             return LeaseRenewal.LOST
-        return LeaseRenewal.CANCEL_REQUESTED if row.cancel_requested else LeaseRenewal.RENEWED
+        return LeaseRenewal.CANCEL_REQUESTED if rows[0].cancel_requested else LeaseRenewal.RENEWED
 
-    def suspend_conversation(self, conversation_id: str, turn_id: str, owner: str) -> bool:
+    async def suspend_conversation(self, conversation_id: str, turn_id: str, owner: str) -> bool:
         table = self._leases
         statement = (
             sa.update(table)
             .where(*self._held(conversation_id, turn_id), table.c.owner == owner)
             .values(status=_SUSPENDED, owner=None, expires_at=None, cancel_requested=False)
         )
-        return self._applied(statement, "suspending a turn")
+        return await self._applied(statement, "suspending a turn")
 
-    def reacquire_conversation(
+    async def reacquire_conversation(
         self, conversation_id: str, turn_id: str, owner: str, lease_seconds: float, now: float
     ) -> bool:
         check_lease_arguments(conversation_id, turn_id, owner, lease_seconds)
@@ -201,9 +197,9 @@ class SqlAgentTurnStore:
             .where(*self._held(conversation_id, turn_id), table.c.status == _SUSPENDED)
             .values(status=_RUNNING, owner=owner, expires_at=now + lease_seconds)
         )
-        return self._applied(statement, "resuming a turn")
+        return await self._applied(statement, "resuming a turn")
 
-    def request_cancel(self, conversation_id: str, turn_id: str, now: float) -> bool:
+    async def request_cancel(self, conversation_id: str, turn_id: str, now: float) -> bool:
         table = self._leases
         statement = (
             sa.update(table)
@@ -214,9 +210,9 @@ class SqlAgentTurnStore:
             )
             .values(cancel_requested=True)
         )
-        return self._applied(statement, "flagging a turn for cancellation")
+        return await self._applied(statement, "flagging a turn for cancellation")
 
-    def release_conversation(
+    async def release_conversation(
         self, conversation_id: str, turn_id: str, owner: str | None, now: float
     ) -> bool:
         table = self._leases
@@ -226,15 +222,14 @@ class SqlAgentTurnStore:
             else (table.c.status == _SUSPENDED) | (table.c.expires_at <= now)
         )
         statement = sa.delete(table).where(*self._held(conversation_id, turn_id), condition)
-        return self._applied(statement, "releasing a conversation")
+        return await self._applied(statement, "releasing a conversation")
 
     def _held(self, conversation_id: str, turn_id: str) -> tuple[Any, Any]:
         table = self._leases
         return table.c.conversation_id == conversation_id, table.c.turn_id == turn_id
 
-    def _applied(self, statement: Any, action: str) -> bool:
-        with self._store._translated_io(action, write=True) as connection:
-            return bool(connection.execute(statement).rowcount == 1)
+    async def _applied(self, statement: Any, action: str) -> bool:
+        return await self._store._port.changed(action, statement) == 1
 
 
 def _lease(row: Any) -> ConversationLease:
@@ -246,3 +241,7 @@ def _lease(row: Any) -> ConversationLease:
         row.expires_at,
         bool(row.cancel_requested),
     )
+
+
+class SqlAgentTurnStore(BlockingAgentTurnStore):
+    """The `AgentTurnStore` of a `SqlAgentStore` (blocking)."""

@@ -181,6 +181,55 @@ class AgentTurnStore(Protocol):
         ...
 
 
+@runtime_checkable
+class AsyncAgentTurnStore(Protocol):
+    """`AgentTurnStore` for asyncio programs: the same operations, awaited."""
+
+    async def load_turn(self, conversation_id: str, turn_id: str) -> AgentTurnSnapshot | None:
+        """The stored snapshot, or None."""
+        ...
+
+    async def save_turn(self, snapshot: AgentTurnSnapshot, expected_version: int) -> bool:
+        """Compare-and-set save of ``snapshot``."""
+        ...
+
+    async def open_turn(self, conversation_id: str) -> ConversationLease | None:
+        """The conversation's open turn, expired or not, or None."""
+        ...
+
+    async def acquire_conversation(
+        self, conversation_id: str, turn_id: str, owner: str, lease_seconds: float, now: float
+    ) -> str | None:
+        """Open ``turn_id`` as the running turn (see `AgentTurnStore.acquire_conversation`)."""
+        ...
+
+    async def renew_lease(
+        self, conversation_id: str, turn_id: str, owner: str, lease_seconds: float, now: float
+    ) -> LeaseRenewal:
+        """Extend ``owner``'s lease."""
+        ...
+
+    async def suspend_conversation(self, conversation_id: str, turn_id: str, owner: str) -> bool:
+        """Turn ``owner``'s running lease into a suspended hold."""
+        ...
+
+    async def reacquire_conversation(
+        self, conversation_id: str, turn_id: str, owner: str, lease_seconds: float, now: float
+    ) -> bool:
+        """Take the suspended ``turn_id`` back as running."""
+        ...
+
+    async def request_cancel(self, conversation_id: str, turn_id: str, now: float) -> bool:
+        """Flag the live running ``turn_id`` for cancellation."""
+        ...
+
+    async def release_conversation(
+        self, conversation_id: str, turn_id: str, owner: str | None, now: float
+    ) -> bool:
+        """Free the conversation."""
+        ...
+
+
 def check_lease_arguments(
     conversation_id: object, turn_id: object, owner: object, lease_seconds: object
 ) -> None:

@@ -1,4 +1,5 @@
-"""Paged history reads for the runner: read only as far back as a window can reach.
+"""The runner's reads: history page by page, only as far back as a window can reach, and turn
+records.
 
 A window attaches at most ``max_attached_turns`` whole history turns, and never more history
 messages than ``max_attached_messages`` (after compaction, which leaves at least two messages
@@ -11,15 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agentctx_fast.memory import ChatMemory
+from agentctx_fast.agent import Agent
+from agentctx_fast.errors import InvalidArgumentError, TurnNotFoundError, TurnStateError
+from agentctx_fast.memory import AsyncChatMemory
 from agentctx_fast.messages import AiMessage, Message, ToolMessage
-from agentctx_fast.turns import segment_turns
+from agentctx_fast.runner._state import EngineState, check_turn_id
+from agentctx_fast.stores.turns import AgentTurnSnapshot
+from agentctx_fast.turns import TurnStatus, segment_turns
 
 _FIRST_PAGE_MIN = 64
 
 
-def read_history(
-    memory: ChatMemory,
+async def read_history(
+    memory: AsyncChatMemory,
     *,
     max_attached_turns: int,
     max_attached_messages: int,
@@ -38,7 +43,7 @@ def read_history(
     page = max(_FIRST_PAGE_MIN, max_attached_messages + 16)
     collected: list[Message] = []
     while True:
-        chunk = memory.get_messages(page, len(collected))
+        chunk = await memory.get_messages(page, offset=len(collected))
         collected = chunk + collected
         if len(chunk) < page:
             return collected  # the start of the history
@@ -112,3 +117,66 @@ def unanswered_calls(messages: Sequence[Message]) -> list[tuple[str, str]]:
         for call in m.tool_calls
         if call.id not in answered
     ]
+
+
+class HistoryReads(EngineState):
+    """Reads a conversation's memory and turn records for the loop (a part of `TurnEngine`)."""
+
+    def _memory(self, conversation_id: str) -> AsyncChatMemory:
+        if self._provider is None:
+            raise InvalidArgumentError(
+                "this runner has no chat memory: give it a store or a chat_memory_provider, "
+                "or use run_history"
+            )
+        return self._provider(conversation_id)
+
+    async def _history(
+        self,
+        agent: Agent,
+        memory: AsyncChatMemory,
+        must_include: str | None = None,
+        *,
+        current_stored: bool = True,
+    ) -> list[Message]:
+        return await read_history(
+            memory,
+            max_attached_turns=agent.max_attached_turns,
+            max_attached_messages=agent.max_attached_messages,
+            compact=agent.compact_completed_tool_turns,
+            keep_recent_turns=agent.compression_keep_recent_turns,
+            must_include=must_include,
+            current_stored=current_stored,
+        )
+
+    async def _split_turn(
+        self, agent: Agent | None, memory: AsyncChatMemory, snapshot: AgentTurnSnapshot
+    ) -> tuple[list[Message], list[Message]]:
+        """The history before a stored turn, and the turn's own messages (its tail)."""
+        first = snapshot.message_ids[0] if snapshot.message_ids else None
+        collected = (
+            await self._history(agent, memory, first)
+            if agent is not None
+            else await read_history(
+                memory, max_attached_turns=1, max_attached_messages=0, compact=False,
+                keep_recent_turns=0, must_include=first,
+            )
+        )  # fmt: skip
+        start = next((i for i, msg in enumerate(collected) if msg.message_id == first), None)
+        if start is None:
+            raise TurnStateError(
+                f"turn {snapshot.turn_id!r}: its first message {first!r} is not in chat memory"
+            )
+        return collected[:start], collected[start:]
+
+    async def _load(self, conversation_id: str, turn_id: str) -> AgentTurnSnapshot:
+        check_turn_id(turn_id)
+        snapshot = await self.turn_store.load_turn(conversation_id, turn_id)
+        if snapshot is None:
+            raise TurnNotFoundError(f"conversation {conversation_id!r} has no turn {turn_id!r}")
+        return snapshot
+
+    async def _suspended(self, conversation_id: str, turn_id: str) -> AgentTurnSnapshot:
+        snapshot = await self._load(conversation_id, turn_id)
+        if snapshot.status is not TurnStatus.SUSPENDED:
+            raise TurnStateError(f"turn {turn_id!r} is {snapshot.status.value}, not suspended")
+        return snapshot

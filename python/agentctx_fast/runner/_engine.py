@@ -1,0 +1,350 @@
+"""The turn loop, written once (SPEC §11, §17): both runners drive it through an I/O port.
+
+Each model call gets a freshly built window over the conversation. The loop reads the history
+page by page only as far back as a window can reach, keeps this turn's messages as it writes
+them (``add_message_if_absent``, with ids derived from the turn id, so a retried write is
+harmless), and never calls ``clear()``. A turn holds its conversation through a lease in the
+store: a second ``run`` meets `AgentConversationBusyError`, and a crashed process's lease
+expires, after which the next ``run`` closes the crashed turn as `FAILED`.
+
+`AgentRunner` drives it with blocking stores and a blocking port (every await completes at
+once, see `agentctx_fast._sync`); `AsyncAgentRunner` with async stores and a port that awaits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from agentctx_fast import metrics as m
+from agentctx_fast.agent import Agent, AgentTurn
+from agentctx_fast.errors import AgentCtxError, DuplicateMessageError, TurnStateError
+from agentctx_fast.memory import AsyncChatMemory
+from agentctx_fast.messages import AiMessage, Message, UserMessage
+from agentctx_fast.metrics import AgentMetrics
+from agentctx_fast.runner._leases import LeaseKeeper
+from agentctx_fast.runner._persist import Persistence
+from agentctx_fast.runner._reads import HistoryReads
+from agentctx_fast.runner._state import (
+    Cancelled,
+    LeaseLost,
+    TurnIO,
+    TurnRun,
+    agent_stub,
+    check_approvals,
+    check_turn_id,
+    counted,
+    user_message,
+    view,
+)
+from agentctx_fast.stores._common import check_conversation_id
+from agentctx_fast.stores.turns import (
+    OPEN_STATUSES,
+    AgentTurnSnapshot,
+    AsyncAgentTurnStore,
+    PendingApproval,
+    dump_snapshot,
+)
+from agentctx_fast.turns import TurnStatus
+from agentctx_fast.window import ContextWindow, build_window
+
+
+class TurnEngine(Persistence, HistoryReads):
+    """The one implementation of a runner's operations, over async views of its stores."""
+
+    def __init__(
+        self,
+        provider: Callable[[str], AsyncChatMemory] | None,
+        turn_store: AsyncAgentTurnStore,
+        keeper: LeaseKeeper,
+        lease_seconds: float,
+        clock: Callable[[], float],
+        metrics: AgentMetrics | None,
+    ) -> None:
+        self._provider = provider
+        self.turn_store = turn_store
+        self._keeper = keeper
+        self._lease_seconds = lease_seconds
+        self._clock = clock
+        self._metrics = metrics
+
+    # -- operations -------------------------------------------------------------------------
+
+    async def run(
+        self,
+        io: TurnIO,
+        agent: Agent,
+        conversation_id: str,
+        message: UserMessage | str,
+        turn_id: str | None,
+        metadata: Mapping[str, Any] | None,
+    ) -> AgentTurn:
+        check_conversation_id(conversation_id)
+        memory = self._memory(conversation_id)
+        turn_id = uuid.uuid4().hex if turn_id is None else check_turn_id(turn_id)
+        user = user_message(message, turn_id)
+        now = self._clock()
+        snapshot = AgentTurnSnapshot(
+            conversation_id,
+            turn_id,
+            agent.name,
+            TurnStatus.RUNNING,
+            message_ids=(user.message_id,),
+            metadata=dict(metadata or {}),
+            created_at=now,
+            updated_at=now,
+        )
+        dump_snapshot(snapshot)  # refuse unserialisable metadata before taking the conversation
+        owner = uuid.uuid4().hex
+        stale = await self.turn_store.acquire_conversation(
+            conversation_id, turn_id, owner, self._lease_seconds, now
+        )
+        lease = self._keeper.hold(conversation_id, turn_id, owner)
+        run = TurnRun(io, agent, conversation_id, turn_id, memory, [], [user], None, lease)
+        try:
+            if stale is not None:
+                await self._recover(io, memory, conversation_id, stale, agent)
+            # Under the lease only a caller error stores a turn's user message id before the
+            # turn: a caller's own UserMessage is checked here, before anything is written; a
+            # str gets an id made from the turn id, and a reused turn id is refused by
+            # save_turn (or, with an in-process turn store, by add_message_if_absent below).
+            if (
+                not isinstance(message, str)
+                and (await memory.get_message(user.message_id)) is not None
+            ):
+                raise DuplicateMessageError(
+                    f"message {user.message_id!r} is already stored in conversation "
+                    f"{conversation_id!r}: a new turn needs a new user message"
+                )
+            if not await self.turn_store.save_turn(snapshot, 0):
+                raise TurnStateError(f"turn {turn_id!r} already exists")
+            run.snapshot = replace(snapshot, version=1)
+            run.history = await self._history(agent, memory, current_stored=False)
+            if not await memory.add_message_if_absent(user):
+                raise DuplicateMessageError(
+                    f"message {user.message_id!r} is already stored in conversation "
+                    f"{conversation_id!r}: the turn id was used before, or another writer "
+                    "stored it"
+                )
+        except BaseException:
+            await self._abandon(run)
+            raise
+        return await self._drive(run)
+
+    async def run_history(
+        self, io: TurnIO, agent: Agent, history: list[Message], message: UserMessage | str
+    ) -> AgentTurn:
+        turn_id = uuid.uuid4().hex
+        user = user_message(message, turn_id)
+        return await self._drive(TurnRun(io, agent, None, turn_id, None, history, [user]))
+
+    async def resume(
+        self,
+        io: TurnIO,
+        agent: Agent,
+        conversation_id: str,
+        turn_id: str,
+        approvals: Mapping[str, bool],
+    ) -> AgentTurn:
+        check_conversation_id(conversation_id)
+        snapshot = await self._suspended(conversation_id, turn_id)
+        decisions = check_approvals(approvals, snapshot)
+        memory = self._memory(conversation_id)
+        owner = uuid.uuid4().hex
+        if not await self.turn_store.reacquire_conversation(
+            conversation_id, turn_id, owner, self._lease_seconds, self._clock()
+        ):
+            raise TurnStateError(
+                f"turn {turn_id!r} is no longer suspended: resumed or cancelled elsewhere"
+            )
+        lease = self._keeper.hold(conversation_id, turn_id, owner)
+        run = TurnRun(
+            io, agent, conversation_id, turn_id, memory, [], [], snapshot, lease,
+            snapshot.step_count, dict(snapshot.decisions),
+        )  # fmt: skip
+        try:
+            run.history, run.messages = await self._split_turn(agent, memory, snapshot)
+        except BaseException:
+            await self._abandon(run)
+            raise
+        return await self._drive(run, snapshot.pending_approvals, decisions)
+
+    async def cancel(self, io: TurnIO, conversation_id: str, turn_id: str) -> AgentTurn:
+        check_conversation_id(conversation_id)
+        snapshot = await self._load(conversation_id, turn_id)
+        if snapshot.status not in OPEN_STATUSES:
+            raise TurnStateError(f"turn {turn_id!r} is {snapshot.status.value}, not open")
+        now = self._clock()
+        held = self._keeper.find(conversation_id, turn_id)
+        if held is not None:
+            held.cancel.set()
+            return view(snapshot)
+        lease = await self.turn_store.open_turn(conversation_id)
+        owner = uuid.uuid4().hex
+        if lease is not None and lease.turn_id == turn_id:
+            if lease.status == TurnStatus.RUNNING and not lease.expired(now):
+                await self.turn_store.request_cancel(conversation_id, turn_id, now)
+                return view(snapshot)
+            if lease.status == TurnStatus.SUSPENDED:
+                taken = await self.turn_store.reacquire_conversation(
+                    conversation_id, turn_id, owner, self._lease_seconds, now
+                )
+            else:
+                taken = (
+                    await self.turn_store.acquire_conversation(
+                        conversation_id, turn_id, owner, self._lease_seconds, now
+                    )
+                    == turn_id
+                )
+            if not taken:
+                raise TurnStateError(f"turn {turn_id!r} changed while it was being cancelled")
+        else:
+            owner = ""  # the lease is gone (or another turn took it over): close the record only
+        memory = self._memory(conversation_id)
+        run = TurnRun(io, agent_stub(snapshot), conversation_id, turn_id, memory, [], [], snapshot)
+        run.steps = snapshot.step_count
+        try:
+            if owner:
+                run.history, run.messages = await self._split_turn(None, memory, snapshot)
+            turn = await self._finish(
+                run, TurnStatus.CANCELLED, error="cancelled", close_calls=bool(owner)
+            )
+        finally:
+            if owner:
+                await self.turn_store.release_conversation(conversation_id, turn_id, owner, now)
+        return turn
+
+    async def turn(self, conversation_id: str, turn_id: str) -> AgentTurn:
+        return view(await self._load(conversation_id, turn_id))
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    async def _drive(
+        self,
+        run: TurnRun,
+        pending: Sequence[PendingApproval] = (),
+        decisions: Mapping[str, bool] | None = None,
+    ) -> AgentTurn:
+        try:
+            try:
+                if decisions is not None:
+                    waiting = await self._decide(run, pending, decisions)
+                    self._check_cancel(run)
+                    if waiting:
+                        return await self._suspend(run, waiting)
+                return await self._loop(run)
+            except LeaseLost:
+                return self._lost(run)
+            except Cancelled:
+                return await self._finish(run, TurnStatus.CANCELLED, error="cancelled")
+        except asyncio.CancelledError:
+            # The task awaiting an async model or tool was cancelled: end the turn cancelled,
+            # its open calls answered, the lease freed, then let the cancellation go on.
+            run.io.cancelled = True
+            try:
+                await self._finish(run, TurnStatus.CANCELLED, error="cancelled")
+            except Exception:
+                await self._abandon(run)
+            raise
+        except BaseException:
+            await self._abandon(run)
+            raise
+
+    async def _check_lease(self, run: TurnRun, *, ask: bool = False) -> None:
+        """`LeaseLost` if another process took this turn's lease over: this runner then
+        writes nothing more. The server is asked (a renewal, which also brings a cancel
+        requested from another process) when ``ask``, or once a tenth of the lease has gone
+        by since the last renewal, so a slow model, tool or compressor is always followed by
+        a check."""
+        lease = run.lease
+        if lease is None:
+            return
+        if ask or self._clock() - lease.renewed_at >= self._lease_seconds / 10:
+            await self._keeper.renew(lease)
+        if lease.lost.is_set():
+            raise LeaseLost
+
+    async def _checkpoint(self, run: TurnRun) -> None:
+        """The lease is still this runner's and the turn was not cancelled (before a model or
+        tool call, and before a failure is recorded)."""
+        await self._check_lease(run)
+        self._check_cancel(run)
+
+    def _check_cancel(self, run: TurnRun) -> None:
+        """`Cancelled` once the turn was cancelled (here, through the store by another
+        process as of the last renewal, or by cancelling the task that awaits it)."""
+        if run.io.cancelled or (run.lease is not None and run.lease.cancel.is_set()):
+            raise Cancelled
+
+    async def _loop(self, run: TurnRun) -> AgentTurn:
+        agent = run.agent
+        while True:
+            await self._checkpoint(run)
+            if run.steps >= agent.max_steps:
+                return await self._finish(
+                    run,
+                    TurnStatus.FAILED,
+                    error=f"max_steps reached: {agent.max_steps} model calls without a final "
+                    f"answer",
+                )
+            try:
+                window = self._window(run)
+            except AgentCtxError as error:  # a compressor failure, typed
+                await self._checkpoint(run)  # a slow compressor may have outlived the lease
+                return await self._finish(run, TurnStatus.FAILED, error=f"window failed: {error}")
+            try:
+                reply = await run.io.chat(agent.chat_model, window.messages, agent.tools)
+            except Exception as error:  # any model failure ends the turn, typed in `error`
+                await self._checkpoint(run)
+                return await self._finish(
+                    run, TurnStatus.FAILED, error=f"model failed: {type(error).__name__}: {error}"
+                )
+            # Ask the server after every model call: a takeover drops the reply, and a cancel
+            # from another process is seen before any tool runs or the turn completes.
+            await self._check_lease(run, ask=True)
+            if not isinstance(reply, AiMessage):
+                self._check_cancel(run)
+                return await self._finish(
+                    run,
+                    TurnStatus.FAILED,
+                    error=f"model returned {type(reply).__name__}, not an AiMessage",
+                )
+            run.steps += 1
+            ai = replace(reply, message_id=f"{run.turn_id}:ai:{run.steps}", turn_id=run.turn_id)
+            await self._append(run, ai)
+            self._check_cancel(run)  # a cancelled reply stays on record; its calls never run
+            if not ai.tool_calls:
+                return await self._finish(run, TurnStatus.COMPLETED, final=ai)
+            waiting = await self._call_tools(run, ai)
+            self._check_cancel(run)  # a cancel during the step's last tool
+            if waiting:
+                return await self._suspend(run, waiting)
+            await self._save(run, TurnStatus.RUNNING)
+
+    def _window(self, run: TurnRun) -> ContextWindow:
+        agent = run.agent
+        compressor = agent.context_compressor
+        labels = {"agent": agent.name}
+        if compressor is not None and self._metrics is not None:
+            compressor = counted(compressor, self._metrics, labels)
+        window = build_window(
+            [*run.history, *run.messages],
+            system=agent.instructions,
+            max_attached_turns=agent.max_attached_turns,
+            max_attached_messages=agent.max_attached_messages,
+            compact_completed_tool_turns=agent.compact_completed_tool_turns,
+            compression_keep_recent_turns=agent.compression_keep_recent_turns,
+            context_compressor=compressor,
+            max_attached_tokens=agent.max_attached_tokens,
+            token_estimator=agent.token_estimator,
+        )
+        if self._metrics is not None:
+            record = self._metrics.record
+            record(m.WINDOW_MESSAGES, len(window.messages), labels)
+            record(m.WINDOW_TOKENS, window.estimated_tokens, labels)
+            record(m.WINDOW_DROPPED_TURNS, window.dropped_turns, labels)
+            record(m.WINDOW_COMPACTED_TURNS, window.compacted_turns, labels)
+        return window

@@ -1,0 +1,204 @@
+"""The turn loop's persistence: snapshots, ending a turn, and closing a crashed one."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from agentctx_fast import metrics as m
+from agentctx_fast.agent import Agent, AgentTurn
+from agentctx_fast.errors import TurnStateError
+from agentctx_fast.memory import AsyncChatMemory
+from agentctx_fast.messages import AiMessage, Message, ToolMessage
+from agentctx_fast.runner._reads import read_history, unanswered_calls
+from agentctx_fast.runner._state import TurnIO, TurnRun, agent_stub
+from agentctx_fast.runner._tools import ToolSteps
+from agentctx_fast.runner.events import ApprovalRequired
+from agentctx_fast.stores.turns import (
+    OPEN_STATUSES,
+    AgentTurnSnapshot,
+    PendingApproval,
+    dump_snapshot,
+)
+from agentctx_fast.turns import TurnStatus
+
+
+class Persistence(ToolSteps):
+    """Saves snapshots and ends turns (a part of `TurnEngine`)."""
+
+    async def _save(
+        self,
+        run: TurnRun,
+        status: TurnStatus,
+        *,
+        pending: Sequence[PendingApproval] = (),
+        final: AiMessage | None = None,
+        error: str | None = None,
+    ) -> None:
+        if run.snapshot is None:
+            return
+        snapshot = replace(
+            run.snapshot,
+            status=status,
+            step_count=run.steps,
+            message_ids=tuple(msg.message_id for msg in run.messages)
+            if run.messages
+            else run.snapshot.message_ids,
+            pending_tool_calls=tuple(
+                call
+                for msg in run.messages
+                if isinstance(msg, AiMessage)
+                for call in msg.tool_calls
+                if any(p.tool_call_id == call.id for p in pending)
+            ),
+            pending_approvals=tuple(pending),
+            decisions=dict(run.decisions),
+            final_message_id=None if final is None else final.message_id,
+            error=error,
+            updated_at=self._clock(),
+        )
+        if not await self.turn_store.save_turn(snapshot, run.snapshot.version):
+            raise TurnStateError(f"turn {run.turn_id!r} was changed by another process")
+        run.snapshot = replace(snapshot, version=run.snapshot.version + 1)
+        if self._metrics is not None:
+            self._metrics.record(
+                m.SNAPSHOT_BYTES, len(dump_snapshot(snapshot)), {"agent": run.agent.name}
+            )
+
+    async def _suspend(self, run: TurnRun, waiting: list[PendingApproval]) -> AgentTurn:
+        await self._save(run, TurnStatus.SUSPENDED, pending=waiting)
+        if run.lease is not None:
+            self._keeper.drop(run.lease)
+            await self.turn_store.suspend_conversation(
+                run.lease.conversation_id, run.turn_id, run.lease.owner
+            )
+        await run.io.emit(ApprovalRequired(tuple(waiting)))
+        return self._result(run, TurnStatus.SUSPENDED, pending=tuple(waiting))
+
+    async def _finish(
+        self,
+        run: TurnRun,
+        status: TurnStatus,
+        *,
+        final: AiMessage | None = None,
+        error: str | None = None,
+        close_calls: bool = True,
+    ) -> AgentTurn:
+        if close_calls and status is not TurnStatus.COMPLETED:
+            await self._close_forms(run, status.value)
+            await self._close_calls(run, f"not run: the turn ended {status.value} ({error})")
+        await self._save(run, status, final=final, error=error)
+        if self._metrics is not None:
+            self._metrics.record(
+                m.TURN_STEPS, run.steps, {"agent": run.agent.name, "status": status.value}
+            )
+        if run.lease is not None:
+            self._keeper.drop(run.lease)
+            await self.turn_store.release_conversation(
+                run.lease.conversation_id, run.turn_id, run.lease.owner, self._clock()
+            )
+        return self._result(run, status, final=final, error=error)
+
+    async def _close_calls(self, run: TurnRun, text: str) -> None:
+        for index, (call_id, tool_name) in enumerate(unanswered_calls(run.messages)):
+            await self._append(
+                run,
+                ToolMessage(
+                    call_id,
+                    text,
+                    tool_name=tool_name,
+                    is_error=True,
+                    message_id=f"{run.turn_id}:closed:{index}",
+                    turn_id=run.turn_id,
+                ),
+            )
+
+    def _lost(self, run: TurnRun) -> AgentTurn:
+        # Another process took the expired lease over and closes this turn: write nothing more.
+        if run.lease is not None:
+            self._keeper.drop(run.lease)
+        return self._result(
+            run, TurnStatus.FAILED, error="lease lost: the turn ran longer than its lease"
+        )
+
+    async def _abandon(self, run: TurnRun) -> None:
+        """An unexpected error (a store failure) left the loop: stop renewing the lease, so it
+        expires and the next run closes this turn; try to close it now if the store answers."""
+        if run.lease is not None:
+            self._keeper.drop(run.lease)
+        try:
+            if run.snapshot is not None and run.snapshot.status in OPEN_STATUSES:
+                await self._finish(
+                    run, TurnStatus.FAILED, error="the runner stopped on a store error"
+                )
+            elif run.lease is not None:
+                await self.turn_store.release_conversation(
+                    run.lease.conversation_id, run.turn_id, run.lease.owner, self._clock()
+                )
+        except Exception:  # the store is still failing; the lease expiry recovers the turn
+            pass
+
+    async def _recover(
+        self,
+        io: TurnIO,
+        memory: AsyncChatMemory,
+        conversation_id: str,
+        stale_id: str,
+        agent: Agent,
+    ) -> None:
+        """Close a turn whose process died holding the lease: error results for its open
+        calls, and its snapshot `FAILED`."""
+        snapshot = await self.turn_store.load_turn(conversation_id, stale_id)
+        if snapshot is not None and snapshot.status not in OPEN_STATUSES:
+            return  # it finished; only the release was lost
+        if snapshot is None:
+            snapshot = AgentTurnSnapshot(
+                conversation_id, stale_id, agent.name, TurnStatus.RUNNING,
+                created_at=self._clock(),
+            )  # fmt: skip
+        run = TurnRun(io, agent_stub(snapshot), conversation_id, stale_id, memory, [], [], snapshot)
+        run.steps = snapshot.step_count
+        tail = await _turn_tail(memory, snapshot)
+        run.messages = [msg for msg in tail if msg.turn_id == stale_id]
+        await self._close_forms(run, "expired")
+        await self._close_calls(
+            run, "not run: the process running the turn stopped (lease expired)"
+        )
+        if snapshot.version == 0:
+            run.snapshot = None
+            await self.turn_store.save_turn(
+                replace(snapshot, status=TurnStatus.FAILED, error="lease expired"), 0
+            )
+            return
+        try:
+            await self._save(
+                run, TurnStatus.FAILED, error="lease expired: the process running it stopped"
+            )
+        except TurnStateError:
+            pass  # another process recorded it first
+
+    def _result(
+        self,
+        run: TurnRun,
+        status: TurnStatus,
+        *,
+        final: AiMessage | None = None,
+        error: str | None = None,
+        pending: tuple[PendingApproval, ...] = (),
+    ) -> AgentTurn:
+        return AgentTurn(
+            run.turn_id, run.conversation_id, status, tuple(run.messages), final, error,
+            pending, run.steps,
+        )  # fmt: skip
+
+
+async def _turn_tail(memory: AsyncChatMemory, snapshot: AgentTurnSnapshot) -> list[Message]:
+    """The newest turn's messages, reaching back to the snapshot's first message."""
+    return await read_history(
+        memory,
+        max_attached_turns=1,
+        max_attached_messages=0,
+        compact=False,
+        keep_recent_turns=0,
+        must_include=snapshot.message_ids[0] if snapshot.message_ids else None,
+    )

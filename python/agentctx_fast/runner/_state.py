@@ -1,0 +1,155 @@
+"""The state of a turn while a runner drives it, and the checks every runner operation shares."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from agentctx_fast import metrics as m
+from agentctx_fast._ids import check_identifier
+from agentctx_fast.agent import Agent, AgentTurn
+from agentctx_fast.errors import InvalidArgumentError, InvalidMessageTypeError, TurnStateError
+from agentctx_fast.memory import AsyncChatMemory
+from agentctx_fast.messages import AiMessage, Message, UserMessage
+from agentctx_fast.metrics import AgentMetrics
+from agentctx_fast.runner._io import AsyncTurnIO, BlockingTurnIO
+from agentctx_fast.runner._leases import HeldLease, LeaseKeeper
+from agentctx_fast.stores.turns import AgentTurnSnapshot, AsyncAgentTurnStore
+from agentctx_fast.window import AgentContextCompressor
+
+REFUSED_TEXT = "refused by the user"
+
+TurnIO = BlockingTurnIO | AsyncTurnIO
+
+
+@dataclass(slots=True)
+class TurnRun:
+    """The mutable state of a turn while this process drives it."""
+
+    io: TurnIO
+    agent: Agent
+    conversation_id: str | None
+    turn_id: str
+    memory: AsyncChatMemory | None
+    history: list[Message]
+    messages: list[Message]
+    snapshot: AgentTurnSnapshot | None = None
+    lease: HeldLease | None = None
+    steps: int = 0
+    decisions: dict[str, bool] = field(default_factory=dict)
+
+
+class EngineState:
+    """What every part of the turn engine reads: the stores, the lease keeper, the options."""
+
+    turn_store: AsyncAgentTurnStore
+    _provider: Callable[[str], AsyncChatMemory] | None
+    _keeper: LeaseKeeper
+    _lease_seconds: float
+    _clock: Callable[[], float]
+    _metrics: AgentMetrics | None
+
+
+class LeaseLost(Exception):
+    """Another process took this turn's expired lease over: stop writing."""
+
+
+class Cancelled(Exception):
+    """The turn was cancelled (here, or elsewhere through the store)."""
+
+
+def check_agent(agent: object) -> Agent:
+    if not isinstance(agent, Agent):
+        raise InvalidArgumentError(f"agent must be an Agent, got {type(agent).__name__}")
+    return agent
+
+
+def check_turn_id(turn_id: object) -> str:
+    if not isinstance(turn_id, str) or not turn_id:
+        raise InvalidArgumentError(f"turn_id must be a non-empty str, got {turn_id!r}")
+    check_identifier(turn_id, "turn_id")  # a store key: no NUL, no lone surrogate
+    return turn_id
+
+
+def check_lease_seconds(lease_seconds: object) -> float:
+    if (
+        isinstance(lease_seconds, bool)
+        or not isinstance(lease_seconds, (int, float))
+        or not lease_seconds > 0
+    ):
+        raise InvalidArgumentError(f"lease_seconds must be > 0, got {lease_seconds!r}")
+    return float(lease_seconds)
+
+
+def user_message(message: object, turn_id: str) -> UserMessage:
+    if isinstance(message, str):
+        return UserMessage(message, message_id=f"{turn_id}:user", turn_id=turn_id)
+    if not isinstance(message, UserMessage):
+        raise InvalidMessageTypeError(
+            f"a turn starts with a UserMessage or a str, got {type(message).__name__}"
+        )
+    return message if message.turn_id == turn_id else replace(message, turn_id=turn_id)
+
+
+def check_history(history: Sequence[Message]) -> list[Message]:
+    copied = list(history)
+    for index, item in enumerate(copied):
+        if not isinstance(item, Message):
+            raise InvalidMessageTypeError(
+                f"history[{index}] is not a Message: {type(item).__name__}"
+            )
+    return copied
+
+
+def check_approvals(approvals: object, snapshot: AgentTurnSnapshot) -> dict[str, bool]:
+    if not isinstance(approvals, Mapping):
+        raise InvalidArgumentError("approvals must map tool_call_id to True or False")
+    pending = {p.tool_call_id for p in snapshot.pending_approvals}
+    decisions: dict[str, bool] = {}
+    for call_id, approved in approvals.items():
+        if call_id not in pending:
+            raise InvalidArgumentError(
+                f"turn {snapshot.turn_id!r} has no pending approval for tool call {call_id!r}"
+            )
+        if not isinstance(approved, bool):
+            raise InvalidArgumentError(
+                f"approval of tool call {call_id!r} must be True or False, got {approved!r}"
+            )
+        decisions[call_id] = approved
+    return decisions
+
+
+def counted(
+    compressor: AgentContextCompressor, metrics: AgentMetrics, labels: Mapping[str, str]
+) -> AgentContextCompressor:
+    def counted_compressor(messages: list[Message]) -> list[Message]:
+        metrics.record(m.COMPRESSOR_CALLS, 1, labels)
+        try:
+            return compressor(messages)
+        except Exception:
+            metrics.record(m.COMPRESSOR_FAILURES, 1, labels)
+            raise
+
+    return counted_compressor
+
+
+class _NoModel:
+    def chat(self, messages: Sequence[Message], tools: Sequence[Any]) -> AiMessage:
+        raise TurnStateError("a closed turn makes no model calls")
+
+
+def agent_stub(snapshot: AgentTurnSnapshot) -> Agent:
+    """The agent of a turn closed without its definition (cancel, recovery)."""
+    return Agent(snapshot.agent_name or "agent", _NoModel())
+
+
+def view(snapshot: AgentTurnSnapshot) -> AgentTurn:
+    return AgentTurn(
+        snapshot.turn_id,
+        snapshot.conversation_id,
+        snapshot.status,
+        error=snapshot.error,
+        pending_approvals=snapshot.pending_approvals,
+        step_count=snapshot.step_count,
+    )

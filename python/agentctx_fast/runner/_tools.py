@@ -1,0 +1,139 @@
+"""The turn loop's tool steps: running the calls of a model reply, approvals and their forms."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from agentctx_fast import metrics as m
+from agentctx_fast.messages import AgentFormMessage, AiMessage, Message, ToolMessage
+from agentctx_fast.runner._state import REFUSED_TEXT, EngineState, TurnRun
+from agentctx_fast.runner.events import ToolCallEvent, ToolResultEvent
+from agentctx_fast.stores.turns import PendingApproval
+from agentctx_fast.tools import Tool, ToolOutcome
+
+
+class ToolSteps(EngineState):
+    """Runs tool calls and records approval decisions (a part of `TurnEngine`)."""
+
+    async def _checkpoint(self, run: TurnRun) -> None:
+        raise NotImplementedError
+
+    async def _check_lease(self, run: TurnRun, *, ask: bool = False) -> None:
+        raise NotImplementedError
+
+    async def _call_tools(self, run: TurnRun, ai: AiMessage) -> list[PendingApproval]:
+        """Run the calls that need no approval; return those waiting for the user."""
+        waiting: list[PendingApproval] = []
+        for call in ai.tool_calls:
+            await run.io.emit(ToolCallEvent(call))
+            tool = run.agent.tool(call.name)
+            if tool is not None and tool.requires_approval and call.id not in run.decisions:
+                form = AgentFormMessage(
+                    payload={
+                        "kind": "tool_approval",
+                        "tool_call_id": call.id,
+                        "tool_name": call.name,
+                        "arguments": call.arguments,
+                    },
+                    status="pending",
+                    message_id=f"{run.turn_id}:approval:{run.steps}:{call.id}",
+                    turn_id=run.turn_id,
+                )
+                await self._append(run, form)
+                waiting.append(PendingApproval(call.id, call.name, call.arguments, form.message_id))
+                continue
+            if tool is None:
+                outcome = ToolOutcome(f"unknown tool {call.name!r}", is_error=True)
+            elif run.decisions.get(call.id) is False:
+                outcome = ToolOutcome(REFUSED_TEXT, is_error=True)
+            else:
+                outcome = await self._invoke(run, tool, call.arguments)
+            await self._append_result(run, call.id, call.name, outcome)
+        return waiting
+
+    async def _invoke(self, run: TurnRun, tool: Tool, arguments: str) -> ToolOutcome:
+        """Run a tool unless the turn was cancelled or taken over. A tool that ran has its
+        result written even when a cancel came meanwhile (the side effect happened); the
+        cancel stops the turn at the next check."""
+        await self._checkpoint(run)
+        outcome = await run.io.invoke(tool, arguments)
+        await self._check_lease(run)
+        return outcome
+
+    async def _append_result(
+        self, run: TurnRun, call_id: str, tool_name: str, outcome: ToolOutcome
+    ) -> None:
+        await self._append(
+            run,
+            ToolMessage(
+                call_id,
+                outcome.text,
+                tool_name=tool_name,
+                is_error=outcome.is_error,
+                message_id=f"{run.turn_id}:tool:{run.steps}:{call_id}",
+                turn_id=run.turn_id,
+            ),
+        )
+        if self._metrics is not None:
+            labels = {"tool": tool_name}
+            record = self._metrics.record
+            record(m.TOOL_CALLS, 1, labels)
+            record(m.TOOL_RESULT_CHARS, len(outcome.text), labels)
+            if outcome.is_error:
+                record(m.TOOL_ERRORS, 1, labels)
+            if outcome.truncated:
+                record(m.TOOL_TRUNCATIONS, 1, labels)
+            if outcome.page_request:
+                record(m.TOOL_PAGE_REQUESTS, 1, labels)
+
+    async def _decide(
+        self, run: TurnRun, pending: Sequence[PendingApproval], decisions: Mapping[str, bool]
+    ) -> list[PendingApproval]:
+        """Record each decision on its form (compare-and-set) and answer the decided calls."""
+        waiting: list[PendingApproval] = []
+        for approval in pending:
+            if approval.tool_call_id not in decisions:
+                waiting.append(approval)
+                continue
+            approved = decisions[approval.tool_call_id]
+            await self._update_form(
+                run, approval.form_message_id, "approved" if approved else "refused"
+            )
+            run.decisions[approval.tool_call_id] = approved
+            tool = run.agent.tool(approval.tool_name)
+            if not approved:
+                outcome = ToolOutcome(REFUSED_TEXT, is_error=True)
+            elif tool is None:
+                outcome = ToolOutcome(f"unknown tool {approval.tool_name!r}", is_error=True)
+            else:
+                outcome = await self._invoke(run, tool, approval.arguments)
+            await self._append_result(run, approval.tool_call_id, approval.tool_name, outcome)
+        return waiting
+
+    async def _update_form(self, run: TurnRun, form_id: str, status: str) -> None:
+        index = next((i for i, msg in enumerate(run.messages) if msg.message_id == form_id), None)
+        if index is None or run.memory is None:
+            return
+        form = run.messages[index]
+        if not isinstance(form, AgentFormMessage):
+            return
+        payload = dict(form.payload or {})
+        payload["decision"] = status
+        run.messages[index] = await run.memory.update_message(
+            replace(form, status=status, payload=payload), form.version
+        )
+
+    async def _close_forms(self, run: TurnRun, status: str) -> None:
+        """The turn ended unfinished: every approval form of it still pending (those of a
+        suspension, and those written in the step that was stopped) gets ``status``."""
+        for message in list(run.messages):
+            if isinstance(message, AgentFormMessage) and message.status == "pending":
+                await self._update_form(run, message.message_id, status)
+
+    async def _append(self, run: TurnRun, message: Message) -> None:
+        if run.memory is not None:
+            await run.memory.add_message_if_absent(message)
+        run.messages.append(message)
+        if isinstance(message, ToolMessage):
+            await run.io.emit(ToolResultEvent(message))

@@ -1,0 +1,162 @@
+"""`AsyncAgentRunner`: the asyncio driver of the turn loop (SPEC §17), with streaming.
+
+>>> import asyncio
+>>> from agentctx_fast import Agent, AiMessage, AsyncInMemoryAgentStore, AsyncScriptedChatModel
+>>> agent = Agent("support", AsyncScriptedChatModel([AiMessage("Hello there!")]))
+>>> async def main() -> list[str]:
+...     runner = AsyncAgentRunner(AsyncInMemoryAgentStore())
+...     return [type(e).__name__ async for e in runner.stream(agent, "conversation-1", "hi")]
+>>> asyncio.run(main())
+['TextDelta', 'TextDelta', 'TurnEnded']
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from typing import Any
+
+from agentctx_fast.agent import Agent, AgentTurn
+from agentctx_fast.errors import InvalidArgumentError
+from agentctx_fast.memory import AsyncChatMemory, AsyncChatMemoryProvider
+from agentctx_fast.messages import Message, UserMessage
+from agentctx_fast.metrics import AgentMetrics
+from agentctx_fast.runner._drivers import DEFAULT_CLOCK, Clock, new_keeper, store_parts
+from agentctx_fast.runner._engine import TurnEngine
+from agentctx_fast.runner._io import AsyncTurnIO
+from agentctx_fast.runner._leases import TaskLeaseKeeper
+from agentctx_fast.runner._state import check_agent, check_history
+from agentctx_fast.runner.events import StreamEvent, TurnEnded
+from agentctx_fast.stores._bridge import AwaitableAgentTurnStore
+from agentctx_fast.stores.turns import AsyncAgentTurnStore, InMemoryAgentTurnStore
+
+
+class AsyncAgentRunner:
+    """`AgentRunner` for asyncio programs: the same turns, leases and busy protection (also
+    against blocking runners in other processes on the same store), over an async store.
+
+    Async models and tools are awaited; plain ones run in a worker thread, so a slow model or
+    tool never blocks the event loop. Cancelling the task that awaits a turn (or consumes
+    `stream`) cancels the turn: its open calls are answered, its lease freed.
+    """
+
+    def __init__(
+        self,
+        store: Any = None,
+        chat_memory_provider: AsyncChatMemoryProvider | None = None,
+        *,
+        metrics: AgentMetrics | None = None,
+        lease_seconds: float = 30.0,
+        clock: Clock = DEFAULT_CLOCK,
+    ) -> None:
+        provider, turn_store = store_parts(store, chat_memory_provider, want_async=True)
+        self.turn_store: AsyncAgentTurnStore = turn_store or AwaitableAgentTurnStore(
+            InMemoryAgentTurnStore()
+        )
+        self._keeper, seconds = new_keeper(TaskLeaseKeeper, self.turn_store, lease_seconds, clock)
+        memories = None if provider is None else _memories(provider)
+        self._engine = TurnEngine(memories, self.turn_store, self._keeper, seconds, clock, metrics)
+
+    async def aclose(self) -> None:
+        """Stop the lease-renewing task (turns still running stop renewing)."""
+        self._keeper.close()
+
+    async def run(
+        self,
+        agent: Agent,
+        conversation_id: str,
+        message: UserMessage | str,
+        *,
+        turn_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> AgentTurn:
+        """Run one turn on ``conversation_id``'s memory (see `AgentRunner.run`)."""
+        agent = check_agent(agent)
+        io = AsyncTurnIO()
+        return await _ended(
+            io, self._engine.run(io, agent, conversation_id, message, turn_id, metadata)
+        )
+
+    async def run_history(
+        self, agent: Agent, history: Sequence[Message], message: UserMessage | str
+    ) -> AgentTurn:
+        """Run one turn over an explicit ``history`` (see `AgentRunner.run_history`)."""
+        agent = check_agent(agent)
+        copied = check_history(history)
+        io = AsyncTurnIO()
+        return await _ended(io, self._engine.run_history(io, agent, copied, message))
+
+    async def resume(
+        self,
+        agent: Agent,
+        conversation_id: str,
+        turn_id: str,
+        approvals: Mapping[str, bool],
+    ) -> AgentTurn:
+        """Record the user's decisions on a suspended turn and continue it."""
+        agent = check_agent(agent)
+        io = AsyncTurnIO()
+        return await _ended(io, self._engine.resume(io, agent, conversation_id, turn_id, approvals))
+
+    async def cancel(self, conversation_id: str, turn_id: str) -> AgentTurn:
+        """Cancel an open turn (see `AgentRunner.cancel`)."""
+        return await self._engine.cancel(AsyncTurnIO(), conversation_id, turn_id)
+
+    async def turn(self, conversation_id: str, turn_id: str) -> AgentTurn:
+        """The stored state of a turn (its messages are in chat memory)."""
+        return await self._engine.turn(conversation_id, turn_id)
+
+    async def stream(
+        self,
+        agent: Agent,
+        conversation_id: str,
+        message: UserMessage | str,
+        *,
+        turn_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> AsyncIterator[StreamEvent]:
+        """Run one turn and yield its events as they happen: `TextDelta` while the model
+        streams, `ToolCallEvent`, `ToolResultEvent`, `ApprovalRequired`, and last `TurnEnded`.
+
+        Stopping early (cancelling the consuming task, or closing the iterator) cancels the
+        turn: an awaited model call or async tool is cancelled, a plain tool already running
+        finishes and keeps its result, and the turn ends `CANCELLED` with its lease freed.
+        """
+        agent = check_agent(agent)
+        queue: asyncio.Queue[StreamEvent | None] = asyncio.Queue()
+        io = AsyncTurnIO(queue.put_nowait)
+        task = asyncio.ensure_future(
+            self._engine.run(io, agent, conversation_id, message, turn_id, metadata)
+        )
+        task.add_done_callback(lambda _: queue.put_nowait(None))
+        try:
+            while (event := await queue.get()) is not None:
+                yield event
+            yield TurnEnded(await _ended(io, task))
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(task)  # the turn closes itself before we go on
+
+
+async def _ended(io: AsyncTurnIO, turn: Coroutine[Any, Any, AgentTurn] | Any) -> AgentTurn:
+    """The turn's result; a cancellation that came while a plain tool ran (the turn kept the
+    tool's result and ended cancelled) goes on to the caller."""
+    result: AgentTurn = await turn
+    if io.cancelled:
+        raise asyncio.CancelledError
+    return result
+
+
+def _memories(provider: AsyncChatMemoryProvider) -> Callable[[str], AsyncChatMemory]:
+    def locate(conversation_id: str) -> AsyncChatMemory:
+        memory = provider(conversation_id)
+        if not isinstance(memory, AsyncChatMemory):
+            raise InvalidArgumentError(
+                f"chat_memory_provider returned {type(memory).__name__}, not an AsyncChatMemory"
+            )
+        return memory
+
+    return locate

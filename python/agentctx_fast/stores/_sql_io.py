@@ -1,0 +1,175 @@
+"""The I/O ports of the SQL store: its one implementation awaits them, blocking or async.
+
+A port runs one statement in its own connection (in a transaction when it writes) and hands
+back what the statement returned, already fetched: the rows, or the number of rows changed.
+Database errors become typed store errors; the transaction has rolled back by then.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import TYPE_CHECKING, Any, Protocol
+
+from agentctx_fast.errors import InvalidArgumentError, StoreError, StoreUnavailableError
+from agentctx_fast.stores._extras import missing_dependency, require
+
+try:
+    import sqlalchemy as sa
+    from sqlalchemy import exc as sa_exc
+    from sqlalchemy.engine import Connection, Engine
+    from sqlalchemy.pool import StaticPool
+except ImportError as _error:
+    raise missing_dependency("sql", _error) from _error
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+__all__ = [
+    "AsyncSqlPort",
+    "BlockingSqlPort",
+    "SqlPort",
+    "async_engine",
+    "blocking_engine",
+    "sa",
+    "sa_exc",
+    "translated",
+]
+
+SUPPORTED_DIALECTS = ("sqlite", "postgresql")
+
+
+@contextmanager
+def translated(action: str) -> Iterator[None]:
+    """Database errors become typed store errors."""
+    try:
+        yield
+    except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError) as error:
+        raise StoreUnavailableError(f"database unavailable while {action}: {error}") from error
+    except sa_exc.SQLAlchemyError as error:
+        raise StoreError(f"database error while {action}: {error}") from error
+
+
+class SqlPort(Protocol):
+    """What the store's one implementation needs from a database connection."""
+
+    dialect: str
+
+    async def rows(self, action: str, statement: Any, *, write: bool = False) -> Sequence[Any]:
+        """The rows ``statement`` returns (in a committed transaction when ``write``)."""
+        ...
+
+    async def changed(self, action: str, statement: Any) -> int:
+        """How many rows the write ``statement`` changed, committed."""
+        ...
+
+    async def run(self, action: str, work: Callable[[Connection], Any]) -> None:
+        """``work`` on a blocking connection in a committed transaction (schema changes)."""
+        ...
+
+
+def check_dialect(name: str) -> str:
+    if name not in SUPPORTED_DIALECTS:
+        raise InvalidArgumentError(
+            f"SqlAgentStore supports SQLite and PostgreSQL, not {name!r}: its compare-and-set "
+            "and lease statements use their INSERT … ON CONFLICT"
+        )
+    return name
+
+
+class BlockingSqlPort:
+    """The port over a blocking `Engine`; an engine with one shared connection (in-memory
+    SQLite) is used by one thread at a time."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.dialect = check_dialect(engine.dialect.name)
+        shared = isinstance(engine.pool, StaticPool)
+        self._serial: AbstractContextManager[Any] = threading.RLock() if shared else nullcontext()
+
+    async def rows(self, action: str, statement: Any, *, write: bool = False) -> Sequence[Any]:
+        with translated(action), self._serial, self._open(write) as connection:
+            return connection.execute(statement).all()
+
+    async def changed(self, action: str, statement: Any) -> int:
+        with translated(action), self._serial, self.engine.begin() as connection:
+            return int(connection.execute(statement).rowcount)
+
+    async def run(self, action: str, work: Callable[[Connection], Any]) -> None:
+        with translated(action), self._serial, self.engine.begin() as connection:
+            work(connection)
+
+    def _open(self, write: bool) -> AbstractContextManager[Connection]:
+        return self.engine.begin() if write else self.engine.connect()
+
+
+class AsyncSqlPort:
+    """The port over an SQLAlchemy `AsyncEngine` (aiosqlite, psycopg's async mode)."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self.dialect = check_dialect(engine.dialect.name)
+
+    async def rows(self, action: str, statement: Any, *, write: bool = False) -> Sequence[Any]:
+        with translated(action):
+            opened = self.engine.begin() if write else self.engine.connect()
+            async with opened as connection:
+                return (await connection.execute(statement)).all()
+
+    async def changed(self, action: str, statement: Any) -> int:
+        with translated(action):
+            async with self.engine.begin() as connection:
+                return int((await connection.execute(statement)).rowcount)
+
+    async def run(self, action: str, work: Callable[[Connection], Any]) -> None:
+        with translated(action):
+            async with self.engine.begin() as connection:
+                await connection.run_sync(work)
+
+
+def blocking_engine(url: str) -> Engine:
+    """The engine a blocking store creates for ``url``."""
+    parsed = sa.engine.make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return sa.create_engine(url, pool_pre_ping=True)
+    if parsed.database in (None, "", ":memory:"):
+        # One shared connection, or every connection would see its own empty database.
+        return sa.create_engine(
+            url, poolclass=StaticPool, connect_args={"check_same_thread": False}
+        )
+    engine = sa.create_engine(url, connect_args={"timeout": 30})
+    sa.event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def async_engine(url: str) -> AsyncEngine:
+    """The engine an async store creates for ``url``: ``sqlite://…`` runs on aiosqlite and
+    ``postgresql://…`` on psycopg's async mode."""
+    require("sqlalchemy.ext.asyncio", "sql")
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    parsed = sa.engine.make_url(url)
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        require("aiosqlite", "sql")
+        parsed = parsed.set(drivername="sqlite+aiosqlite")
+        if parsed.database in (None, "", ":memory:"):
+            return create_async_engine(parsed, poolclass=StaticPool)
+        engine = create_async_engine(parsed, connect_args={"timeout": 30})
+        sa.event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        return engine
+    if backend == "postgresql":
+        require("psycopg", "postgresql")
+        if parsed.drivername in ("postgresql", "postgresql+psycopg2"):
+            parsed = parsed.set(drivername="postgresql+psycopg")
+        return create_async_engine(parsed, pool_pre_ping=True)
+    return create_async_engine(parsed)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()

@@ -1,0 +1,128 @@
+"""Runs the blocking store contract suite against the async stores.
+
+An async store lives on an event loop in a background thread; the bridge hands the tests
+blocking objects whose every call runs the async store's coroutine on that loop. Concurrent
+test threads interleave on the loop as concurrent tasks would. Tests that poke a store's
+records directly use its blocking twin on the same database (same tables, same keys).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+from agentctx_fast.memory import AsyncChatMemory, ChatMemory
+from agentctx_fast.messages import Message
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """An event loop running in a daemon thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=60)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        self.loop.close()
+
+
+class BridgedChatMemory(ChatMemory):
+    """A blocking `ChatMemory` over an `AsyncChatMemory` on a loop thread."""
+
+    def __init__(self, loop: LoopThread, inner: AsyncChatMemory) -> None:
+        self._loop = loop
+        self._inner = inner
+
+    def add_message_if_absent(self, message: Message) -> bool:
+        return self._loop.run(self._inner.add_message_if_absent(message))
+
+    def get_messages(self, count: int | None = None, *, offset: int = 0) -> list[Message]:
+        return self._loop.run(self._inner.get_messages(count, offset=offset))
+
+    def get_model_messages(self, count: int | None = None) -> list[Message]:
+        return self._loop.run(self._inner.get_model_messages(count))
+
+    def get_message(self, message_id: str) -> Message | None:
+        return self._loop.run(self._inner.get_message(message_id))
+
+    def update_message(self, message: Message, expected_version: int) -> Message:
+        return self._loop.run(self._inner.update_message(message, expected_version))
+
+    def message_count(self) -> int:
+        return self._loop.run(self._inner.message_count())
+
+    def clear(self) -> None:
+        self._loop.run(self._inner.clear())
+
+    def add_message(self, message: Message) -> None:
+        self._loop.run(self._inner.add_message(message))
+
+
+class _Bridged:
+    """Every coroutine method of ``inner`` as a blocking call."""
+
+    def __init__(self, loop: LoopThread, inner: Any) -> None:
+        self._loop = loop
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method: Callable[..., Awaitable[Any]] = getattr(self._inner, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            async def run() -> Any:
+                return await method(*args, **kwargs)
+
+            return self._loop.run(run())
+
+        return call
+
+
+class BridgedStore:
+    """An async store (made on the loop by ``factory``) behind the blocking store interface."""
+
+    def __init__(
+        self, factory: Callable[[], Awaitable[Any]], twin: Any | None = None
+    ) -> None:
+        self._loop = LoopThread()
+        self.inner = self._loop.run(_made(factory))
+        self._twin = twin
+
+    def chat_memory(self, conversation_id: str) -> BridgedChatMemory:
+        return BridgedChatMemory(self._loop, self.inner.chat_memory(conversation_id))
+
+    def chat_memory_provider(self) -> Callable[[str], ChatMemory]:
+        return self.chat_memory
+
+    def compression_state_store(self) -> Any:
+        return _Bridged(self._loop, self.inner.compression_state_store())
+
+    def turn_store(self) -> Any:
+        return _Bridged(self._loop, self.inner.turn_store())
+
+    def close(self) -> None:
+        try:
+            self._loop.run(self.inner.aclose())
+        finally:
+            self._loop.stop()
+            if self._twin is not None:
+                self._twin.close()
+
+    def __getattr__(self, name: str) -> Any:
+        # engine, client, _tables, _key, … of the blocking twin on the same database.
+        if self._twin is None:
+            raise AttributeError(name)
+        return getattr(self._twin, name)
+
+
+async def _made(factory: Callable[[], Awaitable[Any]]) -> Any:
+    return await factory()
