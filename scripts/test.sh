@@ -13,7 +13,7 @@ cargo clippy --quiet --features python -- -D warnings
 cargo test --quiet
 
 echo "== ruff / mypy"
-python3 -m ruff check python tests benches
+python3 -m ruff check python tests benches examples
 python3 -m mypy --strict python/agentctx_fast
 
 echo "== pytest, Rust backend (whole suite)"

@@ -1,0 +1,440 @@
+"""`AsyncAgentRunner` (SPEC §17) on every async store, and across the blocking and async drivers.
+
+Each test runs its own event loop (`asyncio.run`); the blocking twin of a database store reads
+and continues what the async store wrote, and the reverse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import pytest
+
+from agentctx_fast import (
+    Agent,
+    AgentConversationBusyError,
+    AgentRunner,
+    AiMessage,
+    ApprovalRequired,
+    AsyncAgentRunner,
+    AsyncScriptedChatModel,
+    InvalidArgumentError,
+    Message,
+    ScriptedChatModel,
+    TextDelta,
+    Tool,
+    ToolCall,
+    ToolCallEvent,
+    TurnEnded,
+    TurnStatus,
+    validate_tool_protocol,
+)
+from runner_helpers import check_memory, ids
+from store_fixtures import (
+    ASYNC_STORE_KINDS,
+    make_async_store,
+    make_store,
+    new_conversation_id,
+    store_url,
+)
+
+
+@pytest.fixture(params=ASYNC_STORE_KINDS)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(params=("async-sqlite", "async-postgresql", "async-redis"))
+def db_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def with_store(
+    kind: str, request: pytest.FixtureRequest, body: Callable[[Any], Awaitable[Any]]
+) -> Any:
+    """``body(store)`` on a fresh async store of ``kind`` in a new event loop."""
+    base = kind.removeprefix("async-")
+    url = store_url(base, request)
+
+    async def main() -> Any:
+        store = await make_async_store(base, url)
+        try:
+            return await body(store)
+        finally:
+            await store.aclose()
+
+    return asyncio.run(main())
+
+
+def refund(order_id: str) -> str:
+    return f"refunded {order_id}"
+
+
+def _refund_agent(model: Any) -> Agent:
+    return Agent(
+        "support", model, instructions="Be kind.",
+        tools=[Tool("refund", refund, requires_approval=True)],
+    )  # fmt: skip
+
+
+def _call(call_id: str, name: str, arguments: str = "{}") -> AiMessage:
+    return AiMessage(tool_calls=(ToolCall(call_id, name, arguments),))
+
+
+def test_run_writes_the_turn_and_the_blocking_store_reads_it(
+    db_kind: str, request: pytest.FixtureRequest
+) -> None:
+    conversation = new_conversation_id()
+    lookups: list[str] = []
+
+    async def lookup(order_id: str) -> dict[str, str]:
+        await asyncio.sleep(0)
+        lookups.append(order_id)
+        return {"id": order_id, "status": "shipped"}
+
+    model = AsyncScriptedChatModel(
+        [_call("c1", "lookup", '{"order_id": "ORD-1"}'), AiMessage("Shipped.")]
+    )
+    agent = Agent("support", model, tools=[Tool("lookup", lookup)])
+
+    async def body(store: Any) -> Any:
+        return await AsyncAgentRunner(store).run(agent, conversation, "Where is ORD-1?")
+
+    turn = with_store(db_kind, request, body)
+    assert turn.status is TurnStatus.COMPLETED and turn.final_message.text == "Shipped."
+    assert lookups == ["ORD-1"]
+    twin = make_store(db_kind.removeprefix("async-"), request)
+    try:
+        stored = check_memory(twin.chat_memory(conversation), [turn])
+        assert stored[2].text == '{"id": "ORD-1", "status": "shipped"}'
+        # the blocking runner continues the conversation the async one wrote
+        follow = AgentRunner(twin).run(
+            Agent("support", ScriptedChatModel([AiMessage("You're welcome.")])),
+            conversation,
+            "Thanks",
+        )
+        assert follow.status is TurnStatus.COMPLETED
+        check_memory(twin.chat_memory(conversation), [turn, follow])
+    finally:
+        twin.close()
+
+
+def test_stream_yields_events_in_order(store_kind: str, request: pytest.FixtureRequest) -> None:
+    conversation = new_conversation_id()
+    model = AsyncScriptedChatModel(
+        [
+            AiMessage("Let me check.", (ToolCall("c1", "lookup", '{"order_id": "A"}'),)),
+            AiMessage("It shipped today."),
+        ]
+    )
+    agent = Agent("support", model, tools=[Tool("lookup", lambda order_id: f"{order_id} shipped")])
+
+    async def body(store: Any) -> list[Any]:
+        runner = AsyncAgentRunner(store)
+        return [event async for event in runner.stream(agent, conversation, "Where is A?")]
+
+    events = with_store(store_kind, request, body)
+    kinds = [type(e).__name__ for e in events]
+    assert kinds == [
+        "TextDelta", "TextDelta", "TextDelta", "ToolCallEvent", "ToolResultEvent",
+        "TextDelta", "TextDelta", "TextDelta", "TurnEnded",
+    ]  # fmt: skip
+    assert "".join(e.text for e in events[:3]) == "Let me check."
+    assert events[3].call.id == "c1" and events[4].message.text == "A shipped"
+    assert "".join(e.text for e in events[5:8]) == "It shipped today."
+    turn = events[-1].turn
+    assert turn.status is TurnStatus.COMPLETED and turn.final_message.text == "It shipped today."
+    assert events[4].message in turn.messages
+
+
+def test_approval_suspends_in_async_and_resumes_in_blocking(
+    db_kind: str, request: pytest.FixtureRequest
+) -> None:
+    conversation = new_conversation_id()
+    agent = _refund_agent(AsyncScriptedChatModel([_call("c1", "refund", '{"order_id": "ORD-7"}')]))
+
+    async def body(store: Any) -> list[Any]:
+        return [
+            e async for e in AsyncAgentRunner(store).stream(agent, conversation, "Refund ORD-7")
+        ]
+
+    events = with_store(db_kind, request, body)
+    assert [type(e) for e in events] == [ToolCallEvent, ApprovalRequired, TurnEnded]
+    suspended = events[-1].turn
+    assert suspended.status is TurnStatus.SUSPENDED
+    assert events[1].pending_approvals == suspended.pending_approvals
+    twin = make_store(db_kind.removeprefix("async-"), request)
+    try:
+        runner = AgentRunner(twin)
+        with pytest.raises(AgentConversationBusyError) as busy:
+            runner.run(_refund_agent(ScriptedChatModel([])), conversation, "hello?")
+        assert busy.value.turn_id == suspended.turn_id
+        done = runner.resume(
+            _refund_agent(ScriptedChatModel([AiMessage("Refunded.")])),
+            conversation, suspended.turn_id, {"c1": True},
+        )  # fmt: skip
+        assert done.status is TurnStatus.COMPLETED and done.final_message.text == "Refunded."
+        stored = twin.chat_memory(conversation).get_messages()
+        assert validate_tool_protocol(stored) == []
+        assert [m.text for m in stored if m.message_id.endswith(":tool:1:c1")] == ["refunded ORD-7"]
+    finally:
+        twin.close()
+
+
+def test_approval_suspends_in_blocking_and_resumes_in_async(
+    db_kind: str, request: pytest.FixtureRequest
+) -> None:
+    conversation = new_conversation_id()
+    twin = make_store(db_kind.removeprefix("async-"), request)
+    try:
+        suspended = AgentRunner(twin).run(
+            _refund_agent(ScriptedChatModel([_call("c1", "refund", '{"order_id": "ORD-8"}')])),
+            conversation, "Refund ORD-8",
+        )  # fmt: skip
+    finally:
+        twin.close()
+    assert suspended.status is TurnStatus.SUSPENDED
+
+    async def body(store: Any) -> Any:
+        runner = AsyncAgentRunner(store)
+        with pytest.raises(AgentConversationBusyError):
+            await runner.run(_refund_agent(AsyncScriptedChatModel([])), conversation, "hello?")
+        agent = _refund_agent(AsyncScriptedChatModel([AiMessage("Refused, as you asked.")]))
+        turn = await runner.resume(agent, conversation, suspended.turn_id, {"c1": False})
+        return turn, await store.chat_memory(conversation).get_messages()
+
+    turn, stored = with_store(db_kind, request, body)
+    assert turn.status is TurnStatus.COMPLETED
+    assert validate_tool_protocol(stored) == []
+    refused = [m for m in stored if getattr(m, "tool_call_id", None) == "c1"]
+    assert [(m.text, m.is_error) for m in refused] == [("refused by the user", True)]
+
+
+def test_plain_tools_run_in_a_worker_thread_async_ones_on_the_loop(
+    store_kind: str, request: pytest.FixtureRequest
+) -> None:
+    threads: dict[str, int] = {}
+
+    def plain() -> str:
+        threads["plain"] = threading.get_ident()
+        return "plain"
+
+    async def awaited() -> str:
+        threads["awaited"] = threading.get_ident()
+        return "awaited"
+
+    model = AsyncScriptedChatModel(
+        [
+            AiMessage(tool_calls=(ToolCall("c1", "plain", "{}"), ToolCall("c2", "awaited", "{}"))),
+            AiMessage("ok"),
+        ]
+    )
+    agent = Agent("a", model, tools=[Tool("plain", plain), Tool("awaited", awaited)])
+
+    async def body(store: Any) -> Any:
+        threads["loop"] = threading.get_ident()
+        return await AsyncAgentRunner(store).run(agent, new_conversation_id(), "go")
+
+    turn = with_store(store_kind, request, body)
+    assert turn.status is TurnStatus.COMPLETED
+    assert threads["awaited"] == threads["loop"] != threads["plain"]
+    assert [m.text for m in turn.messages if m.message_id.count(":tool:")] == ["plain", "awaited"]
+
+
+def test_cancelling_the_consumer_cancels_the_turn(
+    store_kind: str, request: pytest.FixtureRequest
+) -> None:
+    conversation = new_conversation_id()
+
+    class SlowModel:
+        def __init__(self) -> None:
+            self.entered: asyncio.Event | None = None
+
+        async def chat(self, messages: Sequence[Message], tools: Sequence[Any]) -> AiMessage:
+            assert self.entered is not None
+            self.entered.set()
+            await asyncio.sleep(3600)
+            raise AssertionError("never reached")
+
+    model = SlowModel()
+
+    async def body(store: Any) -> Any:
+        runner = AsyncAgentRunner(store)
+        model.entered = asyncio.Event()
+        slow = Agent("a", model, tools=[Tool("lookup", lambda: "found")])
+
+        async def consume() -> None:
+            async for _event in runner.stream(slow, conversation, "first"):
+                pass
+
+        task = asyncio.ensure_future(consume())
+        await model.entered.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        memory = store.chat_memory(conversation)
+        stored = await memory.get_messages()
+        turn_id = stored[0].turn_id
+        cancelled = await runner.turn(conversation, turn_id)
+        # the lease is free: the next turn runs
+        model2 = AsyncScriptedChatModel([AiMessage("second answer")])
+        nxt = await runner.run(Agent("a", model2), conversation, "second")
+        return cancelled, nxt, await memory.get_messages()
+
+    cancelled, nxt, stored = with_store(store_kind, request, body)
+    assert cancelled.status is TurnStatus.CANCELLED
+    assert nxt.status is TurnStatus.COMPLETED
+    assert validate_tool_protocol(stored) == []
+
+
+def test_cancel_during_a_plain_tool_keeps_its_result(
+    store_kind: str, request: pytest.FixtureRequest
+) -> None:
+    conversation = new_conversation_id()
+    entered = threading.Event()
+    release = threading.Event()
+
+    def slow_refund() -> str:
+        entered.set()
+        release.wait(10)
+        return "refund issued"
+
+    model = AsyncScriptedChatModel([_call("c1", "slow_refund"), AiMessage("never used")])
+    agent = Agent("a", model, tools=[Tool("slow_refund", slow_refund)])
+
+    async def body(store: Any) -> Any:
+        runner = AsyncAgentRunner(store)
+        task = asyncio.ensure_future(runner.run(agent, conversation, "refund please"))
+        await asyncio.get_running_loop().run_in_executor(None, entered.wait, 10)
+        task.cancel()
+        await asyncio.sleep(0.05)
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        stored = await store.chat_memory(conversation).get_messages()
+        return await runner.turn(conversation, stored[0].turn_id), stored
+
+    turn, stored = with_store(store_kind, request, body)
+    assert turn.status is TurnStatus.CANCELLED
+    results = [m for m in stored if getattr(m, "tool_call_id", None) == "c1"]
+    assert [(m.text, m.is_error) for m in results] == [("refund issued", False)]
+    assert validate_tool_protocol(stored) == []
+    assert model.remaining == 1  # the model was not called again after the cancel
+
+
+def test_blocking_runner_refuses_async_models_and_tools_before_writing() -> None:
+    from agentctx_fast import InMemoryAgentStore
+
+    async def async_tool() -> str:
+        return "never"
+
+    store = InMemoryAgentStore()
+    runner = AgentRunner(store)
+    with pytest.raises(InvalidArgumentError, match="chat model is async"):
+        runner.run(Agent("a", AsyncScriptedChatModel([AiMessage("x")])), "c1", "hi")
+    tool_agent = Agent("a", ScriptedChatModel([AiMessage("x")]), tools=[Tool("t", async_tool)])
+    with pytest.raises(InvalidArgumentError, match="tool 't' is async"):
+        runner.run(tool_agent, "c1", "hi")
+    with pytest.raises(InvalidArgumentError, match="tool 't' is async"):
+        runner.run_history(tool_agent, [], "hi")
+    assert store.chat_memory("c1").get_messages() == []
+    assert store.turn_store().open_turn("c1") is None
+
+
+def test_runners_refuse_the_other_kind_of_store(request: pytest.FixtureRequest) -> None:
+    from agentctx_fast import AsyncInMemoryAgentStore, InMemoryAgentStore
+
+    with pytest.raises(InvalidArgumentError, match="AsyncAgentRunner needs an async store"):
+        AsyncAgentRunner(InMemoryAgentStore())
+    with pytest.raises(InvalidArgumentError, match="AgentRunner needs a blocking store"):
+        AgentRunner(AsyncInMemoryAgentStore())
+
+
+def test_many_conversations_share_one_loop(request: pytest.FixtureRequest) -> None:
+    in_flight = 0
+    most = 0
+
+    class WaitingModel:
+        async def chat(self, messages: Sequence[Message], tools: Sequence[Any]) -> AiMessage:
+            nonlocal in_flight, most
+            in_flight += 1
+            most = max(most, in_flight)
+            await asyncio.sleep(0.05)
+            in_flight -= 1
+            return AiMessage("done")
+
+    agent = Agent("a", WaitingModel())
+
+    async def body(store: Any) -> list[Any]:
+        runner = AsyncAgentRunner(store)
+        return await asyncio.gather(
+            *(runner.run(agent, f"conv-{i}-{new_conversation_id()}", "hi") for i in range(100))
+        )
+
+    turns = with_store("async-memory", request, body)
+    assert all(t.status is TurnStatus.COMPLETED for t in turns)
+    assert most == 100  # every model call was waiting at once: none blocked the others
+
+
+def test_busy_across_processes_async_holds_blocking_waits(
+    tmp_path: Any, request: pytest.FixtureRequest
+) -> None:
+    """An async runner in another process holds a suspended turn; this process's blocking
+    runner meets the busy error, then resumes the turn to its end."""
+    url = f"sqlite:///{tmp_path / 'cross.db'}"
+    script = textwrap.dedent(
+        f"""
+        import asyncio
+        from agentctx_fast import (Agent, AiMessage, AsyncAgentRunner, AsyncScriptedChatModel,
+            AsyncSqlAgentStore, Tool, ToolCall)
+        async def main():
+            store = AsyncSqlAgentStore({url!r})
+            await store.schema().initialize()
+            model = AsyncScriptedChatModel([AiMessage(tool_calls=(ToolCall("c1", "refund",
+                '{{"order_id": "X"}}'),))])
+            agent = Agent("support", model, tools=[Tool("refund", lambda order_id: "ok",
+                requires_approval=True)])
+            turn = await AsyncAgentRunner(store).run(agent, "conv-x", "refund X")
+            print(turn.turn_id, turn.status.value)
+            await store.aclose()
+        asyncio.run(main())
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    turn_id, status = done.stdout.split()
+    assert status == "suspended"
+    from agentctx_fast import SqlAgentStore
+
+    store = SqlAgentStore(url)
+    try:
+        runner = AgentRunner(store)
+        agent = _refund_agent(ScriptedChatModel([AiMessage("Refunded.")]))
+        with pytest.raises(AgentConversationBusyError) as busy:
+            runner.run(agent, "conv-x", "again")
+        assert busy.value.turn_id == turn_id
+        turn = runner.resume(agent, "conv-x", turn_id, {"c1": True})
+        assert turn.status is TurnStatus.COMPLETED
+        assert ids(store.chat_memory("conv-x").get_messages())[-1] == f"{turn_id}:ai:2"
+    finally:
+        store.close()
+
+
+def test_stream_of_a_non_streaming_plain_model_gives_one_delta(
+    request: pytest.FixtureRequest,
+) -> None:
+    agent = Agent("a", ScriptedChatModel([AiMessage("All done.")]))
+
+    async def body(store: Any) -> list[Any]:
+        return [e async for e in AsyncAgentRunner(store).stream(agent, new_conversation_id(), "hi")]
+
+    events = with_store("async-memory", request, body)
+    assert [type(e) for e in events] == [TextDelta, TurnEnded]
+    assert events[0].text == "All done."
