@@ -17,12 +17,13 @@ from typing import Any
 
 import pytest
 
-from agentctx_fast import runner as runner_module
 from agentctx_fast.memory import ChatMemory
 from agentctx_fast.messages import AiMessage, Message, ToolCall, ToolMessage, UserMessage
 from agentctx_fast.runner import Agent, AgentRunner
+from agentctx_fast.runner import _engine as runner_module
 from agentctx_fast.scripted import ScriptedChatModel
 from agentctx_fast.stores import InMemoryAgentStore
+from agentctx_fast.stores._bridge import awaitable_turn_store
 from agentctx_fast.stores.redis import RedisAgentStore
 from agentctx_fast.stores.sql import SqlAgentStore
 from agentctx_fast.tools import Tool
@@ -182,7 +183,7 @@ def _shares(
 ) -> dict[str, float]:
     timer = _Timer()
     runner = AgentRunner(store, lambda cid: _TimedMemory(store.chat_memory(cid), timer))
-    runner.turn_store = _TimedTurnStore(runner.turn_store, timer)  # type: ignore[assignment]
+    runner._engine.turn_store = awaitable_turn_store(_TimedTurnStore(runner.turn_store, timer))  # type: ignore[arg-type]
     original = runner_module.build_window
     runner_module.build_window = timer.timed("window", original)  # type: ignore[assignment]
     agent = _agent(replies)

@@ -20,7 +20,7 @@ from agentctx_fast.coordinator import (
     AgentContextCompressionState,
 )
 from agentctx_fast.stores import InMemoryAgentStore
-from agentctx_fast.stores.redis import RedisAgentStore
+from agentctx_fast.stores.redis import _ADD_IF_ABSENT, RedisAgentStore
 from agentctx_fast.stores.serializer import dump
 from agentctx_fast.stores.sql import SqlAgentStore
 
@@ -61,13 +61,20 @@ def bulk_load(store: Any, conversation_id: str, messages: list[Message]) -> None
         return
     memory = store.chat_memory(conversation_id)
     if isinstance(store, RedisAgentStore):
-        keys = [memory._records, memory._versions, memory._kinds, memory._order, memory._visible]
+        inner = memory._inner  # the store's one implementation holds the key names
+        keys = [inner._records, inner._versions, inner._kinds, inner._order, inner._visible]
+        add = store.client.register_script(_ADD_IF_ABSENT)
         for start in range(0, len(messages), 5_000):
             pipe = store.client.pipeline(transaction=False)
             for m in messages[start : start + 5_000]:
-                args = [m.message_id, dump(store.serializer, m), m.version, type(m).__name__,
-                        "1" if m.model_visible else "0"]
-                store._add(keys=keys, args=args, client=pipe)
+                args = [
+                    m.message_id,
+                    dump(store.serializer, m),
+                    m.version,
+                    type(m).__name__,
+                    "1" if m.model_visible else "0",
+                ]
+                add(keys=keys, args=args, client=pipe)
             pipe.execute()
         return
     for m in messages:
@@ -75,8 +82,9 @@ def bulk_load(store: Any, conversation_id: str, messages: list[Message]) -> None
 
 
 @pytest.fixture(scope="module", params=KINDS)
-def loaded_store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-                 ) -> Iterator[tuple[str, Any, dict[int, str]]]:
+def loaded_store(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, Any, dict[int, str]]]:
     kind = str(request.param)
     if kind == "memory":
         store: Any = InMemoryAgentStore()
@@ -108,8 +116,9 @@ def _uncached(store: Any) -> Any:
 @pytest.mark.parametrize("decode", ["cached", "uncached"])
 @pytest.mark.parametrize("read", ["get_messages", "get_model_messages"])
 @pytest.mark.parametrize("size", SIZES)
-def test_page_of_100(benchmark: Any, loaded_store: tuple[str, Any, dict[int, str]], size: int,
-                     read: str, decode: str) -> None:
+def test_page_of_100(
+    benchmark: Any, loaded_store: tuple[str, Any, dict[int, str]], size: int, read: str, decode: str
+) -> None:
     """``cached``: the steady state of a service re-reading a tail (records decoded before);
     ``uncached``: every record decoded, as on a first read."""
     kind, store, conversations = loaded_store
@@ -121,8 +130,9 @@ def test_page_of_100(benchmark: Any, loaded_store: tuple[str, Any, dict[int, str
 
 
 @pytest.mark.parametrize("size", SIZES)
-def test_get_message_by_id(benchmark: Any, loaded_store: tuple[str, Any, dict[int, str]],
-                           size: int) -> None:
+def test_get_message_by_id(
+    benchmark: Any, loaded_store: tuple[str, Any, dict[int, str]], size: int
+) -> None:
     _, store, conversations = loaded_store
     memory = store.chat_memory(conversations[size])
     assert benchmark(memory.get_message, "m1").message_id == "m1"
@@ -141,8 +151,11 @@ def test_coordinator_when_the_trigger_says_no(
     states = store.compression_state_store()
     conversation_id = f"coord-{uuid.uuid4().hex}"
     compressible = [m for m in history(200, "c") if m.model_visible]
-    seeded = AgentContextCompressionState(conversation_id, covered_until_message_id="c98",
-                                          summary=(UserMessage("summary", message_id="s"),))
+    seeded = AgentContextCompressionState(
+        conversation_id,
+        covered_until_message_id="c98",
+        summary=(UserMessage("summary", message_id="s"),),
+    )
     assert states.save(seeded, 0)
     calls = []
 
@@ -178,7 +191,7 @@ def test_incremental_model_input_after_10_new_messages(benchmark: Any) -> None:
 
     first_summary = compressor.summary
     benchmark.pedantic(update, rounds=20, iterations=1)
-    benchmark.extra_info.update(first_input_chars=first_chars,
-                                update_input_chars=compressor.last_input_chars)
+    benchmark.extra_info.update(
+        first_input_chars=first_chars, update_input_chars=compressor.last_input_chars
+    )
     assert compressor.last_input_chars < first_chars / 100
-

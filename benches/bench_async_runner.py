@@ -1,0 +1,163 @@
+"""The async runner beside the blocking one (issue 12).
+
+1. Overhead per turn on the same conversations as ``bench_runner.py`` (1,000 and 10,000 stored
+   tool-heavy messages), same scripted model: the rows share a group with the blocking rows
+   (``runner turn (…) KIND``), so one run shows them side by side.
+2. 500 conversations at once on one event loop, with a model that awaits 50 ms per call:
+   ``extra_info`` holds turns per second, the p50/p99 runner overhead per turn (the turn's time
+   less the model's wait) and the event loop's largest lag (how late a 1 ms ticker woke).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+
+from agentctx_fast import (
+    Agent,
+    AiMessage,
+    AsyncAgentRunner,
+    AsyncInMemoryAgentStore,
+    AsyncScriptedChatModel,
+    Message,
+    Tool,
+)
+from agentctx_fast.stores.redis import AsyncRedisAgentStore
+from agentctx_fast.stores.sql import AsyncSqlAgentStore
+from bench_runner import _PLAIN, _TOOL, SIZES, _store, tool_history
+from bench_stores import bulk_load
+
+KINDS = ("memory", "sqlite", "redis", "postgresql")
+
+
+def _async_twin(kind: str, store: Any, loop: asyncio.AbstractEventLoop) -> Any:
+    """The async store on the blocking store's database (same tables or keys)."""
+    if kind == "sqlite" or kind == "postgresql":
+        async_store = AsyncSqlAgentStore(str(store.engine.url), table_prefix=store.table_prefix)
+    else:
+        url = store.client.connection_pool.connection_kwargs
+        async_store = AsyncRedisAgentStore(
+            f"redis://{url['host']}:{url['port']}/{url.get('db', 0)}", key_prefix=store.key_prefix
+        )
+    return async_store
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def async_runner_store(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, Any, dict[int, str], asyncio.AbstractEventLoop]]:
+    kind = str(request.param)
+    loop = asyncio.new_event_loop()
+    conversations = {}
+    if kind == "memory":
+        store: Any = AsyncInMemoryAgentStore()
+        for size in SIZES:
+            conversation_id = f"runner-{size}-{uuid.uuid4().hex[:6]}"
+            memory = store.chat_memory(conversation_id)
+            for message in tool_history(size):
+                loop.run_until_complete(memory.add_message_if_absent(message))
+            conversations[size] = conversation_id
+        yield kind, store, conversations, loop
+    else:
+        blocking = _store(kind, request, tmp_path_factory)
+        for size in SIZES:
+            conversation_id = f"runner-{size}-{uuid.uuid4().hex[:6]}"
+            bulk_load(blocking, conversation_id, tool_history(size))
+            conversations[size] = conversation_id
+        if kind == "postgresql":
+            with blocking.engine.begin() as connection:
+                connection.exec_driver_sql(f"ANALYZE {blocking._tables.messages.name}")
+        store = _async_twin(kind, blocking, loop)
+        yield kind, store, conversations, loop
+        loop.run_until_complete(store.aclose())
+        blocking.close()
+    loop.close()
+
+
+def _agent(replies: Sequence[AiMessage], delay: float = 0.0) -> Agent:
+    return Agent(
+        "bench",
+        AsyncScriptedChatModel(list(replies), cycle=True, delay=delay),
+        instructions="You are a support agent.",
+        tools=[Tool("get_order", lambda order_id: {"order_id": order_id, "status": "shipped"})],
+        compact_completed_tool_turns=True,
+    )
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("turn_kind", ["plain", "tool"])
+def test_async_runner_turn(
+    benchmark: Any,
+    async_runner_store: tuple[str, Any, dict[int, str], asyncio.AbstractEventLoop],
+    size: int,
+    turn_kind: str,
+) -> None:
+    kind, store, conversations, loop = async_runner_store
+    benchmark.group = f"runner turn ({turn_kind}) {kind}"
+    runner = AsyncAgentRunner(store)
+    agent = _agent(_PLAIN if turn_kind == "plain" else _TOOL)
+
+    def turn() -> Any:
+        return loop.run_until_complete(runner.run(agent, conversations[size], "Where is my order?"))
+
+    done = benchmark(turn)
+    loop.run_until_complete(runner.aclose())
+    assert done.status.value == "completed"
+
+
+def test_500_conversations_on_one_loop(benchmark: Any) -> None:
+    """Turns per second and runner overhead with 500 conversations waiting on a 50 ms model."""
+    benchmark.group = "async runner: 500 concurrent conversations, 50 ms model"
+    conversations = 500
+    wait = 0.05
+
+    async def main() -> dict[str, float]:
+        store = AsyncInMemoryAgentStore()
+        runner = AsyncAgentRunner(store)
+        agent = _agent(_TOOL, delay=wait)
+        for i in range(conversations):  # a short history in each conversation
+            memory = store.chat_memory(f"c{i}")
+            for message in tool_history(40):
+                await memory.add_message_if_absent(message)
+        lags: list[float] = []
+        stop = asyncio.Event()
+
+        async def ticker() -> None:
+            while not stop.is_set():
+                before = time.perf_counter()
+                await asyncio.sleep(0.001)
+                lags.append(time.perf_counter() - before - 0.001)
+
+        async def one(i: int) -> float:
+            start = time.perf_counter()
+            turn = await runner.run(agent, f"c{i}", "Where is my order?")
+            assert turn.status.value == "completed"
+            return time.perf_counter() - start - 2 * wait  # two model calls per tool turn
+
+        tick = asyncio.ensure_future(ticker())
+        start = time.perf_counter()
+        overheads = await asyncio.gather(*(one(i) for i in range(conversations)))
+        elapsed = time.perf_counter() - start
+        stop.set()
+        await tick
+        await runner.aclose()
+        ordered = sorted(overheads)
+        return {
+            "turns_per_second": round(conversations / elapsed, 1),
+            "overhead_p50_ms": round(statistics.median(ordered) * 1e3, 2),
+            "overhead_p99_ms": round(ordered[int(len(ordered) * 0.99) - 1] * 1e3, 2),
+            "loop_lag_max_ms": round(max(lags) * 1e3, 2),
+        }
+
+    results: list[dict[str, float]] = []
+    benchmark.pedantic(lambda: results.append(asyncio.run(main())), rounds=1, iterations=1)
+    benchmark.extra_info.update(results[-1])
+
+
+__all__ = ["Message"]
