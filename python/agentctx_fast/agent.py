@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from agentctx_fast.chat_model import ChatModel
+from agentctx_fast.coordinator import CompressionTrigger
 from agentctx_fast.errors import InvalidArgumentError
 from agentctx_fast.messages import AiMessage, Message
 from agentctx_fast.stores.turns import PendingApproval
@@ -14,10 +15,18 @@ from agentctx_fast.tools import Tool
 from agentctx_fast.turns import TurnStatus
 from agentctx_fast.window import AgentContextCompressor, _limit
 
+COMPRESSION_ERROR_POLICIES = ("fail", "uncompressed")
+
 
 @dataclass(frozen=True, slots=True)
 class Agent:
-    """A model, its instructions and tools, and the window options for every model call."""
+    """A model, its instructions and tools, and the window options for every model call.
+
+    With a ``compression_trigger`` (and a ``context_compressor``) the runner keeps the older
+    history's summary in the store's compression state, compressing only when the trigger
+    fires (SPEC §9, §11). ``on_compression_error="uncompressed"`` lets a model call go ahead
+    without compression when the compressor fails; ``"fail"`` ends the turn `FAILED`.
+    """
 
     name: str
     chat_model: ChatModel
@@ -31,6 +40,8 @@ class Agent:
     max_attached_tokens: int | None = None
     token_estimator: TokenEstimator | None = None
     max_steps: int = 16
+    compression_trigger: CompressionTrigger | None = None
+    on_compression_error: str = "fail"
     _tools_by_name: Mapping[str, Tool] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -59,6 +70,18 @@ class Agent:
             raise InvalidArgumentError("compact_completed_tool_turns must be a bool")
         if self.context_compressor is not None and not callable(self.context_compressor):
             raise InvalidArgumentError("context_compressor must be callable")
+        if self.compression_trigger is not None:
+            if not callable(self.compression_trigger):
+                raise InvalidArgumentError("compression_trigger must be callable")
+            if self.context_compressor is None:
+                raise InvalidArgumentError(
+                    "compression_trigger needs a context_compressor to run when it fires"
+                )
+        if self.on_compression_error not in COMPRESSION_ERROR_POLICIES:
+            raise InvalidArgumentError(
+                f"on_compression_error must be 'fail' or 'uncompressed', "
+                f"got {self.on_compression_error!r}"
+            )
         steps = self.max_steps
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise InvalidArgumentError(f"max_steps must be an int >= 1, got {steps!r}")

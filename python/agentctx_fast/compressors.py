@@ -255,6 +255,13 @@ class IncrementalCompressor:
         self._model_calls = 0
         self._last_input_chars = 0
 
+    def fork(self) -> IncrementalCompressor:
+        """A compressor with the same model and options and no summary yet: the runner gives
+        each conversation its own, so one agent never mixes conversations."""
+        return IncrementalCompressor(
+            self._model, self._prompt, require_identifiers=self._require_identifiers
+        )
+
     @property
     def summary(self) -> tuple[Message, ...]:
         """The current summary pair; ``()`` before the first summary."""

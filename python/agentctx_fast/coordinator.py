@@ -7,14 +7,17 @@ summary and a threshold reached once does not call the summary model on every la
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
 from agentctx_fast._ids import check_conversation_id, check_identifier, check_version
 from agentctx_fast._ids import check_expected_version as check_expected_version_number
+from agentctx_fast._sync import run_sync
 from agentctx_fast.errors import (
     CompressionStateConflictError,
     CoveredMessageNotFoundError,
@@ -92,6 +95,48 @@ class AsyncAgentContextCompressionStateStore(Protocol):
         ...
 
 
+class BlockingCompressionStateStore:
+    """The blocking compression-state store over a store's one implementation."""
+
+    def __init__(self, inner: AsyncAgentContextCompressionStateStore) -> None:
+        self._inner = inner
+
+    def load(self, conversation_id: str) -> AgentContextCompressionState | None:
+        """The saved state, or None when the conversation has none."""
+        return run_sync(self._inner.load(conversation_id))
+
+    def save(self, state: AgentContextCompressionState, expected_version: int) -> bool:
+        """Compare-and-set save; False on conflict."""
+        return run_sync(self._inner.save(state, expected_version))
+
+
+class AwaitableCompressionStateStore:
+    """A blocking compression-state store offered to the one implementation (in-process, or
+    one the caller accepts to block on)."""
+
+    def __init__(self, inner: AgentContextCompressionStateStore) -> None:
+        self._inner = inner
+
+    async def load(self, conversation_id: str) -> AgentContextCompressionState | None:
+        """The saved state, or None when the conversation has none."""
+        return self._inner.load(conversation_id)
+
+    async def save(self, state: AgentContextCompressionState, expected_version: int) -> bool:
+        """Compare-and-set save; False on conflict."""
+        return self._inner.save(state, expected_version)
+
+
+def awaitable_state_store(
+    store: AgentContextCompressionStateStore | AsyncAgentContextCompressionStateStore,
+) -> AsyncAgentContextCompressionStateStore:
+    """Any state store as the async view the one implementation awaits."""
+    if isinstance(store, BlockingCompressionStateStore):
+        return store._inner
+    if inspect.iscoroutinefunction(getattr(store, "load", None)):
+        return store  # type: ignore[return-value]
+    return AwaitableCompressionStateStore(store)  # type: ignore[arg-type]
+
+
 def check_expected_version(state: object, expected_version: object) -> None:
     """Argument checks shared by every `AgentContextCompressionStateStore.save`."""
     if not isinstance(state, AgentContextCompressionState):
@@ -137,6 +182,7 @@ class CompressionTriggerInput:
 
 
 CompressionTrigger = Callable[[CompressionTriggerInput], bool]
+CompressorCall = Callable[[AgentContextCompressor, list[Message]], Awaitable[list[Message]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +216,7 @@ class AgentContextCompressionCoordinator:
 
     def __init__(
         self,
-        state_store: AgentContextCompressionStateStore,
+        state_store: AgentContextCompressionStateStore | AsyncAgentContextCompressionStateStore,
         trigger: CompressionTrigger,
         compressor: AgentContextCompressor,
         token_estimator: TokenEstimator | Callable[[Sequence[Message]], int] | None = None,
@@ -194,12 +240,54 @@ class AgentContextCompressionCoordinator:
     ) -> AgentContextCompressionResult:
         """The model view of ``compressible_history`` (complete, ascending), compressing first
         when the trigger says yes and there are messages the summary does not cover."""
+        if inspect.iscoroutinefunction(getattr(self._store, "load", None)):
+            raise InvalidArgumentError(
+                "this coordinator's state store is async: use `await coordinator.acompress(...)`"
+            )
+        states = awaitable_state_store(self._store)
+        return run_sync(self.compress_with(states, conversation_id, compressible_history))
+
+    async def acompress(
+        self, conversation_id: str, compressible_history: Sequence[Message]
+    ) -> AgentContextCompressionResult:
+        """`compress` for asyncio programs (an async state store such as an async store's
+        ``compression_state_store()``); a blocking compressor runs in a worker thread."""
+        return await self.compress_with(
+            awaitable_state_store(self._store),
+            conversation_id,
+            compressible_history,
+            call=_in_thread,
+        )
+
+    async def compress_with(
+        self,
+        states: AsyncAgentContextCompressionStateStore,
+        conversation_id: str,
+        compressible_history: Sequence[Message],
+        *,
+        compressor: AgentContextCompressor | None = None,
+        call: CompressorCall | None = None,
+        allow_compression: bool = True,
+    ) -> AgentContextCompressionResult:
+        """`compress` over an async view of a state store (the one implementation).
+
+        ``compressor`` replaces this coordinator's for this call (the runner gives each
+        conversation its own incremental compressor); ``call`` runs the compressor (the async
+        runner runs a blocking one in a worker thread); ``allow_compression=False`` only reads
+        the saved state (after a compare-and-set conflict, the winner's summary is used).
+        """
         history = _checked_history(compressible_history)
-        state = self._store.load(conversation_id) or AgentContextCompressionState(conversation_id)
+        state = await states.load(conversation_id) or AgentContextCompressionState(conversation_id)
         pending = _pending(history, state)
-        if not pending or not self._triggered(conversation_id, state, pending):
+        if (
+            not allow_compression
+            or not pending
+            or not self._triggered(conversation_id, state, pending)
+        ):
             return AgentContextCompressionResult([*state.summary, *pending], state, False)
-        summary = run_compressor(self._compressor, [*state.summary, *pending])
+        chosen = self._compressor if compressor is None else compressor
+        inputs = [*state.summary, *pending]
+        summary = run_compressor(chosen, inputs) if call is None else await call(chosen, inputs)
         candidate = replace(
             state,
             version=state.version + 1,
@@ -210,7 +298,7 @@ class AgentContextCompressionCoordinator:
             covered_turns=state.covered_turns + _count_turns(pending),
             updated_at=self._clock(),
         )
-        if not self._store.save(candidate, state.version):
+        if not await states.save(candidate, state.version):
             raise CompressionStateConflictError(
                 f"conversation {conversation_id!r}: the compression state moved past version "
                 f"{state.version} while compressing; reload and retry"
@@ -242,6 +330,10 @@ class AgentContextCompressionCoordinator:
                 f"compression trigger must return a bool, got {type(decision).__name__}"
             )
         return decision
+
+
+async def _in_thread(compressor: AgentContextCompressor, inputs: list[Message]) -> list[Message]:
+    return await asyncio.to_thread(run_compressor, compressor, inputs)
 
 
 def _estimate_function(
@@ -296,7 +388,6 @@ def _pending(history: list[Message], state: AgentContextCompressionState) -> lis
 
 def _count_turns(messages: Sequence[Message]) -> int:
     return len(segment_turns(messages))
-
 
 
 __all__ = [

@@ -18,7 +18,9 @@ Metric names (labels in brackets): ``window.messages``, ``window.tokens``,
 ``window.dropped_turns``, ``window.compacted_turns`` [agent]; ``compressor.calls``,
 ``compressor.failures`` [agent]; ``tool.calls``, ``tool.result_chars``, ``tool.errors``,
 ``tool.truncations``, ``tool.page_requests`` [tool]; ``snapshot.bytes`` [agent];
-``turn.steps`` [agent, status].
+``turn.steps`` [agent, status]; ``model.latency_seconds`` [agent], and when the model reports
+usage ``model.prompt_tokens``, ``model.completion_tokens`` and ``window.estimate_ratio``
+(the window's estimated tokens ÷ the reported prompt tokens) [agent].
 
 >>> metrics = InMemoryMetrics()
 >>> metrics.record("tool.result_chars", 120, {"tool": "get_order"})
@@ -47,6 +49,10 @@ TOOL_TRUNCATIONS = "tool.truncations"
 TOOL_PAGE_REQUESTS = "tool.page_requests"
 SNAPSHOT_BYTES = "snapshot.bytes"
 TURN_STEPS = "turn.steps"
+MODEL_LATENCY_SECONDS = "model.latency_seconds"
+MODEL_PROMPT_TOKENS = "model.prompt_tokens"
+MODEL_COMPLETION_TOKENS = "model.completion_tokens"
+WINDOW_ESTIMATE_RATIO = "window.estimate_ratio"
 
 
 @runtime_checkable

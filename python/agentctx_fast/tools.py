@@ -78,13 +78,16 @@ class ToolOutcome:
 @dataclass(frozen=True, slots=True)
 class Tool:
     """A function the model may call. ``parameters`` (a JSON schema) is derived from ``fn``'s
-    signature when None; ``requires_approval`` suspends the turn until the user decides."""
+    signature when None; ``requires_approval`` suspends the turn until the user decides;
+    ``idempotent`` says a call may run again when its process died before it returned (a
+    resumed turn runs it again; otherwise the model is told it was interrupted)."""
 
     name: str
     fn: Callable[..., Any]
     description: str = ""
     parameters: Mapping[str, Any] | None = field(default=None)
     requires_approval: bool = False
+    idempotent: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _TOOL_NAME.fullmatch(self.name):
@@ -97,6 +100,8 @@ class Tool:
             raise InvalidArgumentError(f"tool {self.name!r}: description must be a str")
         if not isinstance(self.requires_approval, bool):
             raise InvalidArgumentError(f"tool {self.name!r}: requires_approval must be a bool")
+        if not isinstance(self.idempotent, bool):
+            raise InvalidArgumentError(f"tool {self.name!r}: idempotent must be a bool")
         if self.parameters is None:
             object.__setattr__(self, "parameters", schema_of(self.fn))
         elif not isinstance(self.parameters, Mapping):

@@ -14,13 +14,15 @@ once, see `agentctx_fast._sync`); `AsyncAgentRunner` with async stores and a por
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from agentctx_fast import metrics as m
 from agentctx_fast.agent import Agent, AgentTurn
+from agentctx_fast.coordinator import AsyncAgentContextCompressionStateStore
 from agentctx_fast.errors import AgentCtxError, DuplicateMessageError, TurnStateError
 from agentctx_fast.memory import AsyncChatMemory
 from agentctx_fast.messages import AiMessage, Message, UserMessage
@@ -36,10 +38,10 @@ from agentctx_fast.runner._state import (
     agent_stub,
     check_approvals,
     check_turn_id,
-    counted,
     user_message,
     view,
 )
+from agentctx_fast.runner._windows import WindowBuilding
 from agentctx_fast.stores._common import check_conversation_id
 from agentctx_fast.stores.turns import (
     OPEN_STATUSES,
@@ -49,16 +51,16 @@ from agentctx_fast.stores.turns import (
     dump_snapshot,
 )
 from agentctx_fast.turns import TurnStatus
-from agentctx_fast.window import ContextWindow, build_window
 
 
-class TurnEngine(Persistence, HistoryReads):
+class TurnEngine(Persistence, HistoryReads, WindowBuilding):
     """The one implementation of a runner's operations, over async views of its stores."""
 
     def __init__(
         self,
         provider: Callable[[str], AsyncChatMemory] | None,
         turn_store: AsyncAgentTurnStore,
+        states: AsyncAgentContextCompressionStateStore,
         keeper: LeaseKeeper,
         lease_seconds: float,
         clock: Callable[[], float],
@@ -66,6 +68,9 @@ class TurnEngine(Persistence, HistoryReads):
     ) -> None:
         self._provider = provider
         self.turn_store = turn_store
+        self._states = states
+        self._status_cache = OrderedDict()
+        self._summaries = OrderedDict()
         self._keeper = keeper
         self._lease_seconds = lease_seconds
         self._clock = clock
@@ -291,10 +296,11 @@ class TurnEngine(Persistence, HistoryReads):
                     f"answer",
                 )
             try:
-                window = self._window(run)
+                window = await self._window(run)
             except AgentCtxError as error:  # a compressor failure, typed
                 await self._checkpoint(run)  # a slow compressor may have outlived the lease
                 return await self._finish(run, TurnStatus.FAILED, error=f"window failed: {error}")
+            started = time.perf_counter()
             try:
                 reply = await run.io.chat(agent.chat_model, window.messages, agent.tools)
             except Exception as error:  # any model failure ends the turn, typed in `error`
@@ -302,6 +308,7 @@ class TurnEngine(Persistence, HistoryReads):
                 return await self._finish(
                     run, TurnStatus.FAILED, error=f"model failed: {type(error).__name__}: {error}"
                 )
+            self._observe_reply(run, window, reply, started)
             # Ask the server after every model call: a takeover drops the reply, and a cancel
             # from another process is seen before any tool runs or the turn completes.
             await self._check_lease(run, ask=True)
@@ -323,28 +330,3 @@ class TurnEngine(Persistence, HistoryReads):
             if waiting:
                 return await self._suspend(run, waiting)
             await self._save(run, TurnStatus.RUNNING)
-
-    def _window(self, run: TurnRun) -> ContextWindow:
-        agent = run.agent
-        compressor = agent.context_compressor
-        labels = {"agent": agent.name}
-        if compressor is not None and self._metrics is not None:
-            compressor = counted(compressor, self._metrics, labels)
-        window = build_window(
-            [*run.history, *run.messages],
-            system=agent.instructions,
-            max_attached_turns=agent.max_attached_turns,
-            max_attached_messages=agent.max_attached_messages,
-            compact_completed_tool_turns=agent.compact_completed_tool_turns,
-            compression_keep_recent_turns=agent.compression_keep_recent_turns,
-            context_compressor=compressor,
-            max_attached_tokens=agent.max_attached_tokens,
-            token_estimator=agent.token_estimator,
-        )
-        if self._metrics is not None:
-            record = self._metrics.record
-            record(m.WINDOW_MESSAGES, len(window.messages), labels)
-            record(m.WINDOW_TOKENS, window.estimated_tokens, labels)
-            record(m.WINDOW_DROPPED_TURNS, window.dropped_turns, labels)
-            record(m.WINDOW_COMPACTED_TURNS, window.compacted_turns, labels)
-        return window

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from agentctx_fast.messages import AiMessage, Message
 from agentctx_fast.runner.events import StreamEvent, TextDelta
 from agentctx_fast.tools import Tool, ToolOutcome, is_async_callable
+
+T = TypeVar("T")
 
 
 class BlockingTurnIO:
@@ -28,6 +30,10 @@ class BlockingTurnIO:
 
     async def invoke(self, tool: Tool, arguments: str) -> ToolOutcome:
         return tool.invoke(arguments)
+
+    async def offload(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)``, which may take long (a compressor's summary model call)."""
+        return fn(*args)
 
     async def emit(self, event: StreamEvent) -> None:
         """Nobody listens to a blocking turn."""
@@ -64,6 +70,10 @@ class AsyncTurnIO:
             return await tool.ainvoke(arguments)
         outcome: ToolOutcome = await self._in_thread(tool.invoke, arguments)
         return outcome
+
+    async def offload(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in a worker thread, so a slow compressor never blocks the loop."""
+        return await asyncio.to_thread(fn, *args)
 
     async def emit(self, event: StreamEvent) -> None:
         if self._sink is not None:

@@ -7,6 +7,7 @@ the background is a daemon thread for `AgentRunner` and an asyncio task for `Asy
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,6 +15,8 @@ from dataclasses import dataclass, field
 from agentctx_fast._sync import run_sync
 from agentctx_fast.errors import AgentCtxError
 from agentctx_fast.stores.turns import AsyncAgentTurnStore, LeaseRenewal
+
+log = logging.getLogger("agentctx_fast.runner")
 
 
 @dataclass(slots=True)
@@ -123,8 +126,8 @@ class ThreadLeaseKeeper(LeaseKeeper):
             for lease in self._due():
                 try:
                     run_sync(self.renew(lease))
-                except AgentCtxError:
-                    pass  # the store is unreachable now; the next round tries again
+                except AgentCtxError as error:  # the next round tries again
+                    _renewal_failed(lease, error)
         with self._lock:
             self._thread = None
 
@@ -157,5 +160,12 @@ class TaskLeaseKeeper(LeaseKeeper):
             for lease in self._due():
                 try:
                     await self.renew(lease)
-                except AgentCtxError:
-                    pass  # the store is unreachable now; the next round tries again
+                except AgentCtxError as error:  # the next round tries again
+                    _renewal_failed(lease, error)
+
+
+def _renewal_failed(lease: HeldLease, error: AgentCtxError) -> None:
+    log.warning(
+        "conversation %r, turn %r: renewing the lease failed (%s: %s); retrying",
+        lease.conversation_id, lease.turn_id, type(error).__name__, error,
+    )  # fmt: skip

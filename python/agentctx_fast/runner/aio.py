@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequenc
 from typing import Any
 
 from agentctx_fast.agent import Agent, AgentTurn
+from agentctx_fast.coordinator import InMemoryCompressionStateStore, awaitable_state_store
 from agentctx_fast.errors import InvalidArgumentError
 from agentctx_fast.memory import AsyncChatMemory, AsyncChatMemoryProvider
 from agentctx_fast.messages import Message, UserMessage
@@ -56,7 +57,14 @@ class AsyncAgentRunner:
         )
         self._keeper, seconds = new_keeper(TaskLeaseKeeper, self.turn_store, lease_seconds, clock)
         memories = None if provider is None else _memories(provider)
-        self._engine = TurnEngine(memories, self.turn_store, self._keeper, seconds, clock, metrics)
+        states = awaitable_state_store(
+            store.compression_state_store()
+            if callable(getattr(store, "compression_state_store", None))
+            else InMemoryCompressionStateStore()
+        )
+        self._engine = TurnEngine(
+            memories, self.turn_store, states, self._keeper, seconds, clock, metrics
+        )
 
     async def aclose(self) -> None:
         """Stop the lease-renewing task (turns still running stop renewing)."""

@@ -14,6 +14,7 @@ from typing import Any
 
 from agentctx_fast._sync import run_sync
 from agentctx_fast.agent import Agent, AgentTurn
+from agentctx_fast.coordinator import InMemoryCompressionStateStore, awaitable_state_store
 from agentctx_fast.errors import InvalidArgumentError
 from agentctx_fast.memory import AsyncChatMemory, ChatMemory, ChatMemoryProvider, awaitable_memory
 from agentctx_fast.messages import Message, UserMessage
@@ -52,7 +53,12 @@ class AgentRunner:
         turns = awaitable_turn_store(self.turn_store)
         self._keeper, seconds = new_keeper(ThreadLeaseKeeper, turns, lease_seconds, clock)
         memories = None if provider is None else _memories(provider)
-        self._engine = TurnEngine(memories, turns, self._keeper, seconds, clock, metrics)
+        states = awaitable_state_store(
+            store.compression_state_store()
+            if callable(getattr(store, "compression_state_store", None))
+            else InMemoryCompressionStateStore()
+        )
+        self._engine = TurnEngine(memories, turns, states, self._keeper, seconds, clock, metrics)
 
     def close(self) -> None:
         """Stop the lease-renewing thread (turns still running stop renewing)."""

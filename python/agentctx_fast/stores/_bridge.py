@@ -1,4 +1,5 @@
-"""Blocking and awaitable views of the compression-state and turn stores.
+"""Blocking and awaitable views of the turn stores (and, re-exported, of the compression-state
+stores, which live beside their protocols in `agentctx_fast.coordinator`).
 
 A database store implements each of them once, as coroutines over its I/O port; its blocking
 API is that implementation driven by `run_sync` over a blocking port (`Blocking…`), and the
@@ -9,9 +10,8 @@ from __future__ import annotations
 
 from agentctx_fast._sync import run_sync
 from agentctx_fast.coordinator import (
-    AgentContextCompressionState,
-    AgentContextCompressionStateStore,
-    AsyncAgentContextCompressionStateStore,
+    AwaitableCompressionStateStore,
+    BlockingCompressionStateStore,
 )
 from agentctx_fast.stores.turns import (
     AgentTurnSnapshot,
@@ -20,36 +20,6 @@ from agentctx_fast.stores.turns import (
     ConversationLease,
     LeaseRenewal,
 )
-
-
-class BlockingCompressionStateStore:
-    """The blocking compression-state store over a store's one implementation."""
-
-    def __init__(self, inner: AsyncAgentContextCompressionStateStore) -> None:
-        self._inner = inner
-
-    def load(self, conversation_id: str) -> AgentContextCompressionState | None:
-        """The saved state, or None when the conversation has none."""
-        return run_sync(self._inner.load(conversation_id))
-
-    def save(self, state: AgentContextCompressionState, expected_version: int) -> bool:
-        """Compare-and-set save; False on conflict."""
-        return run_sync(self._inner.save(state, expected_version))
-
-
-class AwaitableCompressionStateStore:
-    """An in-process compression-state store offered to asyncio code."""
-
-    def __init__(self, inner: AgentContextCompressionStateStore) -> None:
-        self._inner = inner
-
-    async def load(self, conversation_id: str) -> AgentContextCompressionState | None:
-        """The saved state, or None when the conversation has none."""
-        return self._inner.load(conversation_id)
-
-    async def save(self, state: AgentContextCompressionState, expected_version: int) -> bool:
-        """Compare-and-set save; False on conflict."""
-        return self._inner.save(state, expected_version)
 
 
 class BlockingAgentTurnStore:
@@ -150,3 +120,12 @@ def awaitable_turn_store(store: AgentTurnStore) -> AsyncAgentTurnStore:
     if isinstance(store, BlockingAgentTurnStore):
         return store._inner
     return AwaitableAgentTurnStore(store)
+
+
+__all__ = [
+    "AwaitableAgentTurnStore",
+    "AwaitableCompressionStateStore",
+    "BlockingAgentTurnStore",
+    "BlockingCompressionStateStore",
+    "awaitable_turn_store",
+]

@@ -1,0 +1,271 @@
+"""The turn loop's windows: turn statuses from the turn records, the compression coordinator in
+the loop (SPEC §9, §11 "Completing the runner"), per-conversation incremental summaries, and the
+``on_compression_error`` policy."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+
+from agentctx_fast import metrics as m
+from agentctx_fast._ids import check_identifier
+from agentctx_fast.agent import Agent
+from agentctx_fast.compressors import IncrementalCompressor
+from agentctx_fast.coordinator import (
+    AgentContextCompressionCoordinator,
+    AgentContextCompressionState,
+)
+from agentctx_fast.errors import (
+    AgentCtxError,
+    CompressionError,
+    CompressionStateConflictError,
+    CompressorOutputError,
+    CoveredMessageNotFoundError,
+    InvalidArgumentError,
+    StoreError,
+)
+from agentctx_fast.memory import AsyncChatMemory
+from agentctx_fast.messages import AiMessage, Message
+from agentctx_fast.runner._state import EngineState, TurnRun, counted
+from agentctx_fast.stores.turns import OPEN_STATUSES
+from agentctx_fast.turns import TurnStatus, segment_turns
+from agentctx_fast.window import AgentContextCompressor, ContextWindow, build_window
+from agentctx_fast.window import _compress as run_compressor
+
+log = logging.getLogger("agentctx_fast.runner")
+
+COMPRESSION_FAILURES = (
+    CompressionError,
+    CompressorOutputError,
+    CoveredMessageNotFoundError,
+    CompressionStateConflictError,
+    StoreError,
+)
+"""What a failing compressor or coordinator raises; ``on_compression_error`` decides."""
+
+_CACHED_STATUSES = 65_536
+_CACHED_SUMMARIES = 1_024
+_PAGE = 256
+
+
+class WindowBuilding(EngineState):
+    """Builds each model call's window (a part of `TurnEngine`)."""
+
+    _status_cache: OrderedDict[tuple[str, str], TurnStatus]
+    _summaries: OrderedDict[tuple[IncrementalCompressor, str], IncrementalCompressor]
+
+    async def _window(self, run: TurnRun) -> ContextWindow:
+        agent = run.agent
+        labels = {"agent": agent.name}
+        statuses = await self._turn_statuses(run)
+        timeline = [*run.history, *run.messages]
+        try:
+            if agent.context_compressor is None:
+                window = _build(agent, timeline, None, statuses)
+            elif agent.compression_trigger is not None and run.conversation_id is not None:
+                coordinated = await self._coordinated(run, timeline)
+                window = _build(agent, coordinated, None, statuses)
+            else:
+                compressor = self._compressor_for(run, self._summary_keeper)
+                window = await run.io.offload(_build, agent, timeline, compressor, statuses)
+        except COMPRESSION_FAILURES as error:
+            if self._metrics is not None:
+                self._metrics.record(m.COMPRESSOR_FAILURES, 1, labels)
+            if agent.on_compression_error != "uncompressed":
+                raise
+            log.warning(
+                "agent %r, conversation %r, turn %r: compression failed (%s: %s); the model "
+                "call goes ahead without it",
+                agent.name, run.conversation_id, run.turn_id, type(error).__name__, error,
+            )  # fmt: skip
+            window = _build(agent, timeline, None, statuses)
+        if window.repairs:
+            log.debug(
+                "turn %r: the window repaired %d tool-protocol violation(s) of the history",
+                run.turn_id, len(window.repairs),
+            )  # fmt: skip
+        if self._metrics is not None:
+            record = self._metrics.record
+            record(m.WINDOW_MESSAGES, len(window.messages), labels)
+            record(m.WINDOW_TOKENS, window.estimated_tokens, labels)
+            record(m.WINDOW_DROPPED_TURNS, window.dropped_turns, labels)
+            record(m.WINDOW_COMPACTED_TURNS, window.compacted_turns, labels)
+        return window
+
+    def _observe_reply(
+        self, run: TurnRun, window: ContextWindow, reply: object, started: float
+    ) -> None:
+        """Model latency, and the usage the model reported (with the window's estimate ratio)."""
+        if self._metrics is None:
+            return
+        labels = {"agent": run.agent.name}
+        record = self._metrics.record
+        record(m.MODEL_LATENCY_SECONDS, time.perf_counter() - started, labels)
+        usage = getattr(reply, "usage", None) if isinstance(reply, AiMessage) else None
+        prompt = getattr(usage, "prompt_tokens", None)
+        completion = getattr(usage, "completion_tokens", None)
+        if isinstance(prompt, int) and not isinstance(prompt, bool) and prompt >= 0:
+            record(m.MODEL_PROMPT_TOKENS, prompt, labels)
+            if prompt > 0:
+                record(m.WINDOW_ESTIMATE_RATIO, window.estimated_tokens / prompt, labels)
+        if isinstance(completion, int) and not isinstance(completion, bool) and completion >= 0:
+            record(m.MODEL_COMPLETION_TOKENS, completion, labels)
+
+    async def _turn_statuses(self, run: TurnRun) -> dict[str, TurnStatus] | None:
+        """The recorded status of every turn of the window's history the store knows, so a
+        cancelled, failed or suspended turn is never compacted, even with a final answer."""
+        conversation_id = run.conversation_id
+        if conversation_id is None:
+            return None
+        statuses = {run.turn_id: TurnStatus.RUNNING}
+        cache = self._status_cache
+        for turn_id in dict.fromkeys(msg.turn_id for msg in run.history if msg.turn_id):
+            if turn_id in statuses or not _storable(turn_id):
+                continue
+            key = (conversation_id, turn_id)
+            status = cache.get(key)
+            if status is None:
+                snapshot = await self.turn_store.load_turn(conversation_id, turn_id)
+                if snapshot is None:
+                    continue  # written without the runner: its status is inferred
+                status = snapshot.status
+                if status not in OPEN_STATUSES:  # final: it never changes again
+                    cache[key] = status
+                    if len(cache) > _CACHED_STATUSES:
+                        cache.popitem(last=False)
+            statuses[turn_id] = status
+        return statuses
+
+    def _compressor_for(
+        self,
+        run: TurnRun,
+        own: Callable[[IncrementalCompressor, TurnRun], IncrementalCompressor],
+    ) -> AgentContextCompressor:
+        """The agent's compressor for this conversation, metrics counted: an incremental one is
+        replaced by ``own(compressor, run)``, so no summary is shared between conversations."""
+        compressor = run.agent.context_compressor
+        assert compressor is not None
+        if isinstance(compressor, IncrementalCompressor):
+            compressor = own(compressor, run)
+        if self._metrics is not None:
+            compressor = counted(compressor, self._metrics, {"agent": run.agent.name})
+        return compressor
+
+    def _summary_keeper(
+        self, compressor: IncrementalCompressor, run: TurnRun
+    ) -> IncrementalCompressor:
+        """Without a trigger: one running summary per conversation, kept in this process."""
+        if run.conversation_id is None:
+            key_id = f"turn:{run.turn_id}"  # an explicit history: one summary for this turn
+        else:
+            key_id = run.conversation_id
+        key = (compressor, key_id)
+        own = self._summaries.get(key)
+        if own is None:
+            own = self._summaries[key] = compressor.fork()
+            if len(self._summaries) > _CACHED_SUMMARIES:
+                self._summaries.popitem(last=False)
+        else:
+            self._summaries.move_to_end(key)
+        return own
+
+    async def _coordinated(self, run: TurnRun, timeline: list[Message]) -> list[Message]:
+        """The saved summary, the older messages it does not cover yet and the protected
+        recent turns; the coordinator compresses first when the agent's trigger fires."""
+        agent = run.agent
+        conversation_id = run.conversation_id
+        memory = run.memory
+        assert conversation_id is not None and agent.compression_trigger is not None
+        segments = segment_turns(timeline)
+        protected = agent.compression_keep_recent_turns + 1  # the current turn too
+        if memory is None or len(segments) <= protected:
+            return timeline
+        boundary = int(segments.starts[len(segments) - protected])
+        recent = timeline[boundary:]
+        state = await self._states.load(conversation_id)
+        covered = None if state is None else state.covered_until_message_id
+        older = await _older(memory, recent[0].message_id, covered)
+        compressible = [message for message in older if message.model_visible]
+        # An incremental compressor continues the persisted summary (saved by any process),
+        # never its in-process state of another conversation.
+        compressor = self._compressor_for(run, lambda inner, _run: _resumed(inner, state))
+        coordinator = AgentContextCompressionCoordinator(
+            self._states, agent.compression_trigger, compressor, agent.token_estimator
+        )
+
+        async def call(chosen: AgentContextCompressor, inputs: list[Message]) -> list[Message]:
+            return await run.io.offload(run_compressor, chosen, inputs)
+
+        try:
+            result = await coordinator.compress_with(
+                self._states, conversation_id, compressible, call=call
+            )
+        except CompressionStateConflictError:
+            # Another process saved first: reload once and use the winner's summary.
+            result = await coordinator.compress_with(
+                self._states, conversation_id, compressible, allow_compression=False
+            )
+        return [*result.model_messages, *recent]
+
+
+def _build(
+    agent: Agent,
+    timeline: Sequence[Message],
+    compressor: AgentContextCompressor | None,
+    statuses: Mapping[str, TurnStatus] | None,
+) -> ContextWindow:
+    return build_window(
+        timeline,
+        system=agent.instructions,
+        max_attached_turns=agent.max_attached_turns,
+        max_attached_messages=agent.max_attached_messages,
+        compact_completed_tool_turns=agent.compact_completed_tool_turns,
+        compression_keep_recent_turns=agent.compression_keep_recent_turns,
+        context_compressor=compressor,
+        max_attached_tokens=agent.max_attached_tokens,
+        token_estimator=agent.token_estimator,
+        turn_statuses=statuses,
+    )
+
+
+def _resumed(
+    compressor: IncrementalCompressor, state: AgentContextCompressionState | None
+) -> IncrementalCompressor:
+    own = compressor.fork()
+    if state is not None and state.summary:
+        own.restore(state.summary, state.covered_until_message_id)
+    return own
+
+
+def _storable(turn_id: str) -> bool:
+    try:
+        check_identifier(turn_id, "turn_id")
+    except InvalidArgumentError:
+        return False
+    return True
+
+
+async def _older(
+    memory: AsyncChatMemory, boundary_id: str, covered_id: str | None
+) -> list[Message]:
+    """The stored messages before ``boundary_id``, from ``covered_id`` on (inclusive), or from
+    the start when nothing is covered yet: read page by page from the newest backwards."""
+    collected: list[Message] = []
+    while True:
+        chunk = await memory.get_messages(_PAGE, offset=len(collected))
+        collected = chunk + collected
+        ids = [message.message_id for message in collected]
+        at_start = len(chunk) < _PAGE
+        if boundary_id in ids and (at_start or (covered_id is not None and covered_id in ids)):
+            end = ids.index(boundary_id)
+            start = ids.index(covered_id) if covered_id is not None and covered_id in ids else 0
+            return collected[start:end] if start < end else []
+        if at_start:
+            raise CoveredMessageNotFoundError(
+                f"message {boundary_id!r} of the current window is not in chat memory"
+            )
+
+
+__all__ = ["AgentCtxError", "WindowBuilding"]
