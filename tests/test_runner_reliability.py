@@ -24,6 +24,7 @@ from agentctx_fast import (
     AgentTurn,
     AiMessage,
     ScriptedChatModel,
+    Tool,
     ToolMessage,
     TurnNotFoundError,
     TurnStatus,
@@ -268,3 +269,73 @@ def test_suspend_in_one_process_resume_in_another(process_store: tuple[str, str,
         )
         nxt = runner.run(Agent("a", ScriptedChatModel([AiMessage("free")])), conversation, "hi")
         assert nxt.status is TurnStatus.COMPLETED
+
+
+@pytest.mark.parametrize(
+    ("where", "idempotent"), [("tool", False), ("tool", True), ("model", False)]
+)
+def test_a_killed_turn_is_resumed(
+    process_store: tuple[str, str, Any], tmp_path: Path, where: str, idempotent: bool
+) -> None:
+    """SPEC §11: ``resume`` with no approvals continues a RUNNING turn whose process died, once
+    its lease expired: a stored result is never run again, an unanswered call runs again only
+    for an idempotent tool, otherwise the model sees "interrupted before the tool returned"."""
+    kind, url, store = process_store
+    conversation = new_conversation_id()
+    marker = tmp_path / "in-turn"
+    child = SPAWN.Process(
+        target=crash_in_turn, args=(kind, url, conversation, "killed", str(marker), where, 1.0)
+    )
+    child.start()
+    try:
+        _wait_for(marker, 30)
+        assert child.pid is not None
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(10)
+    finally:
+        if child.is_alive():
+            child.kill()
+            child.join(10)
+    memory = store.chat_memory(conversation)
+    written = memory.get_messages()
+    reruns: list[str] = []
+
+    def slow_tool() -> str:
+        reruns.append("ran")
+        return "tool result, run again"
+
+    model = ScriptedChatModel([AiMessage("done after the crash")])
+    agent = Agent("crasher", model, tools=[Tool("slow_tool", slow_tool, idempotent=idempotent)])
+    runner = AgentRunner(store, lease_seconds=1.0)
+    try:
+        with pytest.raises(AgentConversationBusyError) as busy:
+            runner.resume(agent, conversation, "killed")  # its lease is still alive
+        assert busy.value.turn_id == "killed"
+        assert memory.get_messages() == written and model.calls == []
+        lease = runner.turn_store.open_turn(conversation)
+        assert lease is not None and lease.expires_at is not None
+        time.sleep(max(0.0, lease.expires_at - time.time()) + 0.1)
+        turn = runner.resume(agent, conversation, "killed")
+    finally:
+        runner.close()
+    assert turn.status is TurnStatus.COMPLETED and turn.final_message is not None
+    assert turn.final_message.text == "done after the crash"
+    assert runner.turn(conversation, "killed").status is TurnStatus.COMPLETED
+    stored = memory.get_messages()
+    assert validate_tool_protocol(stored) == []
+    assert stored[: len(written)] == written  # nothing written before the crash changed
+    result = results_by_call(stored)["c1"]
+    if where == "model":
+        assert reruns == [] and (result.text, result.is_error) == ("tool result", False)
+    elif idempotent:
+        assert reruns == ["ran"] and (result.text, result.is_error) == (
+            "tool result, run again",
+            False,
+        )
+    else:
+        assert reruns == []
+        assert (result.text, result.is_error) == ("interrupted before the tool returned", True)
+    # the model's next call saw the result of c1, and was the only call after the crash
+    assert len(model.calls) == 1
+    assert model.calls[0].messages[-1].text == result.text
+    assert ids(stored)[-1] == "killed:ai:2"

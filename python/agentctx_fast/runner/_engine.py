@@ -23,7 +23,12 @@ from typing import Any
 
 from agentctx_fast.agent import Agent, AgentTurn
 from agentctx_fast.coordinator import AsyncAgentContextCompressionStateStore
-from agentctx_fast.errors import AgentCtxError, DuplicateMessageError, TurnStateError
+from agentctx_fast.errors import (
+    AgentCtxError,
+    DuplicateMessageError,
+    InvalidArgumentError,
+    TurnStateError,
+)
 from agentctx_fast.memory import AsyncChatMemory
 from agentctx_fast.messages import AiMessage, Message, UserMessage
 from agentctx_fast.metrics import AgentMetrics
@@ -152,10 +157,23 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
         agent: Agent,
         conversation_id: str,
         turn_id: str,
-        approvals: Mapping[str, bool],
+        approvals: Mapping[str, bool] | None,
     ) -> AgentTurn:
         check_conversation_id(conversation_id)
-        snapshot = await self._suspended(conversation_id, turn_id)
+        snapshot = await self._load(conversation_id, turn_id)
+        if snapshot.status is TurnStatus.RUNNING:
+            if approvals:
+                raise InvalidArgumentError(
+                    f"turn {turn_id!r} is running, not waiting for approvals"
+                )
+            return await self._resume_interrupted(io, agent, conversation_id, snapshot)
+        if snapshot.status is not TurnStatus.SUSPENDED:
+            raise TurnStateError(f"turn {turn_id!r} is {snapshot.status.value}, not suspended")
+        if approvals is None:
+            raise InvalidArgumentError(
+                f"turn {turn_id!r} is suspended: resume it with approvals "
+                "({tool_call_id: True | False})"
+            )
         decisions = check_approvals(approvals, snapshot)
         memory = self._memory(conversation_id)
         owner = uuid.uuid4().hex
@@ -176,6 +194,34 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
             await self._abandon(run)
             raise
         return await self._drive(run, snapshot.pending_approvals, decisions)
+
+    async def _resume_interrupted(
+        self, io: TurnIO, agent: Agent, conversation_id: str, snapshot: AgentTurnSnapshot
+    ) -> AgentTurn:
+        """Continue a `RUNNING` turn whose process died, from its last stored step, once its
+        lease has expired (a live lease raises `AgentConversationBusyError`)."""
+        turn_id = snapshot.turn_id
+        memory = self._memory(conversation_id)
+        owner = uuid.uuid4().hex
+        stale = await self.turn_store.acquire_conversation(
+            conversation_id, turn_id, owner, self._lease_seconds, self._clock()
+        )
+        lease = self._keeper.hold(conversation_id, turn_id, owner)
+        run = TurnRun(
+            io, agent, conversation_id, turn_id, memory, [], [], snapshot, lease,
+            snapshot.step_count, dict(snapshot.decisions),
+        )  # fmt: skip
+        try:
+            if stale is not None and stale != turn_id:
+                await self._recover(io, memory, conversation_id, stale, agent)
+            run.history, run.messages = await self._split_turn(agent, memory, snapshot)
+            # Messages stored after the last snapshot count: a reply is one step.
+            replies = sum(isinstance(message, AiMessage) for message in run.messages)
+            run.steps = max(run.steps, replies)
+        except BaseException:
+            await self._abandon(run)
+            raise
+        return await self._drive(run, interrupted=True)
 
     async def cancel(self, io: TurnIO, conversation_id: str, turn_id: str) -> AgentTurn:
         check_conversation_id(conversation_id)
@@ -232,9 +278,15 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
         run: TurnRun,
         pending: Sequence[PendingApproval] = (),
         decisions: Mapping[str, bool] | None = None,
+        *,
+        interrupted: bool = False,
     ) -> AgentTurn:
         try:
             try:
+                if interrupted:
+                    ended = await self._continue_interrupted(run)
+                    if ended is not None:
+                        return ended
                 if decisions is not None:
                     waiting = await self._decide(run, pending, decisions)
                     self._check_cancel(run)
@@ -257,6 +309,21 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
         except BaseException:
             await self._abandon(run)
             raise
+
+    async def _continue_interrupted(self, run: TurnRun) -> AgentTurn | None:
+        """Finish the step the dead process was in; the turn's end if that ends it."""
+        last = next((m for m in reversed(run.messages) if isinstance(m, AiMessage)), None)
+        if last is None:
+            return None  # it died before the first reply: the loop asks the model
+        if not last.tool_calls:
+            if run.messages[-1] is last:  # the final answer was stored, its record was not
+                return await self._finish(run, TurnStatus.COMPLETED, final=last)
+            return None
+        waiting = await self._call_tools(run, last, interrupted=True)
+        self._check_cancel(run)
+        if waiting:
+            return await self._suspend(run, waiting)
+        return None
 
     async def _check_lease(self, run: TurnRun, *, ask: bool = False) -> None:
         """`LeaseLost` if another process took this turn's lease over: this runner then

@@ -20,6 +20,7 @@ from agentctx_fast.stores.turns import AgentTurnSnapshot, AsyncAgentTurnStore
 from agentctx_fast.window import AgentContextCompressor
 
 REFUSED_TEXT = "refused by the user"
+INTERRUPTED_TEXT = "interrupted before the tool returned"
 
 TurnIO = BlockingTurnIO | AsyncTurnIO
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from agentctx_fast import metrics as m
 from agentctx_fast.messages import AgentFormMessage, AiMessage, Message, ToolMessage
-from agentctx_fast.runner._state import REFUSED_TEXT, EngineState, TurnRun
+from agentctx_fast.runner._state import INTERRUPTED_TEXT, REFUSED_TEXT, EngineState, TurnRun
 from agentctx_fast.runner.events import ToolCallEvent, ToolResultEvent
 from agentctx_fast.stores.turns import PendingApproval
 from agentctx_fast.tools import Tool, ToolOutcome
@@ -22,35 +22,60 @@ class ToolSteps(EngineState):
     async def _check_lease(self, run: TurnRun, *, ask: bool = False) -> None:
         raise NotImplementedError
 
-    async def _call_tools(self, run: TurnRun, ai: AiMessage) -> list[PendingApproval]:
-        """Run the calls that need no approval; return those waiting for the user."""
+    async def _call_tools(
+        self, run: TurnRun, ai: AiMessage, *, interrupted: bool = False
+    ) -> list[PendingApproval]:
+        """Run the calls that need no approval; return those waiting for the user.
+
+        ``interrupted``: the process that made these calls died (a resumed `RUNNING` turn).
+        A call whose result is stored is never run again; a call without one runs again only
+        when its tool is idempotent, otherwise it gets the "interrupted" error result; a call
+        whose approval form is still pending waits for the user again.
+        """
+        answered = {m.tool_call_id for m in run.messages if isinstance(m, ToolMessage)}
+        forms = _forms(run.messages) if interrupted else {}
         waiting: list[PendingApproval] = []
         for call in ai.tool_calls:
-            await run.io.emit(ToolCallEvent(call))
+            if interrupted and call.id in answered:
+                continue
+            if not interrupted:
+                await run.io.emit(ToolCallEvent(call))
             tool = run.agent.tool(call.name)
-            if tool is not None and tool.requires_approval and call.id not in run.decisions:
-                form = AgentFormMessage(
-                    payload={
-                        "kind": "tool_approval",
-                        "tool_call_id": call.id,
-                        "tool_name": call.name,
-                        "arguments": call.arguments,
-                    },
-                    status="pending",
-                    message_id=f"{run.turn_id}:approval:{run.steps}:{call.id}",
-                    turn_id=run.turn_id,
-                )
-                await self._append(run, form)
+            form = forms.get(call.id)
+            decision = run.decisions.get(call.id, _decision(form))
+            if form is not None and form.status == "pending":
                 waiting.append(PendingApproval(call.id, call.name, call.arguments, form.message_id))
+                continue
+            if tool is not None and tool.requires_approval and decision is None:
+                waiting.append(await self._ask_approval(run, call.id, call.name, call.arguments))
                 continue
             if tool is None:
                 outcome = ToolOutcome(f"unknown tool {call.name!r}", is_error=True)
-            elif run.decisions.get(call.id) is False:
+            elif decision is False:
                 outcome = ToolOutcome(REFUSED_TEXT, is_error=True)
+            elif interrupted and not tool.idempotent:
+                outcome = ToolOutcome(INTERRUPTED_TEXT, is_error=True)
             else:
                 outcome = await self._invoke(run, tool, call.arguments)
             await self._append_result(run, call.id, call.name, outcome)
         return waiting
+
+    async def _ask_approval(
+        self, run: TurnRun, call_id: str, tool_name: str, arguments: str
+    ) -> PendingApproval:
+        form = AgentFormMessage(
+            payload={
+                "kind": "tool_approval",
+                "tool_call_id": call_id,
+                "tool_name": tool_name,
+                "arguments": arguments,
+            },
+            status="pending",
+            message_id=f"{run.turn_id}:approval:{run.steps}:{call_id}",
+            turn_id=run.turn_id,
+        )
+        await self._append(run, form)
+        return PendingApproval(call_id, tool_name, arguments, form.message_id)
 
     async def _invoke(self, run: TurnRun, tool: Tool, arguments: str) -> ToolOutcome:
         """Run a tool unless the turn was cancelled or taken over. A tool that ran has its
@@ -137,3 +162,21 @@ class ToolSteps(EngineState):
         run.messages.append(message)
         if isinstance(message, ToolMessage):
             await run.io.emit(ToolResultEvent(message))
+
+
+def _forms(messages: Sequence[Message]) -> dict[str, AgentFormMessage]:
+    """The approval forms of a turn by the tool call they ask about."""
+    forms: dict[str, AgentFormMessage] = {}
+    for message in messages:
+        if isinstance(message, AgentFormMessage) and isinstance(message.payload, Mapping):
+            call_id = message.payload.get("tool_call_id")
+            if message.payload.get("kind") == "tool_approval" and isinstance(call_id, str):
+                forms[call_id] = message
+    return forms
+
+
+def _decision(form: AgentFormMessage | None) -> bool | None:
+    """The decision recorded on an approval form, if any."""
+    if form is None or form.status not in ("approved", "refused"):
+        return None
+    return form.status == "approved"

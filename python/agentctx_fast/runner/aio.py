@@ -100,7 +100,7 @@ class AsyncAgentRunner:
         agent: Agent,
         conversation_id: str,
         turn_id: str,
-        approvals: Mapping[str, bool],
+        approvals: Mapping[str, bool] | None = None,
     ) -> AgentTurn:
         """Record the user's decisions on a suspended turn and continue it."""
         agent = check_agent(agent)

@@ -94,11 +94,14 @@ class AgentRunner:
         agent: Agent,
         conversation_id: str,
         turn_id: str,
-        approvals: Mapping[str, bool],
+        approvals: Mapping[str, bool] | None = None,
     ) -> AgentTurn:
         """Record the user's decisions on a suspended turn (``{tool_call_id: True | False}``)
-        and continue it. Raises `TurnNotFoundError` for an unknown turn and `TurnStateError`
-        for one that is not suspended."""
+        and continue it; with no approvals, continue a `RUNNING` turn whose process died once
+        its lease has expired (`AgentConversationBusyError` while it is alive): a stored tool
+        result is never run again, an unanswered call runs again only for an idempotent tool
+        and otherwise gets the error result "interrupted before the tool returned". Raises
+        `TurnNotFoundError` for an unknown turn and `TurnStateError` for a finished one."""
         agent = _blocking_agent(agent)
         return run_sync(
             self._engine.resume(BlockingTurnIO(), agent, conversation_id, turn_id, approvals)
