@@ -24,6 +24,10 @@ def _check_output(text: str) -> None:
     assert "turns: completed, completed, completed, completed, completed" in text
     assert "tool protocol of the stored history: valid" in text
     assert "page requests: 1" in text
+    # the coordinator: the trigger fires once, and the later windows hold its summary
+    assert text.count("--- the compression trigger fired") == 1
+    fired = text.index("--- the compression trigger fired")
+    assert re.search(r"^\s+user\s+\S+\s+\d+\s+summary\s", text[fired:], re.MULTILINE)
 
 
 def test_demo_command_on_sqlite_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

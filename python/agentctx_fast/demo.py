@@ -2,9 +2,11 @@
 
 Five turns in Chinese and English with tools, a paged knowledge-base result, one refund that
 needs the user's approval (the turn suspends and is resumed by a fresh runner on a fresh store
-handle, as another process would), and compaction of older tool turns. The model is a
-`ScriptedChatModel` (canned replies, no network); every window the runner builds for it is
-printed as a table.
+handle, as another process would), compaction of older tool turns, and the compression
+coordinator: once two turns are older than the protected recent ones, its trigger fires and a
+summary (saved with compare-and-set in the store) replaces them in every later window. The
+model is a `ScriptedChatModel` (canned replies, no network); every window the runner builds for
+it is printed as a table.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentctx_fast.agent import Agent, AgentTurn
+from agentctx_fast.compressors import AgentContextCompressors
+from agentctx_fast.coordinator import CompressionTriggerInput
 from agentctx_fast.messages import AiMessage, Message, ToolCall, ToolMessage
 from agentctx_fast.metrics import InMemoryMetrics
 from agentctx_fast.protocol import validate_tool_protocol
@@ -126,6 +130,7 @@ def window_table(messages: Sequence[Message]) -> list[str]:
     for message in messages:
         role = type(message).__name__.removesuffix("Message").lower() or "message"
         compacted = _compacted(message, messages, calls_by_turn)
+        summary = message.turn_id is None and role != "system"  # the coordinator's summary
         text = getattr(message, "text", None) or ""
         if isinstance(message, AiMessage) and message.tool_calls:
             text = " ".join(f"{c.name}({c.arguments})" for c in message.tool_calls)
@@ -134,7 +139,7 @@ def window_table(messages: Sequence[Message]) -> list[str]:
         text = " ".join(str(text).split())
         text = text if len(text) <= 56 else text[:55] + "…"
         tokens = DEFAULT_ESTIMATOR.count_message(message)
-        mark = "yes" if compacted else ""
+        mark = "summary" if summary else "yes" if compacted else ""
         rows.append(f"  {role:<9} {message.message_id[:50]:<50} {tokens:>6}  {mark:<9}  {text}")
     return rows
 
@@ -171,11 +176,14 @@ def run_demo(store: Any, out: Callable[[str], None] = print) -> list[AgentTurn]:
         max_attached_messages=40,
         compact_completed_tool_turns=True,
         compression_keep_recent_turns=1,
+        context_compressor=AgentContextCompressors.text_excerpt(400),
+        compression_trigger=_two_older_turns,
     )
     conversation_id = f"support-{uuid.uuid4().hex[:8]}"
     out(f"conversation {conversation_id} on {type(store).__name__}")
     runner = AgentRunner(store, metrics=metrics)
     turns: list[AgentTurn] = []
+    compressed = 0
     for number, text in enumerate(_TURNS, 1):
         out(f"\n=== turn {number}: {text}")
         turn = runner.run(agent, conversation_id, text)
@@ -192,10 +200,31 @@ def run_demo(store: Any, out: Callable[[str], None] = print) -> list[AgentTurn]:
             resumer.close()
         answer = turn.final_message.text if turn.final_message else turn.error
         out(f"--- turn {number} {turn.status.value}: {answer}")
+        compressions = _count(metrics, "compressor.calls")
+        if compressions > compressed:
+            state = store.compression_state_store().load(conversation_id)
+            out(
+                f"--- the compression trigger fired: the older turns are one summary now "
+                f"(compression state version {state.version if state else 0}, covering up to "
+                f"{state.covered_until_message_id if state else None})"
+            )
+            compressed = compressions
         turns.append(turn)
     runner.close()
     _print_summary(store, conversation_id, turns, metrics, model.calls, out)
     return turns
+
+
+def _two_older_turns(trigger: CompressionTriggerInput) -> bool:
+    """Summarise once two turns older than the protected recent ones are not covered yet."""
+    return trigger.pending_turns >= 2
+
+
+def _count(metrics: InMemoryMetrics, metric: str) -> int:
+    try:
+        return metrics.get(metric).count
+    except KeyError:
+        return 0
 
 
 def _print_summary(
