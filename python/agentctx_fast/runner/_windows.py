@@ -46,6 +46,7 @@ COMPRESSION_FAILURES = (
 """What a failing compressor or coordinator raises; ``on_compression_error`` decides."""
 
 _CACHED_STATUSES = 65_536
+_UNKNOWN = TurnStatus.RUNNING  # a cache miss (RUNNING, an open status, is never cached)
 _CACHED_SUMMARIES = 1_024
 _PAGE = 256
 
@@ -53,7 +54,7 @@ _PAGE = 256
 class WindowBuilding(EngineState):
     """Builds each model call's window (a part of `TurnEngine`)."""
 
-    _status_cache: OrderedDict[tuple[str, str], TurnStatus]
+    _status_cache: OrderedDict[tuple[str, str], TurnStatus | None]
     _summaries: OrderedDict[tuple[IncrementalCompressor, str], IncrementalCompressor]
 
     async def _window(self, run: TurnRun) -> ContextWindow:
@@ -125,17 +126,19 @@ class WindowBuilding(EngineState):
             if turn_id in statuses or not _storable(turn_id):
                 continue
             key = (conversation_id, turn_id)
-            status = cache.get(key)
-            if status is None:
+            status = cache.get(key, _UNKNOWN)
+            if status is _UNKNOWN:
                 snapshot = await self.turn_store.load_turn(conversation_id, turn_id)
-                if snapshot is None:
-                    continue  # written without the runner: its status is inferred
-                status = snapshot.status
-                if status not in OPEN_STATUSES:  # final: it never changes again
+                # No record: written without the runner, its status is inferred; a record is
+                # made before a turn's first message, so none appears later. A final status
+                # never changes again. Both are kept; an open one is asked again next time.
+                status = None if snapshot is None else snapshot.status
+                if status not in OPEN_STATUSES:
                     cache[key] = status
                     if len(cache) > _CACHED_STATUSES:
                         cache.popitem(last=False)
-            statuses[turn_id] = status
+            if status is not None:
+                statuses[turn_id] = status
         return statuses
 
     def _compressor_for(
