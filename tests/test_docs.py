@@ -15,6 +15,7 @@ MODULES = [
     "agentctx_fast.compressors",
     "agentctx_fast.coordinator",
     "agentctx_fast.agent",
+    "agentctx_fast.calibration",
     "agentctx_fast.memory",
     "agentctx_fast.metrics",
     "agentctx_fast._sync",

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from agentctx_fast._backend import backend
 from agentctx_fast.agent import Agent, AgentTurn
+from agentctx_fast.calibration import CalibratedTokenEstimator
 from agentctx_fast.chat_model import AsyncChatModel, ChatModel, StreamingChatModel
 from agentctx_fast.compressors import AgentContextCompressors, IncrementalCompressor
 from agentctx_fast.coordinator import (
@@ -124,6 +125,7 @@ __all__ = [
     "AsyncSqlAgentStore",
     "AudioPart",
     "BackendUnavailableError",
+    "CalibratedTokenEstimator",
     "ChatMemory",
     "ChatMemoryProvider",
     "ChatModel",

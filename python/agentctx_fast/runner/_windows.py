@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from agentctx_fast import metrics as m
 from agentctx_fast._ids import check_identifier
 from agentctx_fast.agent import Agent
+from agentctx_fast.calibration import CalibratedTokenEstimator
 from agentctx_fast.compressors import IncrementalCompressor
 from agentctx_fast.coordinator import (
     AgentContextCompressionCoordinator,
@@ -98,20 +99,24 @@ class WindowBuilding(EngineState):
     def _observe_reply(
         self, run: TurnRun, window: ContextWindow, reply: object, started: float
     ) -> None:
-        """Model latency, and the usage the model reported (with the window's estimate ratio)."""
+        """Model latency and the usage the model reported (with the window's estimate ratio);
+        a `CalibratedTokenEstimator` of the agent learns from the reported prompt tokens."""
+        usage = getattr(reply, "usage", None) if isinstance(reply, AiMessage) else None
+        prompt = _count(getattr(usage, "prompt_tokens", None))
+        completion = _count(getattr(usage, "completion_tokens", None))
+        estimator = run.agent.token_estimator
+        if prompt and isinstance(estimator, CalibratedTokenEstimator):
+            estimator.observe(estimator.base.estimate(window.messages), prompt)
         if self._metrics is None:
             return
         labels = {"agent": run.agent.name}
         record = self._metrics.record
         record(m.MODEL_LATENCY_SECONDS, time.perf_counter() - started, labels)
-        usage = getattr(reply, "usage", None) if isinstance(reply, AiMessage) else None
-        prompt = getattr(usage, "prompt_tokens", None)
-        completion = getattr(usage, "completion_tokens", None)
-        if isinstance(prompt, int) and not isinstance(prompt, bool) and prompt >= 0:
+        if prompt is not None:
             record(m.MODEL_PROMPT_TOKENS, prompt, labels)
             if prompt > 0:
                 record(m.WINDOW_ESTIMATE_RATIO, window.estimated_tokens / prompt, labels)
-        if isinstance(completion, int) and not isinstance(completion, bool) and completion >= 0:
+        if completion is not None:
             record(m.MODEL_COMPLETION_TOKENS, completion, labels)
 
     async def _turn_statuses(self, run: TurnRun) -> dict[str, TurnStatus] | None:
@@ -240,6 +245,13 @@ def _resumed(
     if state is not None and state.summary:
         own.restore(state.summary, state.covered_until_message_id)
     return own
+
+
+def _count(value: object) -> int | None:
+    """A reported token count, or None when the model reported none (or nonsense)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
 
 
 def _storable(turn_id: str) -> bool:
