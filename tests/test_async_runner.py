@@ -383,24 +383,28 @@ def test_many_conversations_share_one_loop(request: pytest.FixtureRequest) -> No
 
 
 def test_busy_across_processes_async_holds_blocking_waits(
-    tmp_path: Any, request: pytest.FixtureRequest
+    db_kind: str, request: pytest.FixtureRequest
 ) -> None:
     """An async runner in another process holds a suspended turn; this process's blocking
     runner meets the busy error, then resumes the turn to its end."""
-    url = f"sqlite:///{tmp_path / 'cross.db'}"
+    kind = db_kind.removeprefix("async-")
+    url = store_url(kind, request)
+    conversation = new_conversation_id()
+    store_class = "AsyncRedisAgentStore" if kind == "redis" else "AsyncSqlAgentStore"
+    initialize = "pass" if kind == "redis" else "await store.schema().initialize()"
     script = textwrap.dedent(
         f"""
         import asyncio
         from agentctx_fast import (Agent, AiMessage, AsyncAgentRunner, AsyncScriptedChatModel,
-            AsyncSqlAgentStore, Tool, ToolCall)
+            {store_class}, Tool, ToolCall)
         async def main():
-            store = AsyncSqlAgentStore({url!r})
-            await store.schema().initialize()
+            store = {store_class}({url!r})
+            {initialize}
             model = AsyncScriptedChatModel([AiMessage(tool_calls=(ToolCall("c1", "refund",
                 '{{"order_id": "X"}}'),))])
             agent = Agent("support", model, tools=[Tool("refund", lambda order_id: "ok",
                 requires_approval=True)])
-            turn = await AsyncAgentRunner(store).run(agent, "conv-x", "refund X")
+            turn = await AsyncAgentRunner(store).run(agent, {conversation!r}, "refund X")
             print(turn.turn_id, turn.status.value)
             await store.aclose()
         asyncio.run(main())
@@ -411,18 +415,16 @@ def test_busy_across_processes_async_holds_blocking_waits(
     )
     turn_id, status = done.stdout.split()
     assert status == "suspended"
-    from agentctx_fast import SqlAgentStore
-
-    store = SqlAgentStore(url)
+    store = make_store(kind, request)
     try:
         runner = AgentRunner(store)
         agent = _refund_agent(ScriptedChatModel([AiMessage("Refunded.")]))
         with pytest.raises(AgentConversationBusyError) as busy:
-            runner.run(agent, "conv-x", "again")
+            runner.run(agent, conversation, "again")
         assert busy.value.turn_id == turn_id
-        turn = runner.resume(agent, "conv-x", turn_id, {"c1": True})
+        turn = runner.resume(agent, conversation, turn_id, {"c1": True})
         assert turn.status is TurnStatus.COMPLETED
-        assert ids(store.chat_memory("conv-x").get_messages())[-1] == f"{turn_id}:ai:2"
+        assert ids(store.chat_memory(conversation).get_messages())[-1] == f"{turn_id}:ai:2"
     finally:
         store.close()
 
