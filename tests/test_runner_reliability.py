@@ -282,20 +282,7 @@ def test_a_killed_turn_is_resumed(
     for an idempotent tool, otherwise the model sees "interrupted before the tool returned"."""
     kind, url, store = process_store
     conversation = new_conversation_id()
-    marker = tmp_path / "in-turn"
-    child = SPAWN.Process(
-        target=crash_in_turn, args=(kind, url, conversation, "killed", str(marker), where, 1.0)
-    )
-    child.start()
-    try:
-        _wait_for(marker, 30)
-        assert child.pid is not None
-        os.kill(child.pid, signal.SIGKILL)
-        child.join(10)
-    finally:
-        if child.is_alive():
-            child.kill()
-            child.join(10)
+    _kill_mid_turn(kind, url, conversation, tmp_path / "in-turn", where)
     memory = store.chat_memory(conversation)
     written = memory.get_messages()
     reruns: list[str] = []
@@ -339,3 +326,21 @@ def test_a_killed_turn_is_resumed(
     assert len(model.calls) == 1
     assert model.calls[0].messages[-1].text == result.text
     assert ids(stored)[-1] == "killed:ai:2"
+
+
+def _kill_mid_turn(kind: str, url: str, conversation: str, marker: Path, where: str) -> None:
+    """Run turn "killed" in a child process and SIGKILL it in its tool or its model call."""
+    child = SPAWN.Process(
+        target=crash_in_turn, args=(kind, url, conversation, "killed", str(marker), where, 1.0)
+    )
+    child.start()
+    try:
+        _wait_for(marker, 30)
+        assert child.pid is not None
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(10)
+    finally:
+        if child.is_alive():
+            child.kill()
+            child.join(10)
+    assert child.exitcode == -signal.SIGKILL

@@ -183,16 +183,7 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
             raise TurnStateError(
                 f"turn {turn_id!r} is no longer suspended: resumed or cancelled elsewhere"
             )
-        lease = self._keeper.hold(conversation_id, turn_id, owner)
-        run = TurnRun(
-            io, agent, conversation_id, turn_id, memory, [], [], snapshot, lease,
-            snapshot.step_count, dict(snapshot.decisions),
-        )  # fmt: skip
-        try:
-            run.history, run.messages = await self._split_turn(agent, memory, snapshot)
-        except BaseException:
-            await self._abandon(run)
-            raise
+        run = await self._reopened(io, agent, memory, snapshot, owner)
         return await self._drive(run, snapshot.pending_approvals, decisions)
 
     async def _resume_interrupted(
@@ -206,22 +197,38 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
         stale = await self.turn_store.acquire_conversation(
             conversation_id, turn_id, owner, self._lease_seconds, self._clock()
         )
+        stale = None if stale == turn_id else stale
+        run = await self._reopened(io, agent, memory, snapshot, owner, stale)
+        # Messages stored after the last snapshot count: a reply is one step.
+        replies = sum(isinstance(message, AiMessage) for message in run.messages)
+        run.steps = max(run.steps, replies)
+        return await self._drive(run, interrupted=True)
+
+    async def _reopened(
+        self,
+        io: TurnIO,
+        agent: Agent,
+        memory: AsyncChatMemory,
+        snapshot: AgentTurnSnapshot,
+        owner: str,
+        stale: str | None = None,
+    ) -> TurnRun:
+        """A stored turn taken back by ``owner``: its history and its own messages read (after
+        closing ``stale``, another turn whose process died holding the lease)."""
+        conversation_id, turn_id = snapshot.conversation_id, snapshot.turn_id
         lease = self._keeper.hold(conversation_id, turn_id, owner)
         run = TurnRun(
             io, agent, conversation_id, turn_id, memory, [], [], snapshot, lease,
             snapshot.step_count, dict(snapshot.decisions),
         )  # fmt: skip
         try:
-            if stale is not None and stale != turn_id:
+            if stale is not None:
                 await self._recover(io, memory, conversation_id, stale, agent)
             run.history, run.messages = await self._split_turn(agent, memory, snapshot)
-            # Messages stored after the last snapshot count: a reply is one step.
-            replies = sum(isinstance(message, AiMessage) for message in run.messages)
-            run.steps = max(run.steps, replies)
         except BaseException:
             await self._abandon(run)
             raise
-        return await self._drive(run, interrupted=True)
+        return run
 
     async def cancel(self, io: TurnIO, conversation_id: str, turn_id: str) -> AgentTurn:
         check_conversation_id(conversation_id)
