@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from agentctx_fast.memory import AsyncChatMemory, ChatMemory
@@ -45,6 +45,9 @@ class BridgedChatMemory(ChatMemory):
 
     def add_message_if_absent(self, message: Message) -> bool:
         return self._loop.run(self._inner.add_message_if_absent(message))
+
+    def add_messages_if_absent(self, messages: Sequence[Message]) -> list[bool]:
+        return self._loop.run(self._inner.add_messages_if_absent(messages))
 
     def get_messages(self, count: int | None = None, *, offset: int = 0) -> list[Message]:
         return self._loop.run(self._inner.get_messages(count, offset=offset))

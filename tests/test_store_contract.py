@@ -262,3 +262,41 @@ def test_compression_state_bad_arguments(store: Any) -> None:
         states.save(AgentContextCompressionState("c"), -1)
     with pytest.raises(InvalidMessageTypeError):
         states.save("state", 0)
+
+
+def test_add_messages_if_absent_is_one_batch_idempotent_per_message(memory: ChatMemory) -> None:
+    messages = timeline(7)
+    memory.add_message(messages[2])
+    first = memory.add_messages_if_absent([*messages[:5], messages[0]])
+    assert first == [True, True, False, True, True, False]  # stored, then repeated in the batch
+    assert memory.add_messages_if_absent(messages) == [False] * 5 + [True, True]
+    assert memory.add_messages_if_absent([]) == []
+    order = [messages[2], messages[0], messages[1], messages[3], messages[4], *messages[5:]]
+    assert ids(memory.get_messages()) == ids(order)
+    assert ids(memory.get_model_messages()) == ids([m for m in order if m.model_visible])
+    assert memory.message_count() == 7
+
+
+def test_add_messages_if_absent_writes_nothing_on_bad_input(
+    memory: ChatMemory, store_kind: str
+) -> None:
+    from agentctx_fast import SerializationError
+
+    good = timeline(3)
+    with pytest.raises(InvalidMessageTypeError):
+        memory.add_messages_if_absent([good[0], "not a message"])  # type: ignore[list-item]
+    with pytest.raises(InvalidMessageTypeError):
+        memory.add_messages_if_absent(good[0])  # type: ignore[arg-type]
+    if not store_kind.endswith("memory"):  # in-process stores keep objects, not records
+        unserialisable = UserMessage("x", message_id="bad", metadata={"when": object()})
+        with pytest.raises(SerializationError):
+            memory.add_messages_if_absent([good[1], unserialisable])
+    assert memory.get_messages() == []
+    assert memory.message_count() == 0
+
+
+def test_add_messages_if_absent_large_batch(memory: ChatMemory) -> None:
+    messages = timeline(1_203, prefix="big")
+    assert memory.add_messages_if_absent(messages) == [True] * 1_203
+    assert ids(memory.get_messages(5)) == ids(messages[-5:])
+    assert memory.message_count() == 1_203

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 
 from agentctx_fast._ids import check_expected_version, check_identifier
@@ -43,6 +43,32 @@ def check_message(message: object) -> Message:
     if not isinstance(message, Message):
         raise InvalidMessageTypeError(f"not a Message: {type(message).__name__}")
     return message
+
+
+def check_messages(messages: object) -> list[Message]:
+    """A batch of messages as a list, every item checked before anything is written."""
+    if isinstance(messages, (str, bytes, Message)) or not isinstance(messages, Sequence):
+        raise InvalidMessageTypeError(
+            f"messages must be a sequence of messages, got {type(messages).__name__}"
+        )
+    batch = list(messages)
+    for index, message in enumerate(batch):
+        if not isinstance(message, Message):
+            raise InvalidMessageTypeError(
+                f"messages[{index}] is not a Message: {type(message).__name__}"
+            )
+    return batch
+
+
+def first_of_each(batch: Sequence[Message], appended: set[str]) -> list[bool]:
+    """Per message of ``batch``, whether it was appended: its id is in ``appended`` and an
+    earlier message of the batch did not carry it already."""
+    flags: list[bool] = []
+    seen: set[str] = set()
+    for message in batch:
+        flags.append(message.message_id in appended and message.message_id not in seen)
+        seen.add(message.message_id)
+    return flags
 
 
 def check_page(count: object, offset: object) -> None:
@@ -109,6 +135,15 @@ class ChatMemory(ABC):
         """Append ``message``; `DuplicateMessageError` if its id is already stored."""
         _check_added(self.add_message_if_absent(message), message)
 
+    def add_messages_if_absent(self, messages: Sequence[Message]) -> list[bool]:
+        """Append each message whose id is not stored yet, in order; a flag per message.
+
+        The stores do it in one atomic write (one transaction or script). This default, for
+        custom memories, checks every message first and then appends them one by one.
+        """
+        batch = check_messages(messages)
+        return [self.add_message_if_absent(message) for message in batch]
+
     def get_model_messages(self, count: int | None = None) -> list[Message]:
         """The last ``count`` model-visible messages, oldest first (UI messages dropped first)."""
 
@@ -148,6 +183,12 @@ class AsyncChatMemory(ABC):
     async def add_message(self, message: Message) -> None:
         """Append ``message``; `DuplicateMessageError` if its id is already stored."""
         _check_added(await self.add_message_if_absent(message), message)
+
+    async def add_messages_if_absent(self, messages: Sequence[Message]) -> list[bool]:
+        """Append each message whose id is not stored yet, in order; a flag per message (see
+        `ChatMemory.add_messages_if_absent`)."""
+        batch = check_messages(messages)
+        return [await self.add_message_if_absent(message) for message in batch]
 
     async def get_model_messages(self, count: int | None = None) -> list[Message]:
         """The last ``count`` model-visible messages, oldest first (UI messages dropped first)."""
@@ -204,6 +245,9 @@ class BlockingChatMemory(ChatMemory):
     def add_message_if_absent(self, message: Message) -> bool:
         return run_sync(self._inner.add_message_if_absent(message))
 
+    def add_messages_if_absent(self, messages: Sequence[Message]) -> list[bool]:
+        return run_sync(self._inner.add_messages_if_absent(messages))
+
     def get_messages(self, count: int | None = None, *, offset: int = 0) -> list[Message]:
         return run_sync(self._inner.get_messages(count, offset=offset))
 
@@ -234,6 +278,9 @@ class AwaitableChatMemory(AsyncChatMemory):
 
     async def add_message_if_absent(self, message: Message) -> bool:
         return self._inner.add_message_if_absent(message)
+
+    async def add_messages_if_absent(self, messages: Sequence[Message]) -> list[bool]:
+        return self._inner.add_messages_if_absent(messages)
 
     async def get_messages(self, count: int | None = None, *, offset: int = 0) -> list[Message]:
         return self._inner.get_messages(count, offset=offset)
@@ -274,13 +321,21 @@ class InMemoryChatMemory(ChatMemory):
     def add_message_if_absent(self, message: Message) -> bool:
         check_message(message)
         with self._lock:
-            if message.message_id in self._positions:
-                return False
-            self._positions[message.message_id] = len(self._messages)
-            if message.model_visible:
-                self._visible.append(len(self._messages))
-            self._messages.append(message)
-            return True
+            return self._append(message)
+
+    def _append(self, message: Message) -> bool:
+        if message.message_id in self._positions:
+            return False
+        self._positions[message.message_id] = len(self._messages)
+        if message.model_visible:
+            self._visible.append(len(self._messages))
+        self._messages.append(message)
+        return True
+
+    def add_messages_if_absent(self, messages: Sequence[Message]) -> list[bool]:
+        batch = check_messages(messages)
+        with self._lock:
+            return [self._append(message) for message in batch]
 
     def get_messages(self, count: int | None = None, *, offset: int = 0) -> list[Message]:
         check_page(count, offset)

@@ -100,18 +100,18 @@ class Persistence(ToolSteps):
         return self._result(run, status, final=final, error=error)
 
     async def _close_calls(self, run: TurnRun, text: str) -> None:
-        for index, (call_id, tool_name) in enumerate(unanswered_calls(run.messages)):
-            await self._append(
-                run,
-                ToolMessage(
-                    call_id,
-                    text,
-                    tool_name=tool_name,
-                    is_error=True,
-                    message_id=f"{run.turn_id}:closed:{index}",
-                    turn_id=run.turn_id,
-                ),
+        closing: list[Message] = [
+            ToolMessage(
+                call_id,
+                text,
+                tool_name=tool_name,
+                is_error=True,
+                message_id=f"{run.turn_id}:closed:{index}",
+                turn_id=run.turn_id,
             )
+            for index, (call_id, tool_name) in enumerate(unanswered_calls(run.messages))
+        ]
+        await self._append_all(run, closing)  # one write: the protocol is whole or unchanged
 
     def _lost(self, run: TurnRun) -> AgentTurn:
         # Another process took the expired lease over and closes this turn: write nothing more.

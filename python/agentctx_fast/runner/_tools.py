@@ -157,11 +157,19 @@ class ToolSteps(EngineState):
                 await self._update_form(run, message.message_id, status)
 
     async def _append(self, run: TurnRun, message: Message) -> None:
+        await self._append_all(run, [message])
+
+    async def _append_all(self, run: TurnRun, messages: list[Message]) -> None:
+        """Store ``messages`` (one atomic write when there are several) and keep them."""
         if run.memory is not None:
-            await run.memory.add_message_if_absent(message)
-        run.messages.append(message)
-        if isinstance(message, ToolMessage):
-            await run.io.emit(ToolResultEvent(message))
+            if len(messages) == 1:
+                await run.memory.add_message_if_absent(messages[0])
+            elif messages:
+                await run.memory.add_messages_if_absent(messages)
+        for message in messages:
+            run.messages.append(message)
+            if isinstance(message, ToolMessage):
+                await run.io.emit(ToolResultEvent(message))
 
 
 def _forms(messages: Sequence[Message]) -> dict[str, AgentFormMessage]:

@@ -68,6 +68,10 @@ class SqlPort(Protocol):
         """``work`` on a blocking connection in a committed transaction (schema changes)."""
         ...
 
+    async def batch(self, action: str, statements: Sequence[Any]) -> list[Sequence[Any]]:
+        """The rows each of ``statements`` returns, all run in one committed transaction."""
+        ...
+
 
 def check_dialect(name: str) -> str:
     if name not in SUPPORTED_DIALECTS:
@@ -100,6 +104,10 @@ class BlockingSqlPort:
         with translated(action), self._serial, self.engine.begin() as connection:
             work(connection)
 
+    async def batch(self, action: str, statements: Sequence[Any]) -> list[Sequence[Any]]:
+        with translated(action), self._serial, self.engine.begin() as connection:
+            return [connection.execute(statement).all() for statement in statements]
+
     def _open(self, write: bool) -> AbstractContextManager[Connection]:
         return self.engine.begin() if write else self.engine.connect()
 
@@ -126,6 +134,11 @@ class AsyncSqlPort:
         with translated(action):
             async with self.engine.begin() as connection:
                 await connection.run_sync(work)
+
+    async def batch(self, action: str, statements: Sequence[Any]) -> list[Sequence[Any]]:
+        with translated(action):
+            async with self.engine.begin() as connection:
+                return [(await connection.execute(statement)).all() for statement in statements]
 
 
 def blocking_engine(url: str) -> Engine:

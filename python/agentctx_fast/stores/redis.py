@@ -13,6 +13,7 @@ same keys, so one reads what the other wrote.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -30,6 +31,7 @@ from agentctx_fast.memory import (
     BlockingChatMemory,
     ChatMemoryProvider,
     check_message,
+    check_messages,
     check_page,
     check_version,
 )
@@ -54,6 +56,24 @@ redis.call('HSET', KEYS[3], ARGV[1], ARGV[4])
 redis.call('RPUSH', KEYS[4], ARGV[1])
 if ARGV[5] == '1' then redis.call('RPUSH', KEYS[5], ARGV[1]) end
 return 1
+"""
+
+# KEYS: records, versions, kinds, order, visible. ARGV: (id, record, version, kind, visible) per
+# message. One script, so a batch is atomic; returns 1 (appended) or 0 (id stored) per message.
+_ADD_MANY_IF_ABSENT = """
+local out = {}
+for i = 1, #ARGV, 5 do
+  if redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) == 0 then
+    out[#out + 1] = 0
+  else
+    redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 2])
+    redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 3])
+    redis.call('RPUSH', KEYS[4], ARGV[i])
+    if ARGV[i + 4] == '1' then redis.call('RPUSH', KEYS[5], ARGV[i]) end
+    out[#out + 1] = 1
+  end
+end
+return out
 """
 
 # KEYS: records, versions, kinds. ARGV: id, expected version, record, kind, next version (the
@@ -236,17 +256,31 @@ class AsyncRedisChatMemory(AsyncChatMemory):
 
     async def add_message_if_absent(self, message: Message) -> bool:
         check_message(message)
-        record = dump(self._store.serializer, message)
-        keys = [self._records, self._versions, self._kinds, self._order, self._visible]
-        args: list[Any] = [
+        action = f"adding message {message.message_id!r}"
+        args = self._fields(message)
+        return bool(await self._store._port.script(action, _ADD_IF_ABSENT, self._keys(), args) == 1)
+
+    async def add_messages_if_absent(self, messages: Sequence[Message]) -> list[bool]:
+        """One Lua script for the whole batch, so it is atomic on the server."""
+        batch = check_messages(messages)
+        args = [field for message in batch for field in self._fields(message)]
+        if not batch:
+            return []
+        action = f"adding {len(batch)} messages"
+        flags = await self._store._port.script(action, _ADD_MANY_IF_ABSENT, self._keys(), args)
+        return [int(flag) == 1 for flag in flags]
+
+    def _keys(self) -> list[str]:
+        return [self._records, self._versions, self._kinds, self._order, self._visible]
+
+    def _fields(self, message: Message) -> list[Any]:
+        return [
             message.message_id,
-            record,
+            dump(self._store.serializer, message),
             message.version,
             type(message).__name__,
             "1" if message.model_visible else "0",
         ]
-        action = f"adding message {message.message_id!r}"
-        return bool(await self._store._port.script(action, _ADD_IF_ABSENT, keys, args) == 1)
 
     async def get_messages(self, count: int | None = None, *, offset: int = 0) -> list[Message]:
         check_page(count, offset)

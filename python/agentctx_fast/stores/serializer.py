@@ -74,9 +74,7 @@ class _Reader:
         value = self._fields[name]
         kinds = kind if isinstance(kind, tuple) else (kind,)
         if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
-            raise SerializationError(
-                f"{self._tag}: field {name!r} has type {type(value).__name__}"
-            )
+            raise SerializationError(f"{self._tag}: field {name!r} has type {type(value).__name__}")
         return value
 
     def optional(self, name: str, kind: type) -> Any:

@@ -13,6 +13,7 @@ code over a blocking engine. Both write the same rows, so one reads what the oth
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -31,8 +32,10 @@ from agentctx_fast.memory import (
     BlockingChatMemory,
     ChatMemoryProvider,
     check_message,
+    check_messages,
     check_page,
     check_version,
+    first_of_each,
 )
 from agentctx_fast.messages import Message
 from agentctx_fast.stores._bridge import BlockingCompressionStateStore
@@ -58,6 +61,8 @@ from agentctx_fast.stores.sql_turns import (
     SqlAgentTurnStore,
     turn_tables,
 )
+
+_BATCH_ROWS = 500  # rows per INSERT of a batch: under SQLite's bound-parameter limit
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -136,7 +141,9 @@ class _SqlStoreBase:
         self._dialect = port.dialect
         self._tables = _Tables(table_prefix, self._dialect)
 
-    def _insert_if_absent(self, table: sa.Table, values: dict[str, Any], keys: list[str]) -> Any:
+    def _insert_if_absent(
+        self, table: sa.Table, values: dict[str, Any] | list[dict[str, Any]], keys: list[str]
+    ) -> Any:
         """``INSERT … ON CONFLICT (keys) DO NOTHING``: the unique key decides on the server."""
         insert: Any
         if self._dialect == "postgresql":
@@ -336,7 +343,31 @@ class AsyncSqlChatMemory(AsyncChatMemory):
 
     async def add_message_if_absent(self, message: Message) -> bool:
         check_message(message)
-        values = {
+        statement = self._store._insert_if_absent(
+            self._table, self._row(message), ["conversation_id", "message_id"]
+        ).returning(self._table.c.seq)
+        action = f"adding message {message.message_id!r}"
+        return bool(await self._store._port.rows(action, statement, write=True))
+
+    async def add_messages_if_absent(self, messages: Sequence[Message]) -> list[bool]:
+        """One transaction: multi-row ``INSERT … ON CONFLICT DO NOTHING`` statements."""
+        batch = check_messages(messages)
+        rows = [self._row(message) for message in batch]  # every record made before writing
+        if not rows:
+            return []
+        statements = [
+            self._store._insert_if_absent(
+                self._table, rows[start : start + _BATCH_ROWS], ["conversation_id", "message_id"]
+            ).returning(self._table.c.message_id)
+            for start in range(0, len(rows), _BATCH_ROWS)
+        ]
+        action = f"adding {len(rows)} messages"
+        results = await self._store._port.batch(action, statements)
+        inserted = {row.message_id for result in results for row in result}
+        return first_of_each(batch, inserted)
+
+    def _row(self, message: Message) -> dict[str, Any]:
+        return {
             "conversation_id": self.conversation_id,
             "message_id": message.message_id,
             "kind": type(message).__name__,
@@ -344,11 +375,6 @@ class AsyncSqlChatMemory(AsyncChatMemory):
             "version": message.version,
             "data": dump(self._store.serializer, message),
         }
-        statement = self._store._insert_if_absent(
-            self._table, values, ["conversation_id", "message_id"]
-        ).returning(self._table.c.seq)
-        action = f"adding message {message.message_id!r}"
-        return bool(await self._store._port.rows(action, statement, write=True))
 
     async def get_messages(self, count: int | None = None, *, offset: int = 0) -> list[Message]:
         check_page(count, offset)
