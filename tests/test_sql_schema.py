@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import uuid
+from pathlib import Path
+
 import pytest
 import sqlalchemy as sa
 
@@ -24,3 +27,51 @@ def test_pages_read_one_conversation_s_own_index_range(
         assert keys == (["seq"] if kind == "sqlite" else ["conversation_id", "seq"])
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_schema_ddl_builds_a_working_store(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """The DDL printed for users whose migrations are their own creates what the store needs:
+    applied by hand, the store works without ``initialize()``, and ``initialize()`` then finds
+    everything there."""
+    from agentctx_fast import AgentRunner, AiMessage, ScriptedChatModel
+    from agentctx_fast.runner import Agent
+    from agentctx_fast.stores.sql import SqlAgentStore, schema_ddl
+
+    url = (
+        f"sqlite:///{tmp_path / 'ddl.db'}"
+        if kind == "sqlite"
+        else request.getfixturevalue("postgres_server").url
+    )
+    prefix = f"ddl{uuid.uuid4().hex[:8]}_"
+    ddl = schema_ddl(url, table_prefix=prefix)
+    assert ddl.count("CREATE TABLE") == 4 and f"{prefix}messages_visible" in ddl
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as connection:
+            for statement in ddl.split(";"):
+                if statement.strip():
+                    connection.exec_driver_sql(statement)
+        store = SqlAgentStore(engine, table_prefix=prefix)
+        turn = AgentRunner(store).run(
+            Agent("a", ScriptedChatModel([AiMessage("hello")])), "conversation-1", "hi"
+        )
+        assert turn.final_message is not None and turn.final_message.text == "hello"
+        assert len(store.chat_memory("conversation-1").get_messages()) == 2
+        store.schema().initialize()  # idempotent over the hand-made tables
+    finally:
+        engine.dispose()
+
+
+def test_schema_ddl_refuses_other_databases() -> None:
+    from agentctx_fast import InvalidArgumentError
+    from agentctx_fast.stores.sql import schema_ddl
+
+    with pytest.raises(InvalidArgumentError, match="SQLite and PostgreSQL"):
+        schema_ddl("mysql://user@host/db")
+    with pytest.raises(InvalidArgumentError):
+        schema_ddl("not a url")
+    with pytest.raises(InvalidArgumentError):
+        schema_ddl("sqlite://", table_prefix="bad prefix")

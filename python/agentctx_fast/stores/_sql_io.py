@@ -32,6 +32,7 @@ __all__ = [
     "SqlPort",
     "async_engine",
     "blocking_engine",
+    "check_dialect",
     "sa",
     "sa_exc",
     "translated",

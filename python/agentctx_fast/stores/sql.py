@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy.schema import CreateIndex, CreateTable
+
 from agentctx_fast._ids import check_identifier
 from agentctx_fast._sync import run_sync
 from agentctx_fast.coordinator import AgentContextCompressionState, check_expected_version
@@ -47,6 +49,7 @@ from agentctx_fast.stores._sql_io import (
     SqlPort,
     async_engine,
     blocking_engine,
+    check_dialect,
     sa,
     sa_exc,
 )
@@ -501,3 +504,30 @@ class AsyncSqlCompressionStateStore:
 
 class SqlCompressionStateStore(BlockingCompressionStateStore):
     """Compression states of a `SqlAgentStore` (blocking)."""
+
+
+def schema_ddl(url: str, table_prefix: str = "agent_") -> str:
+    """The SQL DDL of the store's tables and indexes for ``url``'s dialect, for users whose
+    migrations are their own (nothing connects to the database).
+
+    >>> print(schema_ddl("sqlite://").splitlines()[0])
+    CREATE TABLE agent_messages (
+    """
+    check_table_prefix(table_prefix)
+    try:
+        dialect = sa.engine.make_url(url).get_dialect()()
+    except (sa_exc.ArgumentError, ImportError) as error:
+        raise InvalidArgumentError(f"cannot use database URL: {error}") from error
+    name = check_dialect(dialect.name)
+    tables = _Tables(table_prefix, name)
+    statements: list[str] = []
+    for table in tables.metadata.sorted_tables:
+        statements.append(_statement(CreateTable(table).compile(dialect=dialect)))
+        for index in sorted(table.indexes, key=lambda index: str(index.name)):
+            statements.append(_statement(CreateIndex(index).compile(dialect=dialect)))
+    return "\n\n".join(statements) + "\n"
+
+
+def _statement(compiled: object) -> str:
+    lines = [line.rstrip() for line in str(compiled).strip().splitlines()]
+    return "\n".join(lines) + ";"
