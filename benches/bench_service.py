@@ -1,0 +1,193 @@
+"""The service path beside the OpenAI Agents SDK's sessions (issue 17), one run, side by side.
+
+What a service pays per model call around the window: read the conversation's tail from the
+store, decode it, build the window and turn it into request messages. Our rows use the
+runner's own history read (`read_history` with an agent's default limits), `build_window` and
+`to_openai`; the peer rows are ``SQLiteSession.get_items(limit=100)`` and
+``RedisSession.get_items(limit=100)`` over the same conversations (1,000 and 10,000 tool-heavy
+messages, stored in the SDK's item format). ``warm`` is the default decoded-record cache,
+``cold`` has it off. Also: 100 conversations read round-robin with default settings (a cache
+that cannot hold them all), and appending one finished tool turn (four messages).
+
+The SDK is a benchmark-only dependency (``pip install openai-agents``); its sessions are async,
+so both sides run on one event loop kept for the whole module (the blocking stores' calls
+complete without suspending).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from agentctx_fast import AiMessage, Message, ToolCall, ToolMessage, UserMessage, to_openai
+from agentctx_fast.memory import AsyncChatMemory, awaitable_memory
+from agentctx_fast.runner._reads import read_history
+from agentctx_fast.stores.redis import RedisAgentStore
+from agentctx_fast.stores.sql import SqlAgentStore
+from agentctx_fast.window import build_window
+from bench_runner import tool_history
+from bench_stores import bulk_load
+
+agents_memory = pytest.importorskip("agents.memory")
+redis_session = pytest.importorskip("agents.extensions.memory.redis_session")
+
+SIZES = (1_000, 10_000)
+KINDS = ("sqlite", "redis")
+ROUND_ROBIN = 100
+
+
+@pytest.fixture(scope="module")
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+def _peer_items(messages: list[Message]) -> list[dict[str, Any]]:
+    return [dict(item) for item in to_openai(messages)]
+
+
+class Setup:
+    """One kind's stores, the peer's sessions and the conversation ids, loaded once."""
+
+    def __init__(self, kind: str, request: pytest.FixtureRequest, tmp: Any, loop: Any) -> None:
+        self.kind = kind
+        self.loop = loop
+        tag = uuid.uuid4().hex[:8]
+        if kind == "sqlite":
+            path = tmp.mktemp("service") / "service.db"
+            self.store: Any = SqlAgentStore(f"sqlite:///{path}")
+            self.store.schema().initialize()
+            self.cold: Any = SqlAgentStore(self.store.engine, message_cache_size=0)
+            peer_path = tmp.mktemp("peer") / "peer.db"
+            self.session = lambda sid: agents_memory.SQLiteSession(sid, str(peer_path))
+        else:
+            url = request.getfixturevalue("redis_server").url
+            self.store = RedisAgentStore(url, key_prefix=f"s{tag}:")
+            self.cold = RedisAgentStore(self.store.client, key_prefix=f"s{tag}:",
+                                        message_cache_size=0)  # fmt: skip
+            self.session = lambda sid: redis_session.RedisSession.from_url(
+                sid, url=url, key_prefix=f"p{tag}"
+            )
+        self.conversations = {}
+        self.sessions = {}
+        for size in SIZES:
+            conversation = f"svc-{size}-{tag}"
+            messages = tool_history(size)
+            bulk_load(self.store, conversation, messages)
+            session = self.session(conversation)
+            items = _peer_items(messages)
+            for start in range(0, len(items), 1_000):
+                loop.run_until_complete(session.add_items(items[start : start + 1_000]))
+            self.conversations[size] = conversation
+            self.sessions[size] = session
+        self.ring = [f"ring-{i}-{tag}" for i in range(ROUND_ROBIN)]
+        ring_messages = tool_history(1_000)
+        for conversation in self.ring:
+            bulk_load(self.store, conversation, ring_messages)
+            session = self.session(conversation)
+            loop.run_until_complete(session.add_items(_peer_items(ring_messages)))
+            self.sessions[conversation] = session
+
+    def close(self) -> None:
+        self.store.close()
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def setup(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    loop: asyncio.AbstractEventLoop,
+) -> Iterator[Setup]:
+    loaded = Setup(str(request.param), request, tmp_path_factory, loop)
+    yield loaded
+    loaded.close()
+
+
+async def _assemble(memory: AsyncChatMemory) -> list[dict[str, Any]]:
+    """One model call's input as the runner makes it (default agent limits)."""
+    history = await read_history(
+        memory, max_attached_turns=10, max_attached_messages=100, compact=False,
+        keep_recent_turns=2, current_stored=True,
+    )  # fmt: skip
+    window = build_window(history, system="You are a support agent.")
+    return to_openai(window.messages)
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("side", ["ours-warm", "ours-cold", "peer-get_items"])
+def test_assemble_one_call(benchmark: Any, setup: Setup, size: int, side: str) -> None:
+    benchmark.group = f"service: one call's input, {setup.kind}, {size} messages"
+    loop = setup.loop
+    if side == "peer-get_items":
+        session = setup.sessions[size]
+        items = benchmark(lambda: loop.run_until_complete(session.get_items(limit=100)))
+        assert len(items) == 100
+        return
+    store = setup.store if side == "ours-warm" else setup.cold
+    memory = awaitable_memory(store.chat_memory(setup.conversations[size]))
+    request = benchmark(lambda: loop.run_until_complete(_assemble(memory)))
+    assert request[0]["role"] == "system" and len(request) > 10
+
+
+@pytest.mark.parametrize("side", ["ours", "peer-get_items"])
+def test_round_robin_100_conversations(benchmark: Any, setup: Setup, side: str) -> None:
+    """Throughput with default settings over 100 conversations of 1,000 messages each."""
+    benchmark.group = f"service: 100 conversations round-robin, {setup.kind}"
+    loop = setup.loop
+    ring = itertools.cycle(setup.ring)
+    if side == "peer-get_items":
+        sessions = setup.sessions
+
+        def peer() -> Any:
+            return loop.run_until_complete(sessions[next(ring)].get_items(limit=100))
+
+        assert len(benchmark(peer)) == 100
+        return
+    store = setup.store
+
+    def ours() -> Any:
+        return loop.run_until_complete(_assemble(awaitable_memory(store.chat_memory(next(ring)))))
+
+    assert len(benchmark(ours)) > 10
+
+
+def _tool_turn(tag: str) -> list[Message]:
+    call = ToolCall(f"call-{tag}", "get_order", '{"order_id": "ORD-1"}')
+    return [
+        UserMessage("Where is ORD-1?", message_id=f"{tag}:user", turn_id=tag),
+        AiMessage(tool_calls=(call,), message_id=f"{tag}:ai:1", turn_id=tag),
+        ToolMessage(
+            call.id,
+            '{"status": "shipped"}' + " detail" * 200,
+            tool_name="get_order",
+            message_id=f"{tag}:tool",
+            turn_id=tag,
+        ),
+        AiMessage("ORD-1 has shipped.", message_id=f"{tag}:ai:2", turn_id=tag),
+    ]
+
+
+@pytest.mark.parametrize("side", ["ours-batch", "ours-one-by-one", "peer-add_items"])
+def test_append_a_tool_turn(benchmark: Any, setup: Setup, side: str) -> None:
+    benchmark.group = f"service: append a finished tool turn, {setup.kind}"
+    conversation = f"append-{uuid.uuid4().hex[:8]}"
+    tags = (f"t{i}" for i in itertools.count())
+    if side == "peer-add_items":
+        session = setup.session(conversation)
+        loop = setup.loop
+        benchmark(
+            lambda: loop.run_until_complete(session.add_items(_peer_items(_tool_turn(next(tags)))))
+        )
+        return
+    memory = setup.store.chat_memory(conversation)
+    if side == "ours-batch":
+        benchmark(lambda: memory.add_messages_if_absent(_tool_turn(next(tags))))
+    else:
+        benchmark(lambda: [memory.add_message_if_absent(m) for m in _tool_turn(next(tags))])
+    assert memory.message_count() % 4 == 0
