@@ -20,7 +20,7 @@ import pytest
 from agentctx_fast.memory import ChatMemory
 from agentctx_fast.messages import AiMessage, Message, ToolCall, ToolMessage, UserMessage
 from agentctx_fast.runner import Agent, AgentRunner
-from agentctx_fast.runner import _engine as runner_module
+from agentctx_fast.runner import _windows as runner_module
 from agentctx_fast.scripted import ScriptedChatModel
 from agentctx_fast.stores import InMemoryAgentStore
 from agentctx_fast.stores._bridge import awaitable_turn_store
