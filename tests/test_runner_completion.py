@@ -19,14 +19,17 @@ from agentctx_fast import (
     AsyncAgentRunner,
     AsyncScriptedChatModel,
     CompressionTriggerInput,
+    InMemoryChatMemory,
     InMemoryMetrics,
     InvalidArgumentError,
     Message,
     ScriptedChatModel,
     Tool,
     ToolCall,
+    ToolMessage,
     TurnStatus,
     UserMessage,
+    build_window,
 )
 from agentctx_fast import metrics as m
 from agentctx_fast.compressors import IncrementalCompressor
@@ -303,3 +306,47 @@ def test_model_latency_is_recorded_and_options_are_checked(
         Agent("a", ScriptedChatModel([]), compression_trigger=_two_pending_turns)
     with pytest.raises(InvalidArgumentError, match="on_compression_error"):
         Agent("a", ScriptedChatModel([]), on_compression_error="ignore")
+
+
+class CountingMemory(InMemoryChatMemory):
+    """Counts the records every page read returns."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read = 0
+        self.pages = 0
+
+    def get_messages(self, count: int | None = None, *, offset: int = 0) -> list[Message]:
+        page = super().get_messages(count, offset=offset)
+        self.read += len(page)
+        self.pages += 1
+        return page
+
+
+def test_the_history_read_fetches_little_more_than_the_window() -> None:
+    """After a conversation's first turn, each turn's history read asks for what the last one
+    needed plus a margin, not the agent's whole message limit (and gives the same window)."""
+    memory = CountingMemory()
+    for turn in range(200):  # 600 stored messages: question, tool call and result, answer
+        tid = f"h{turn}"
+        call = ToolCall(f"c{turn}", "look", "{}")
+        memory.add_messages_if_absent([
+            UserMessage(f"question {turn}", message_id=f"{tid}:user", turn_id=tid),
+            AiMessage(tool_calls=(call,), message_id=f"{tid}:ai:1", turn_id=tid),
+            ToolMessage(call.id, "looked", message_id=f"{tid}:tool", turn_id=tid),
+            AiMessage(f"answer {turn}", message_id=f"{tid}:ai:2", turn_id=tid),
+        ])  # fmt: skip
+    model = ScriptedChatModel([AiMessage("ok")], cycle=True)
+    agent = Agent("a", model, max_attached_turns=5, compact_completed_tool_turns=True)
+    runner = AgentRunner(chat_memory_provider=lambda _: memory)
+    reads = []
+    for number in range(4):
+        memory.read = memory.pages = 0
+        runner.run(agent, "c1", f"new {number}")
+        reads.append((memory.read, memory.pages))
+    assert reads[0] == (116, 1)  # no size known yet: the agent's 100 messages + 16
+    # then one page of what the last read needed (5 turns of 4 messages at most) + 24
+    assert all(read <= 20 + 24 and pages == 1 for read, pages in reads[1:]), reads
+    before_reply = memory.get_messages()[:-1]  # what the last model call's window came from
+    expected = build_window(before_reply, max_attached_turns=5, compact_completed_tool_turns=True)
+    assert ids(model.calls[-1].messages) == ids(expected.messages)

@@ -76,6 +76,7 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
         self._states = states
         self._status_cache = OrderedDict()
         self._summaries = OrderedDict()
+        self._reach = OrderedDict()
         self._keeper = keeper
         self._lease_seconds = lease_seconds
         self._clock = clock
@@ -132,7 +133,9 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
             if not await self.turn_store.save_turn(snapshot, 0):
                 raise TurnStateError(f"turn {turn_id!r} already exists")
             run.snapshot = replace(snapshot, version=1)
-            run.history = await self._history(agent, memory, current_stored=False)
+            run.history = await self._history(
+                agent, memory, conversation_id, current_stored=False
+            )
             if not await memory.add_message_if_absent(user):
                 raise DuplicateMessageError(
                     f"message {user.message_id!r} is already stored in conversation "

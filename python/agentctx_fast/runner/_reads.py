@@ -21,6 +21,8 @@ from agentctx_fast.stores.turns import AgentTurnSnapshot
 from agentctx_fast.turns import TurnStatus, segment_turns
 
 _FIRST_PAGE_MIN = 64
+_REACH_MARGIN = 24  # a new turn's messages, and the start of the turn before the reach
+_REMEMBERED_REACHES = 65_536
 
 
 async def read_history(
@@ -32,15 +34,18 @@ async def read_history(
     keep_recent_turns: int,
     must_include: str | None = None,
     current_stored: bool = True,
+    first_page: int | None = None,
 ) -> list[Message]:
     """The tail of ``memory`` a window over the whole conversation depends on, oldest first.
 
     ``must_include`` is a message id the result must reach back to (a resumed turn's first
     message). ``current_stored=False`` says the current turn is not written yet (a new turn
     reads before it stores its user message), so the newest stored turn is a history turn.
+    ``first_page`` sizes the first read (the runner passes what the conversation's last read
+    needed, plus a margin); without it the first read covers the agent's message limit.
     The result starts at a turn boundary unless it is the whole history.
     """
-    page = max(_FIRST_PAGE_MIN, max_attached_messages + 16)
+    page = first_page or max(_FIRST_PAGE_MIN, max_attached_messages + 16)
     collected: list[Message] = []
     while True:
         chunk = await memory.get_messages(page, offset=len(collected))
@@ -134,11 +139,15 @@ class HistoryReads(EngineState):
         self,
         agent: Agent,
         memory: AsyncChatMemory,
+        conversation_id: str,
         must_include: str | None = None,
         *,
         current_stored: bool = True,
     ) -> list[Message]:
-        return await read_history(
+        """The history a window of ``agent`` reaches, read in about one page: the first read
+        asks for what this conversation's last read needed, plus room for the new turn."""
+        known = self._reach.get(conversation_id)
+        history = await read_history(
             memory,
             max_attached_turns=agent.max_attached_turns,
             max_attached_messages=agent.max_attached_messages,
@@ -146,7 +155,13 @@ class HistoryReads(EngineState):
             keep_recent_turns=agent.compression_keep_recent_turns,
             must_include=must_include,
             current_stored=current_stored,
+            first_page=None if known is None else known + _REACH_MARGIN,
         )
+        self._reach[conversation_id] = len(history)
+        self._reach.move_to_end(conversation_id)
+        if len(self._reach) > _REMEMBERED_REACHES:
+            self._reach.popitem(last=False)
+        return history
 
     async def _split_turn(
         self, agent: Agent | None, memory: AsyncChatMemory, snapshot: AgentTurnSnapshot
@@ -154,7 +169,7 @@ class HistoryReads(EngineState):
         """The history before a stored turn, and the turn's own messages (its tail)."""
         first = snapshot.message_ids[0] if snapshot.message_ids else None
         collected = (
-            await self._history(agent, memory, first)
+            await self._history(agent, memory, snapshot.conversation_id, first)
             if agent is not None
             else await read_history(
                 memory, max_attached_turns=1, max_attached_messages=0, compact=False,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -52,6 +53,7 @@ class EngineState:
     _lease_seconds: float
     _clock: Callable[[], float]
     _metrics: AgentMetrics | None
+    _reach: OrderedDict[str, int]  # per conversation: messages its last history read needed
 
 
 class LeaseLost(Exception):
