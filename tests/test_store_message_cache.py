@@ -154,3 +154,28 @@ def test_a_replaced_serializer_is_used_for_reads(kind: str, request: pytest.Fixt
         assert replacement.loads_calls == 1
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("kind", SERVER_KINDS)
+def test_cache_info_counts_hits_and_misses(kind: str, request: pytest.FixtureRequest) -> None:
+    store = make_store(kind, request)
+    try:
+        assert store.message_cache_info().hit_rate == 0.0
+        memory = store.chat_memory(new_conversation_id())
+        for i in range(4):
+            memory.add_message_if_absent(UserMessage(f"q{i}", message_id=f"u{i}"))
+        memory.get_messages()  # four records decoded
+        memory.get_messages(2)  # two of them again
+        info = store.message_cache_info()
+        assert (info.hits, info.misses, info.entries) == (2, 4, 4)
+        assert info.hit_rate == pytest.approx(2 / 6)
+    finally:
+        store.close()
+    uncached = make_store(kind, request, message_cache_size=0)
+    try:
+        memory = uncached.chat_memory(new_conversation_id())
+        memory.add_message_if_absent(UserMessage("q", message_id="u"))
+        memory.get_messages()
+        assert uncached.message_cache_info() == type(info)(0, 0, 0)
+    finally:
+        uncached.close()

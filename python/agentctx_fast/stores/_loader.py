@@ -11,6 +11,7 @@ must be treated so. Objects are never shared between conversations.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from agentctx_fast._cache import GenerationCache
@@ -18,10 +19,11 @@ from agentctx_fast.errors import InvalidArgumentError
 from agentctx_fast.messages import Message
 from agentctx_fast.stores.serializer import AgentStoreSerializer, load_message
 
-DEFAULT_MESSAGE_CACHE_SIZE = 4096
-"""Messages per cache generation: a store keeps at most twice as many decoded."""
+DEFAULT_MESSAGE_CACHE_SIZE = 16_384
+"""Messages per cache generation: a store keeps at most twice as many decoded, the recent
+tails (about 100 messages each) of some 300 conversations."""
 
-GENERATION_BYTES = 16 * 1024 * 1024
+GENERATION_BYTES = 32 * 1024 * 1024
 """Record bytes per cache generation: the cache keeps at most about twice as many."""
 
 MAX_CACHED_RECORD_BYTES = 256 * 1024
@@ -32,7 +34,7 @@ class MessageLoader:
     """Decodes a store's message records with its current serializer, reusing the object of a
     record of the same conversation read before. ``cache_size=0`` decodes every time."""
 
-    __slots__ = ("_cache", "_cache_size", "_serializer", "_store")
+    __slots__ = ("_cache", "_cache_size", "_serializer", "_store", "hits", "misses")
 
     def __init__(self, store: Any, cache_size: int) -> None:
         if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 0:
@@ -43,6 +45,8 @@ class MessageLoader:
         self._cache_size = cache_size
         self._serializer: AgentStoreSerializer = store.serializer
         self._cache = self._new_cache()
+        self.hits = 0
+        self.misses = 0
 
     def _new_cache(self) -> GenerationCache[tuple[str, bytes], Message] | None:
         if self._cache_size == 0:
@@ -61,6 +65,30 @@ class MessageLoader:
         key = (conversation_id, data)
         message = cache.get(key)
         if message is None:
+            self.misses += 1
             message = load_message(serializer, data)
             cache.put(key, message, len(data))
+        else:
+            self.hits += 1
         return message
+
+    def info(self) -> MessageCacheInfo:
+        """What the cache holds and how often it answered."""
+        cache = self._cache
+        return MessageCacheInfo(self.hits, self.misses, 0 if cache is None else len(cache))
+
+
+@dataclass(frozen=True, slots=True)
+class MessageCacheInfo:
+    """The decoded-record cache of a store: ``hits`` and ``misses`` since the store was made
+    (records over the size cap and reads with the cache off are neither), and ``entries``."""
+
+    hits: int
+    misses: int
+    entries: int
+
+    @property
+    def hit_rate(self) -> float:
+        """``hits / (hits + misses)``, 0.0 before the first read."""
+        total = self.hits + self.misses
+        return self.hits / total if total else 0.0

@@ -38,7 +38,11 @@ from agentctx_fast.memory import (
 from agentctx_fast.messages import Message
 from agentctx_fast.stores._bridge import BlockingCompressionStateStore
 from agentctx_fast.stores._common import check_conversation_id, check_key_prefix
-from agentctx_fast.stores._loader import DEFAULT_MESSAGE_CACHE_SIZE, MessageLoader
+from agentctx_fast.stores._loader import (
+    DEFAULT_MESSAGE_CACHE_SIZE,
+    MessageCacheInfo,
+    MessageLoader,
+)
 from agentctx_fast.stores._redis_io import RedisPort, raw, redis
 from agentctx_fast.stores.redis_turns import AsyncRedisAgentTurnStore, RedisAgentTurnStore
 from agentctx_fast.stores.serializer import (
@@ -128,6 +132,11 @@ class _RedisStoreBase:
         self.key_prefix = key_prefix
         self.serializer: AgentStoreSerializer = serializer or JsonAgentStoreSerializer()
         self._load_message = MessageLoader(self, message_cache_size)
+
+    def message_cache_info(self) -> MessageCacheInfo:
+        """Hits, misses and entries of the decoded-record cache (its hit rate is a metric a
+        service should watch: a low one means the cache is too small for its conversations)."""
+        return self._load_message.info()
 
     def _key(self, *parts: str) -> str:
         return self.key_prefix + ":".join(parts)

@@ -42,7 +42,11 @@ from agentctx_fast.memory import (
 from agentctx_fast.messages import Message
 from agentctx_fast.stores._bridge import BlockingCompressionStateStore
 from agentctx_fast.stores._common import check_conversation_id, check_table_prefix
-from agentctx_fast.stores._loader import DEFAULT_MESSAGE_CACHE_SIZE, MessageLoader
+from agentctx_fast.stores._loader import (
+    DEFAULT_MESSAGE_CACHE_SIZE,
+    MessageCacheInfo,
+    MessageLoader,
+)
 from agentctx_fast.stores._sql_io import (
     AsyncSqlPort,
     BlockingSqlPort,
@@ -143,6 +147,11 @@ class _SqlStoreBase:
         self._load_message = MessageLoader(self, message_cache_size)
         self._dialect = port.dialect
         self._tables = _Tables(table_prefix, self._dialect)
+
+    def message_cache_info(self) -> MessageCacheInfo:
+        """Hits, misses and entries of the decoded-record cache (its hit rate is a metric a
+        service should watch: a low one means the cache is too small for its conversations)."""
+        return self._load_message.info()
 
     def _insert_if_absent(
         self, table: sa.Table, values: dict[str, Any] | list[dict[str, Any]], keys: list[str]
