@@ -21,6 +21,7 @@ MODULES = [
     "agentctx_fast.scripted",
     "agentctx_fast.tools",
     "agentctx_fast.messages",
+    "agentctx_fast.openai",
     "agentctx_fast.protocol",
     "agentctx_fast.tokens",
     "agentctx_fast.turns",

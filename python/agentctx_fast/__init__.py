@@ -54,10 +54,11 @@ from agentctx_fast.messages import (
     TextPart,
     ToolCall,
     ToolMessage,
+    Usage,
     UserMessage,
 )
 from agentctx_fast.metrics import AgentMetrics, InMemoryMetrics, MetricSummary
-from agentctx_fast.openai import OpenAIFormatError, from_openai, to_openai
+from agentctx_fast.openai import OpenAIFormatError, from_openai, openai_tools, to_openai
 from agentctx_fast.protocol import ProtocolViolation, check_tool_protocol, validate_tool_protocol
 from agentctx_fast.runner import AgentRunner
 from agentctx_fast.scripted import ScriptedChatModel, ScriptExhaustedError
@@ -151,12 +152,14 @@ __all__ = [
     "TurnSegments",
     "TurnStateError",
     "TurnStatus",
+    "Usage",
     "UserMessage",
     "VersionConflictError",
     "backend",
     "build_window",
     "check_tool_protocol",
     "from_openai",
+    "openai_tools",
     "segment_turns",
     "to_openai",
     "validate_tool_protocol",
