@@ -8,6 +8,7 @@ True
 from agentctx_fast._backend import backend
 from agentctx_fast.agent import Agent, AgentTurn
 from agentctx_fast.chat_model import AsyncChatModel, ChatModel, StreamingChatModel
+from agentctx_fast.clients import AsyncOpenAIChatModel, OpenAIChatModel
 from agentctx_fast.compressors import AgentContextCompressors, IncrementalCompressor
 from agentctx_fast.coordinator import (
     AgentContextCompressionCoordinator,
@@ -71,7 +72,12 @@ from agentctx_fast.stores.turns import (
     LeaseRenewal,
     PendingApproval,
 )
-from agentctx_fast.tokens import HeuristicTokenEstimator, TiktokenEstimator, TokenEstimator
+from agentctx_fast.tokens import (
+    HeuristicTokenEstimator,
+    TiktokenEstimator,
+    TokenEstimator,
+    estimator_for_model,
+)
 from agentctx_fast.tools import Tool, ToolResultPage
 from agentctx_fast.turns import TurnSegments, TurnStatus, segment_turns
 from agentctx_fast.window import AgentContextCompressor, ContextWindow, build_window
@@ -96,6 +102,7 @@ __all__ = [
     "AgentTurnStore",
     "AiMessage",
     "AsyncChatModel",
+    "AsyncOpenAIChatModel",
     "AudioPart",
     "BackendUnavailableError",
     "ChatMemory",
@@ -128,6 +135,7 @@ __all__ = [
     "MetricSummary",
     "MissingDependencyError",
     "ModelCallError",
+    "OpenAIChatModel",
     "OpenAIFormatError",
     "PendingApproval",
     "ProtocolViolation",
@@ -158,6 +166,7 @@ __all__ = [
     "backend",
     "build_window",
     "check_tool_protocol",
+    "estimator_for_model",
     "from_openai",
     "openai_tools",
     "segment_turns",
