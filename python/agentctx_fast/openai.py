@@ -45,7 +45,7 @@ from agentctx_fast.messages import (
 )
 
 if TYPE_CHECKING:
-    from openai.types.chat import ChatCompletionMessageParam
+    from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
 
 __all__ = ["OpenAIFormatError", "from_openai", "openai_tools", "to_openai"]
 
@@ -248,7 +248,7 @@ def to_openai(messages: Sequence[Message], *, include_ids: bool = False) -> Any:
     return out
 
 
-def openai_tools(tools: Sequence[Any]) -> list[dict[str, Any]]:
+def openai_tools(tools: Sequence[Any]) -> list[ChatCompletionToolParam]:
     """The agent's tools as Chat Completions function tools (the ``tools=`` argument).
 
     Any object with ``name``, ``description`` and ``parameters`` (a JSON schema) works, a
@@ -261,7 +261,7 @@ def openai_tools(tools: Sequence[Any]) -> list[dict[str, Any]]:
     >>> openai_tools([Tool("get_order", get_order)])[0]["function"]["name"]
     'get_order'
     """
-    out: list[dict[str, Any]] = []
+    out: list[Any] = []
     for index, tool in enumerate(tools):
         name = getattr(tool, "name", None)
         if not isinstance(name, str) or not name:

@@ -354,7 +354,7 @@ def _bound(chat_model: BaseChatModel, tools: Sequence[Any]) -> Any:
     if not tools:
         return chat_model
     try:
-        return chat_model.bind_tools(openai_tools(tools))
+        return chat_model.bind_tools([dict(tool) for tool in openai_tools(tools)])
     except NotImplementedError:
         raise InvalidArgumentError(
             f"{type(chat_model).__name__} cannot bind tools (no bind_tools), and the agent has "

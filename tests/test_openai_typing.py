@@ -1,0 +1,43 @@
+"""`to_openai` and `openai_tools` type-check as the SDK's ``messages=`` and ``tools=``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+mypy_api = pytest.importorskip("mypy.api")
+
+SNIPPET = '''
+import openai
+
+from agentctx_fast import Tool, UserMessage, openai_tools, to_openai
+
+
+def get_order(order_id: str) -> str:
+    return order_id
+
+
+def send(client: openai.OpenAI) -> None:
+    client.chat.completions.create(
+        model="gpt-4o",
+        messages=to_openai([UserMessage("hi")]),
+        tools=openai_tools([Tool("get_order", get_order)]),
+    )
+    stored = to_openai([UserMessage("hi")], include_ids=True)
+    client.chat.completions.create(model="gpt-4o", messages=stored)  # line 18: not API input
+'''
+
+
+def test_request_messages_and_tools_type_check_and_the_storage_form_does_not(
+    tmp_path: Path,
+) -> None:
+    source = tmp_path / "snippet.py"
+    source.write_text(SNIPPET, encoding="utf-8")
+    out, err, status = mypy_api.run(
+        ["--strict", "--no-incremental", "--cache-dir", str(tmp_path / "cache"), str(source)]
+    )
+    errors = [line for line in out.splitlines() if ": error:" in line]
+    assert status == 1, out + err
+    assert len(errors) == 1, out
+    assert errors[0].startswith(f"{source}:18:") and 'Argument "messages"' in errors[0]
