@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openai.types.chat import ChatCompletionMessageParam
 
 from agentctx_fast import AgentActionMessage, AgentFormMessage, build_window, to_openai
@@ -257,7 +261,7 @@ def test_a_directory_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path)
     [
         (b"", "the file is empty"),
         (b"  \n\n", "the file is empty"),
-        (b"[]", "the array is empty"),
+        (b"[]", "no messages in the file"),
         (b'[{"role": "user", "content": "caf\xe9"}]', "not UTF-8 text (byte 0xe9 at line 1"),
         (b'{"role": "user", "content": "hi"}\n\n\xff', "not UTF-8 text (byte 0xff at line 3"),
         (b'[{"role": "user", "content": "hi"', "not valid JSON at line 1, column 34"),
@@ -287,6 +291,12 @@ def test_a_directory_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path)
         ),
         (b'[{"role": "ui", "kind": "popup"}]', "entry 0: a ui entry's kind must be"),
         (b"[1]", "entry 0: is not an object"),
+        (b'{"messages": []}', "no messages in the file"),
+        (b'[{"role": "user", "content": "\\ud800"}]', "entry 0: holds a lone surrogate"),
+        (
+            b'[{"role": "user", "content": "q"}, {"role": "user", "content": "q", "name": "a b"}]',
+            "entry 1: message",
+        ),
     ],
 )
 def test_bad_input_is_one_line_naming_file_entry_and_problem(
@@ -297,6 +307,65 @@ def test_bad_input_is_one_line_naming_file_entry_and_problem(
     line = _error_line(capsys, str(path))
     assert line.startswith(f"agentctx: {path}: ")
     assert problem in line
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+ENTRIES = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant", "tool", "system", "developer", "ui", "x"])},
+    optional={
+        "content": JSON_VALUES
+        | st.lists(
+            st.fixed_dictionaries(
+                {"type": st.sampled_from(["text", "image_url", "input_audio", "file", "refusal"])},
+                optional={
+                    "text": JSON_VALUES,
+                    "image_url": JSON_VALUES,
+                    "input_audio": JSON_VALUES,
+                    "file": JSON_VALUES,
+                },
+            ),
+            max_size=2,
+        ),
+        "id": JSON_VALUES,
+        "name": JSON_VALUES,
+        "tool_call_id": JSON_VALUES,
+        "tool_calls": JSON_VALUES,
+        "refusal": JSON_VALUES,
+        "payload": JSON_VALUES,
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.binary(max_size=60),
+        st.lists(ENTRIES, max_size=5).map(lambda es: json.dumps(es).encode()),
+        st.lists(ENTRIES, max_size=5).map(lambda es: "\n".join(json.dumps(e) for e in es).encode()),
+    ),
+    st.booleans(),
+)
+def test_no_input_gives_a_traceback(data: bytes, as_json: bool) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "conversation.json"
+        path.write_bytes(data)
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = main(["window", str(path), *(["--json"] if as_json else [])])
+    assert status in (0, 2)
+    if status == 2:
+        assert out.getvalue() == ""
+        assert len(err.getvalue().splitlines()) == 1
+        assert err.getvalue().startswith(f"agentctx: {path}: ")
+    elif as_json:  # the shape is the SDK's request type whatever the content
+        printed = json.loads(out.getvalue())
+        assert type_errors(printed, list[ChatCompletionMessageParam]) == []
 
 
 def test_read_conversation_raises_a_typed_error(tmp_path: Path) -> None:

@@ -10,11 +10,13 @@ Every problem is a `ConversationFileError` whose one-line message names the file
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from agentctx_fast._ids import is_unicode_text
 from agentctx_fast.errors import AgentCtxError, ContentTooLargeError, InvalidArgumentError
 from agentctx_fast.messages import AgentActionMessage, AgentFormMessage, Message
 from agentctx_fast.openai import from_openai
@@ -40,9 +42,18 @@ def read_conversation(source: str | Path, stdin: BinaryIO | None = None) -> list
         ) from None
     if not text.strip():
         raise ConversationFileError(f"{name}: the file is empty; expected messages")
+    entries = _entries(text, name)
+    if not entries:
+        raise ConversationFileError(f"{name}: no messages in the file")
+    check_surrogates = _SURROGATE_ESCAPE.search(text) is not None
     messages: list[Message] = []
-    for index, line, entry in _entries(text, name):
+    for index, line, entry in entries:
         where = f"entry {index}" if line is None else f"entry {index} (line {line})"
+        if check_surrogates and _lone_surrogate_in(entry, name):
+            raise ConversationFileError(
+                f"{name}: {where}: holds a lone surrogate (an unpaired \\uD800-\\uDFFF "
+                "escape), which is not text and cannot be sent"
+            )
         try:
             messages.append(_message(entry))
         except AgentCtxError as error:
@@ -61,6 +72,27 @@ def _read_bytes(source: str | Path, name: str, stdin: BinaryIO | None) -> bytes:
         return path.read_bytes()
     except OSError as error:
         raise ConversationFileError(f"{name}: cannot read: {error.strerror or error}") from None
+
+
+# Raw UTF-8 cannot hold a surrogate: only a \uD800-\uDFFF escape in the JSON can make one.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    if isinstance(value, str):
+        return not is_unicode_text(value)
+    if isinstance(value, list):
+        return any(_has_lone_surrogate(item) for item in value)
+    if isinstance(value, dict):
+        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in value.items())
+    return False
+
+
+def _lone_surrogate_in(entry: Any, name: str) -> bool:
+    try:
+        return _has_lone_surrogate(entry)
+    except RecursionError:
+        raise ConversationFileError(f"{name}: JSON nested too deeply") from None
 
 
 def _one_line(text: str) -> str:
@@ -104,8 +136,6 @@ def _entries(text: str, name: str) -> list[tuple[int, int | None, Any]]:
             f"{name}: expected a JSON array of messages, JSONL, or an object with a "
             f"'messages' array; got a JSON {type(whole).__name__}"
         )
-    if not whole:
-        raise ConversationFileError(f"{name}: the array is empty; expected messages")
     return [(i, None, entry) for i, entry in enumerate(whole)]
 
 
