@@ -12,6 +12,7 @@ SNIPPET = '''
 import openai
 
 from agentctx_fast import Tool, UserMessage, openai_tools, to_openai
+from agentctx_fast import AsyncOpenAIChatModel, ChatModel, OpenAIChatModel, StreamingChatModel
 
 
 def get_order(order_id: str) -> str:
@@ -25,11 +26,17 @@ def send(client: openai.OpenAI) -> None:
         tools=openai_tools([Tool("get_order", get_order)]),
     )
     stored = to_openai([UserMessage("hi")], include_ids=True)
-    client.chat.completions.create(model="gpt-4o", messages=stored)  # line 18: not API input
+    client.chat.completions.create(model="gpt-4o", messages=stored)  # line 19: not API input
+
+
+def models(
+    client: openai.OpenAI, async_client: openai.AsyncOpenAI
+) -> tuple[ChatModel, StreamingChatModel]:
+    return OpenAIChatModel(client, "gpt-4o"), AsyncOpenAIChatModel(async_client, "gpt-4o")
 '''
 
 
-def test_request_messages_and_tools_type_check_and_the_storage_form_does_not(
+def test_request_messages_tools_and_models_type_check_and_the_storage_form_does_not(
     tmp_path: Path,
 ) -> None:
     source = tmp_path / "snippet.py"
@@ -40,4 +47,4 @@ def test_request_messages_and_tools_type_check_and_the_storage_form_does_not(
     errors = [line for line in out.splitlines() if ": error:" in line]
     assert status == 1, out + err
     assert len(errors) == 1, out
-    assert errors[0].startswith(f"{source}:18:") and 'Argument "messages"' in errors[0]
+    assert errors[0].startswith(f"{source}:19:") and 'Argument "messages"' in errors[0]
