@@ -379,6 +379,18 @@ def _reply(result: Any) -> AiMessage:
         raise ModelCallError(f"the chat model's reply cannot be used: {error}") from error
 
 
+def _chunk_text(chunk: Any) -> str:
+    # Not ``chunk.text``: a method in langchain-core 0.3, a property-like accessor in 1.x.
+    content = getattr(chunk, "content", "")
+    if isinstance(content, str):
+        return content
+    return "".join(
+        str(block.get("text", "")) if isinstance(block, Mapping) else str(block)
+        for block in content
+        if isinstance(block, str) or (isinstance(block, Mapping) and block.get("type") == "text")
+    )
+
+
 class LangChainChatModel:
     """A `ChatModel` over any LangChain ``BaseChatModel``, with the agent's tools bound."""
 
@@ -421,9 +433,9 @@ class AsyncLangChainChatModel:
         try:
             async for chunk in runnable.astream(to_langchain(messages)):
                 total = chunk if total is None else total + chunk
-                delta = chunk.text if isinstance(chunk, lc.BaseMessage) else ""
+                delta = _chunk_text(chunk)
                 if delta:
-                    yield str(delta)
+                    yield delta
         except Exception as error:
             raise _model_error(error) from error
         yield _reply(total)  # an AIMessageChunk is an AIMessage
