@@ -132,9 +132,11 @@ def test_from_langchain_reads_what_langchain_users_write() -> None:
             lc.AIMessage(
                 [{"type": "reasoning", "reasoning": "hmm"}, {"type": "text", "text": "ok"}]
             ),
+            lc.ChatMessage("be terse", role="developer", id="d1"),
         ]
     )
-    system, user, ai, tool, final = messages
+    system, user, ai, tool, final, developer = messages
+    assert developer == SystemMessage("be terse", role="developer", message_id="d1")
     assert isinstance(system, SystemMessage) and system.text == "rules" and system.message_id
     assert isinstance(user, UserMessage)
     assert user.content[1] == ImagePart(uri="https://x/y.png", detail="low")  # type: ignore[index]
@@ -148,6 +150,7 @@ def test_from_langchain_reads_what_langchain_users_write() -> None:
     ("message", "error", "problem"),
     [
         (lc.FunctionMessage("x", name="f"), InvalidArgumentError, "FunctionMessage cannot"),
+        (lc.ChatMessage("x", role="critic"), InvalidArgumentError, "ChatMessage cannot"),
         (
             lc.ToolMessage([{"type": "image", "url": "https://x"}], tool_call_id="c"),
             InvalidArgumentError,

@@ -297,6 +297,14 @@ def _from_langchain_one(message: Any, where: str) -> Message:
     if isinstance(message, lc.SystemMessage):
         role = message.additional_kwargs.get(_DEVELOPER_KEY, "system")
         return SystemMessage(_text_of(message.content, where), role=role, name=message.name, **ids)
+    if isinstance(message, lc.ChatMessage):  # a message with a free-form role
+        role = message.role.lower()
+        if role in ("user", "human"):
+            return UserMessage(_text_of(message.content, where), **ids)
+        if role in ("assistant", "ai"):
+            return AiMessage(_text_of(message.content, where), **ids)
+        if role in ("system", "developer"):
+            return SystemMessage(_text_of(message.content, where), role=role, **ids)
     raise InvalidArgumentError(f"{where}: a {type(message).__name__} cannot be carried")
 
 
