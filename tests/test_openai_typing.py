@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
-import pytest
-
-mypy_api = pytest.importorskip("mypy.api")
-
-SNIPPET = '''
+SNIPPET = """
 import openai
 
 from agentctx_fast import Tool, UserMessage, openai_tools, to_openai
@@ -33,7 +32,7 @@ def models(
     client: openai.OpenAI, async_client: openai.AsyncOpenAI
 ) -> tuple[ChatModel, StreamingChatModel]:
     return OpenAIChatModel(client, "gpt-4o"), AsyncOpenAIChatModel(async_client, "gpt-4o")
-'''
+"""
 
 
 def test_request_messages_tools_and_models_type_check_and_the_storage_form_does_not(
@@ -41,10 +40,26 @@ def test_request_messages_tools_and_models_type_check_and_the_storage_form_does_
 ) -> None:
     source = tmp_path / "snippet.py"
     source.write_text(SNIPPET, encoding="utf-8")
-    out, err, status = mypy_api.run(
-        ["--strict", "--no-incremental", "--cache-dir", str(tmp_path / "cache"), str(source)]
+    # In a child process: mypy raises the interpreter's recursion limit for good.
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--no-incremental",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=os.environ.copy(),
+        check=False,
     )
+    out = result.stdout
     errors = [line for line in out.splitlines() if ": error:" in line]
-    assert status == 1, out + err
+    assert result.returncode == 1, out + result.stderr
     assert len(errors) == 1, out
     assert errors[0].startswith(f"{source}:19:") and 'Argument "messages"' in errors[0]
