@@ -61,14 +61,18 @@ def test_bad_fields_are_typed_errors() -> None:
 @given(histories())
 def test_openai_round_trip_keeps_every_field_it_can_carry(history: list) -> None:
     visible = [m for m in history if m.model_visible]
-    back = from_openai(to_openai(history))
+    back = from_openai(to_openai(history, include_ids=True))
     assert len(back) == len(visible)
     for original, copy in zip(visible, back, strict=True):
         assert type(copy) is type(original)
         assert copy.message_id == original.message_id
         if isinstance(original, AiMessage):
             assert isinstance(copy, AiMessage)
-            assert copy.tool_calls == original.tool_calls and copy.text == original.text
+            assert copy.tool_calls == original.tool_calls
+            if original.text is None and not original.tool_calls:
+                assert copy.text == ""  # the API needs content when there is nothing else
+            else:
+                assert copy.text == original.text
         elif isinstance(original, ToolMessage):
             assert isinstance(copy, ToolMessage)
             assert (copy.tool_call_id, copy.text) == (original.tool_call_id, original.text)
@@ -105,5 +109,6 @@ def test_from_openai_names_the_bad_entry(entries: list, needle: str) -> None:
 
 
 def test_to_openai_leaves_ui_messages_out() -> None:
-    out = to_openai([UserMessage("a", message_id="u"), AgentActionMessage(message_id="x")])
-    assert out == [{"role": "user", "content": "a", "id": "u"}]
+    history = [UserMessage("a", message_id="u"), AgentActionMessage(message_id="x")]
+    assert to_openai(history, include_ids=True) == [{"role": "user", "content": "a", "id": "u"}]
+    assert to_openai(history) == [{"role": "user", "content": "a"}]

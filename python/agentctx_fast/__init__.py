@@ -11,6 +11,7 @@ from agentctx_fast._backend import backend
 from agentctx_fast.agent import Agent, AgentTurn
 from agentctx_fast.calibration import CalibratedTokenEstimator
 from agentctx_fast.chat_model import AsyncChatModel, ChatModel, StreamingChatModel
+from agentctx_fast.clients import AsyncOpenAIChatModel, OpenAIChatModel
 from agentctx_fast.compressors import AgentContextCompressors, IncrementalCompressor
 from agentctx_fast.coordinator import (
     AgentContextCompressionCoordinator,
@@ -62,10 +63,11 @@ from agentctx_fast.messages import (
     TextPart,
     ToolCall,
     ToolMessage,
+    Usage,
     UserMessage,
 )
 from agentctx_fast.metrics import AgentMetrics, InMemoryMetrics, MetricSummary
-from agentctx_fast.openai import OpenAIFormatError, from_openai, to_openai
+from agentctx_fast.openai import OpenAIFormatError, from_openai, openai_tools, to_openai
 from agentctx_fast.protocol import ProtocolViolation, check_tool_protocol, validate_tool_protocol
 from agentctx_fast.runner import (
     AgentRunner,
@@ -91,7 +93,12 @@ from agentctx_fast.stores.turns import (
     LeaseRenewal,
     PendingApproval,
 )
-from agentctx_fast.tokens import HeuristicTokenEstimator, TiktokenEstimator, TokenEstimator
+from agentctx_fast.tokens import (
+    HeuristicTokenEstimator,
+    TiktokenEstimator,
+    TokenEstimator,
+    estimator_for_model,
+)
 from agentctx_fast.tools import Tool, ToolResultPage
 from agentctx_fast.turns import TurnSegments, TurnStatus, segment_turns
 from agentctx_fast.window import AgentContextCompressor, ContextWindow, build_window
@@ -120,6 +127,7 @@ __all__ = [
     "AsyncChatMemory",
     "AsyncChatModel",
     "AsyncInMemoryAgentStore",
+    "AsyncOpenAIChatModel",
     "AsyncRedisAgentStore",
     "AsyncScriptedChatModel",
     "AsyncSqlAgentStore",
@@ -156,6 +164,7 @@ __all__ = [
     "MetricSummary",
     "MissingDependencyError",
     "ModelCallError",
+    "OpenAIChatModel",
     "OpenAIFormatError",
     "PendingApproval",
     "ProtocolViolation",
@@ -185,12 +194,15 @@ __all__ = [
     "TurnSegments",
     "TurnStateError",
     "TurnStatus",
+    "Usage",
     "UserMessage",
     "VersionConflictError",
     "backend",
     "build_window",
     "check_tool_protocol",
+    "estimator_for_model",
     "from_openai",
+    "openai_tools",
     "segment_turns",
     "to_openai",
     "validate_tool_protocol",

@@ -1,11 +1,10 @@
-"""``agentctx``: the command-line tools.
+"""The ``agentctx`` command: ``agentctx window FILE`` and ``agentctx demo``.
 
-``agentctx demo`` runs a customer-support conversation with tools, an approval and a resumed
-turn on the embedded SQLite store (or ``--store redis://…`` / ``postgresql://…``) and prints
-every model window. ``agentctx window FILE`` reads a conversation in OpenAI chat format (a
-JSON array, or JSONL) and prints the window the model would get. Entries with ``"role": "ui"``
-are UI-only messages (``"kind": "action"`` or ``"form"``, with an optional ``payload``): they
-stay in the history but never reach the model.
+``agentctx window FILE`` reads a conversation in OpenAI chat format and prints the window the
+model would get (`agentctx_fast._conversation_file` describes the file). ``agentctx demo`` runs
+a customer-support conversation with tools, an approval and a resumed turn on the embedded
+SQLite store (or a Redis or PostgreSQL store) and prints every model window. Bad input ends with
+one line on standard error and exit status 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -18,101 +17,66 @@ from pathlib import Path
 from typing import Any
 
 from agentctx_fast._backend import backend
+from agentctx_fast._conversation_file import ConversationFileError, read_conversation
 from agentctx_fast.errors import AgentCtxError
-from agentctx_fast.messages import AgentActionMessage, AgentFormMessage, AiMessage, Message
-from agentctx_fast.openai import OpenAIFormatError, from_openai
-from agentctx_fast.tokens import DEFAULT_ESTIMATOR
+from agentctx_fast.messages import AiMessage, Message, SystemMessage
+from agentctx_fast.openai import to_openai
+from agentctx_fast.tokens import DEFAULT_ESTIMATOR, TokenEstimator, estimator_for_model
 from agentctx_fast.window import ContextWindow, build_window
 
+__all__ = ["ConversationFileError", "main", "read_conversation"]
 
-def read_conversation(path: Path) -> list[Message]:
-    """Messages of an OpenAI-format conversation file (JSON array or JSONL)."""
-    raw = path.read_text(encoding="utf-8")
-    stripped = raw.lstrip()
-    entries: list[Any]
-    try:
-        if stripped.startswith("["):
-            entries = json.loads(raw)
-        else:
-            entries = [json.loads(line) for line in raw.splitlines() if line.strip()]
-    except json.JSONDecodeError as error:
-        raise OpenAIFormatError(f"{path}: not JSON or JSONL: {error}") from error
-    messages: list[Message] = []
-    for index, entry in enumerate(entries):
-        if isinstance(entry, dict) and entry.get("role") == "ui":
-            ids = {"message_id": entry["id"]} if isinstance(entry.get("id"), str) else {}
-            kind = AgentFormMessage if entry.get("kind") == "form" else AgentActionMessage
-            messages.append(kind(payload=entry.get("payload"), **ids))
-        else:
-            try:
-                messages.extend(from_openai([entry]))
-            except OpenAIFormatError as error:
-                raise OpenAIFormatError(str(error).replace("entry 0", f"entry {index}")) from None
-    return messages
-
+_WINDOW_EPILOG = """\
+FILE holds OpenAI chat-format messages: a JSON array, JSONL (one message a line) or an
+object with a "messages" array; "-" reads standard input. Entries with "role": "ui" are
+UI-only messages ("kind": "action" or "form") that stay in the history and never reach the
+model. --json prints the window as Chat Completions request messages (the messages= list);
+add --ids to keep each message's "id" (a storage form, not API input).
+"""
 
 def _excerpt(message: Message, width: int = 60) -> str:
     text = getattr(message, "text", None) or ""
-    if isinstance(message, AiMessage) and message.tool_calls:
-        calls = ", ".join(f"{c.name}({c.arguments})" for c in message.tool_calls)
-        text = f"{text} -> {calls}" if text else f"-> {calls}"
+    content = getattr(message, "content", None)
+    if isinstance(content, tuple):  # multimodal: say which media it carries
+        media = " ".join(f"[{type(p).__name__.removesuffix('Part').lower()}]" for p in content)
+        text = " ".join(t for t in (str(text), media.replace("[text]", "").strip()) if t)
+    if isinstance(message, AiMessage):
+        if message.refusal is not None:
+            text = f"{text} [refusal] {message.refusal}".strip()
+        if message.tool_calls:
+            calls = ", ".join(f"{c.name}({c.arguments})" for c in message.tool_calls)
+            text = f"{text} -> {calls}" if text else f"-> {calls}"
     text = " ".join(str(text).split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-_ROLES = {
-    "SystemMessage": "system",
-    "UserMessage": "user",
-    "AiMessage": "assistant",
-    "ToolMessage": "tool",
-}
+def _role(message: Message) -> str:
+    if isinstance(message, SystemMessage):
+        return message.role
+    return _ROLES.get(type(message).__name__, type(message).__name__)
 
 
-def _summary(window: ContextWindow) -> dict[str, Any]:
-    return {
-        "messages": len(window.messages),
-        "estimated_tokens": window.estimated_tokens,
-        "attached_turns": window.attached_turns,
-        "dropped_turns": window.dropped_turns,
-        "compacted_turns": window.compacted_turns,
-        "cut_by": window.cut_by,
-        "repairs": [
-            {"kind": r.kind, "message_id": r.message_id, "tool_call_id": r.tool_call_id}
-            for r in window.repairs
-        ],
-        "backend": backend,
-    }
+_ROLES = {"UserMessage": "user", "AiMessage": "assistant", "ToolMessage": "tool"}
 
 
-def _print_window(window: ContextWindow, as_json: bool) -> None:
-    rows: list[dict[str, Any]] = [
-        {
-            "role": _ROLES.get(type(m).__name__, type(m).__name__),
-            "id": m.message_id,
-            "tokens": DEFAULT_ESTIMATOR.count_message(m),
-            "text": _excerpt(m),
-        }
-        for m in window.messages
-    ]
-    if as_json:
-        print(json.dumps({"window": rows, "summary": _summary(window)}, ensure_ascii=False))
-        return
+def _print_table(window: ContextWindow, estimator: TokenEstimator) -> None:
     print(f"{'role':<10} {'id':<24} {'tokens':>6}  text")
-    for row in rows:
-        print(f"{row['role']:<10} {row['id'][:24]:<24} {row['tokens']:>6}  {row['text']}")
-    s = _summary(window)
+    for m in window.messages:
+        tokens = estimator.estimate([m])
+        print(f"{_role(m):<10} {m.message_id[:24]:<24} {tokens:>6}  {_excerpt(m)}")
     print(
-        f"-- {s['messages']} messages, {s['estimated_tokens']} estimated tokens, "
-        f"attached {s['attached_turns']} / dropped {s['dropped_turns']} / compacted "
-        f"{s['compacted_turns']} turns, cut_by={s['cut_by']}, repairs={len(s['repairs'])}, "
-        f"backend={backend}"
+        f"-- {len(window.messages)} messages, {window.estimated_tokens} estimated tokens, "
+        f"attached {window.attached_turns} / dropped {window.dropped_turns} / compacted "
+        f"{window.compacted_turns} turns, cut_by={window.cut_by}, "
+        f"repairs={len(window.repairs)}, backend={backend}"
     )
-    for repair in s["repairs"]:
-        print(f"   repaired {repair['kind']} at {repair['message_id']} ({repair['tool_call_id']})")
+    for repair in window.repairs:
+        print(f"   repaired {repair.kind} at {repair.message_id} ({repair.tool_call_id})")
 
 
 def _window_command(args: argparse.Namespace) -> int:
-    history = read_conversation(Path(args.file))
+    history = read_conversation(args.file)
+    estimator = DEFAULT_ESTIMATOR if args.model is None else estimator_for_model(args.model)
     window = build_window(
         history,
         system=args.system,
@@ -121,8 +85,21 @@ def _window_command(args: argparse.Namespace) -> int:
         compact_completed_tool_turns=args.compact,
         compression_keep_recent_turns=args.keep_recent,
         max_attached_tokens=args.max_tokens,
+        token_estimator=None if args.model is None else estimator,
     )
-    _print_window(window, args.json)
+    if args.json:
+        entries = to_openai(window.messages, include_ids=args.ids)
+        print(json.dumps(entries, ensure_ascii=False, indent=2))
+    else:
+        _print_table(window, estimator)
+    if args.max_tokens is not None and window.estimated_tokens > args.max_tokens:
+        # Only the system message and the current turn are left (rule 3 keeps them whole).
+        print(
+            f"agentctx: note: the current turn alone (with the system message) is "
+            f"{window.estimated_tokens} estimated tokens, over --max-tokens {args.max_tokens}; "
+            "it is sent whole",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -152,30 +129,83 @@ def _demo_command(args: argparse.Namespace) -> int:
     return 0 if all(t.status.value == "completed" for t in turns) else 1
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``agentctx`` command."""
-    parser = argparse.ArgumentParser(prog="agentctx", description=__doc__.splitlines()[0])
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agentctx",
+        description="Context windows for LLM agent services: inspect a conversation's model "
+        "window, or run the demo.",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
-    window = commands.add_parser("window", help="print the model window of a conversation file")
-    window.add_argument("file", help="conversation in OpenAI chat format (JSON array or JSONL)")
-    window.add_argument("--system", help="the agent's instructions (default: the file's own)")
-    window.add_argument("--max-turns", type=int, default=10, help="max_attached_turns")
-    window.add_argument("--max-messages", type=int, default=100, help="max_attached_messages")
-    window.add_argument("--max-tokens", type=int, default=None, help="max_attached_tokens")
-    window.add_argument("--compact", action="store_true", help="compact_completed_tool_turns")
-    window.add_argument("--keep-recent", type=int, default=2, help="compression_keep_recent_turns")
-    window.add_argument("--json", action="store_true", help="print the window as JSON")
+    window = commands.add_parser(
+        "window",
+        help="print the model window of a conversation file",
+        description="Print the window a model would get for the conversation in FILE.",
+        epilog=_WINDOW_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    window.add_argument("file", metavar="FILE", help='conversation file, or "-" for stdin')
+    window.add_argument(
+        "--system", help="the agent's instructions (default: the file's leading system message)"
+    )
+    window.add_argument(
+        "--max-turns", type=int, default=10,
+        help="most history turns to attach (default: %(default)s)",
+    )
+    window.add_argument(
+        "--max-messages", type=int, default=100,
+        help="most messages besides the system message (default: %(default)s)",
+    )
+    window.add_argument(
+        "--max-tokens", type=int, default=None,
+        help="token budget of the window; older turns are dropped to fit (default: none)",
+    )
+    window.add_argument(
+        "--compact", action="store_true",
+        help="compact completed tool turns to question and answer (default: off)",
+    )
+    window.add_argument(
+        "--keep-recent", type=int, default=2,
+        help="recent history turns never compacted (default: %(default)s)",
+    )
+    window.add_argument(
+        "--model", metavar="NAME",
+        help="count tokens as model NAME does, e.g. gpt-4o (default: the heuristic estimator)",
+    )
+    window.add_argument(
+        "--json", action="store_true",
+        help="print the window as Chat Completions request messages (default: a table)",
+    )
+    window.add_argument(
+        "--ids", action="store_true", help='with --json, add each message\'s "id" (not API input)'
+    )
     window.set_defaults(run=_window_command)
-    demo = commands.add_parser("demo", help="run the support demo and print every model window")
+    demo = commands.add_parser(
+        "demo",
+        help="run the support demo and print every model window",
+        description="Run a customer-support conversation with tools, an approval and a resumed "
+        "turn, printing every model window.",
+    )
     demo.add_argument("--db", default="agentctx-demo.db", help="SQLite file (default: %(default)s)")
-    demo.add_argument("--store", help="a store URL instead: redis://… or postgresql://…")
+    demo.add_argument(
+        "--store", metavar="URL",
+        help="a store URL instead: redis://HOST:PORT/0 or postgresql://USER@HOST/DB",
+    )
     demo.set_defaults(run=_demo_command)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``agentctx`` command; returns the exit status (2 for bad input)."""
+    args = _parser().parse_args(argv)
     try:
         return int(args.run(args))
+    except ConversationFileError as error:
+        print(f"agentctx: {error}", file=sys.stderr)
     except (AgentCtxError, OSError) as error:
-        print(f"agentctx: {type(error).__name__}: {error}", file=sys.stderr)
-        return 2
+        where = f"{args.file}: " if getattr(args, "file", None) else ""
+        problem = " ".join(str(error).split())
+        print(f"agentctx: {where}{type(error).__name__}: {problem}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

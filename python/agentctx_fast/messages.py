@@ -10,6 +10,7 @@ Every message has a stable ``message_id`` (a uuid4 hex string when not given), J
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeAlias
@@ -22,6 +23,26 @@ MAX_INLINE_BYTES = 256 * 1024
 
 # Kind codes shared with the Rust core (rust/turns.rs `Kind`).
 KIND_SYSTEM, KIND_USER, KIND_AI, KIND_TOOL, KIND_ACTION, KIND_FORM = range(6)
+
+
+# What the OpenAI API accepts as a participant name: no whitespace and none of ``<|\\/>``.
+_PARTICIPANT_NAME = re.compile(r"[^\s<|\\/>]+")
+IMAGE_DETAILS = ("auto", "low", "high", "original")
+"""The ``detail`` levels an `ImagePart` may ask for (the OpenAI image ``detail`` values)."""
+SYSTEM_ROLES = ("system", "developer")
+"""The roles a `SystemMessage` may carry: ``developer`` is the newer models' ``system``."""
+
+
+def _check_name(name: object, message_id: str) -> None:
+    if name is None:
+        return
+    check_identifier(name, f"message {message_id!r} name")
+    assert isinstance(name, str)
+    if not _PARTICIPANT_NAME.fullmatch(name):
+        raise InvalidArgumentError(
+            f"message {message_id!r}: name must be non-empty, without whitespace or any of "
+            f"<|\\/>, got {name!r}"
+        )
 
 
 def new_message_id() -> str:
@@ -51,6 +72,30 @@ class TextPart:
 
     def __post_init__(self) -> None:
         require_str(self.text, "TextPart.text")
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token usage a model API reported for one call (SPEC §18).
+
+    Kept with the `AiMessage` it produced and stored with it; it is not part of the tool
+    protocol or of token estimation.
+
+    >>> Usage(120, 30, 150).total_tokens
+    150
+    """
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+    def __post_init__(self) -> None:
+        for name in ("prompt_tokens", "completion_tokens", "total_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidArgumentError(
+                    f"Usage.{name} must be a non-negative int, got {value!r}"
+                )
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +136,21 @@ class _MediaPart:
 
 @dataclass(frozen=True, slots=True)
 class ImagePart(_MediaPart):
-    """An image, by reference (``uri``) or as small inline ``data``."""
+    """An image, by reference (``uri``) or as small inline ``data``.
+
+    ``detail`` is the resolution the model should read it at (one of `IMAGE_DETAILS`), or None
+    for the provider's default.
+    """
+
+    detail: str | None = None
+
+    def __post_init__(self) -> None:
+        _MediaPart.__post_init__(self)
+        if self.detail is not None and self.detail not in IMAGE_DETAILS:
+            raise InvalidArgumentError(
+                f"ImagePart.detail must be one of {', '.join(IMAGE_DETAILS)} or None, "
+                f"got {self.detail!r}"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,25 +213,37 @@ class Message:
 
 @dataclass(frozen=True, slots=True, eq=True)
 class SystemMessage(Message):
-    """The agent's instructions."""
+    """The agent's instructions. ``role`` is ``"system"`` or ``"developer"`` (the role newer
+    OpenAI models read instructions under); ``name`` an optional participant name."""
 
     text: str = ""
+    role: str = field(default="system", kw_only=True)
+    name: str | None = field(default=None, kw_only=True)
     _kind: ClassVar[int] = KIND_SYSTEM
 
     def __post_init__(self) -> None:
         Message.__post_init__(self)
         require_str(self.text, f"message {self.message_id!r} text")
+        if self.role not in SYSTEM_ROLES:
+            raise InvalidArgumentError(
+                f"message {self.message_id!r}: role must be 'system' or 'developer', "
+                f"got {self.role!r}"
+            )
+        _check_name(self.name, self.message_id)
 
 
 @dataclass(frozen=True, slots=True, eq=True)
 class UserMessage(Message):
-    """A user's message: plain text, or a tuple of multimodal parts."""
+    """A user's message: plain text, or a tuple of multimodal parts; ``name`` an optional
+    participant name (to tell several users apart)."""
 
     content: str | tuple[Part, ...] = ""
+    name: str | None = field(default=None, kw_only=True)
     _kind: ClassVar[int] = KIND_USER
 
     def __post_init__(self) -> None:
         Message.__post_init__(self)
+        _check_name(self.name, self.message_id)
         if isinstance(self.content, list):
             object.__setattr__(self, "content", tuple(self.content))
         if isinstance(self.content, tuple):
@@ -195,14 +266,30 @@ class UserMessage(Message):
 
 @dataclass(frozen=True, slots=True, eq=True)
 class AiMessage(Message):
-    """A model reply: text, tool calls, or both."""
+    """A model reply: text, tool calls, or both.
+
+    ``refusal`` is the model's refusal message when it declined to answer, ``name`` an optional
+    participant name, and ``usage`` the token `Usage` the API reported for the call that
+    produced it (stored with the message; not part of the tool protocol or token estimates).
+    """
 
     text: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
+    refusal: str | None = field(default=None, kw_only=True)
+    name: str | None = field(default=None, kw_only=True)
+    usage: Usage | None = field(default=None, kw_only=True)
     _kind: ClassVar[int] = KIND_AI
 
     def __post_init__(self) -> None:
         Message.__post_init__(self)
+        if self.refusal is not None:
+            require_str(self.refusal, f"message {self.message_id!r} refusal")
+        _check_name(self.name, self.message_id)
+        if self.usage is not None and not isinstance(self.usage, Usage):
+            raise InvalidMessageTypeError(
+                f"message {self.message_id!r}: usage must be a Usage or None, "
+                f"got {type(self.usage).__name__}"
+            )
         if self.text is not None:
             require_str(self.text, f"message {self.message_id!r} text")
         if isinstance(self.tool_calls, list):

@@ -1,11 +1,35 @@
-"""Conversion to and from the OpenAI chat-completions message format (SPEC §15)."""
+"""Conversion to and from the OpenAI Chat Completions request format (SPEC §15).
+
+`to_openai` gives exactly what ``client.chat.completions.create(messages=...)`` accepts: each
+message carries only the keys that API defines. `from_openai` reads that form back (and the
+``id`` key that ``include_ids=True`` adds for storage), keeping everything the format carries.
+
+>>> from agentctx_fast import AiMessage, ToolCall, ToolMessage, UserMessage
+>>> history = [
+...     UserMessage("Where is ORD-1?", message_id="u1"),
+...     AiMessage(tool_calls=(ToolCall("c1", "get_order", '{"id": "ORD-1"}'),), message_id="a1"),
+...     ToolMessage("c1", "shipped", tool_name="get_order", message_id="t1"),
+... ]
+>>> to_openai(history)[2]
+{'role': 'tool', 'tool_call_id': 'c1', 'content': 'shipped'}
+>>> [m.message_id for m in from_openai(to_openai(history, include_ids=True))]
+['u1', 'a1', 't1']
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import base64
+import binascii
+import re
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, overload
 
-from agentctx_fast.errors import AgentCtxError, InvalidMessageTypeError
+from agentctx_fast.errors import (
+    AgentCtxError,
+    ContentTooLargeError,
+    InvalidArgumentError,
+    InvalidMessageTypeError,
+)
 from agentctx_fast.messages import (
     AiMessage,
     AudioPart,
@@ -20,140 +44,418 @@ from agentctx_fast.messages import (
     UserMessage,
 )
 
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
 
-class OpenAIFormatError(AgentCtxError, ValueError):
+__all__ = ["OpenAIFormatError", "from_openai", "openai_tools", "to_openai"]
+
+
+class OpenAIFormatError(InvalidArgumentError):
     """An OpenAI-format entry that cannot become a message; names the entry's index."""
 
 
-def _part_to_openai(part: Part) -> dict[str, Any]:
+_AUDIO_FORMATS = {
+    "audio/wav": "wav",
+    "audio/x-wav": "wav",
+    "audio/wave": "wav",
+    "audio/vnd.wave": "wav",
+    "audio/mpeg": "mp3",
+    "audio/mp3": "mp3",
+    "audio/mpeg3": "mp3",
+    "audio/x-mp3": "mp3",
+}
+_AUDIO_MIME = {"wav": "audio/wav", "mp3": "audio/mpeg"}
+_IMAGE_MAGIC = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+)
+_DATA_URL = re.compile(r"data:([^;,]*)((?:;[^;,]*)*?);base64,(.*)", re.S)
+_URI_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def _data_url(mime_type: str, data: bytes) -> str:
+    return f"data:{mime_type};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+def _parse_data_url(url: str) -> tuple[str | None, bytes] | None:
+    """``(mime_type, bytes)`` of a base64 ``data:`` URL, None for any other URL."""
+    match = _DATA_URL.fullmatch(url)
+    if match is None:
+        return None
+    try:
+        data = base64.b64decode(match.group(3), validate=True)
+    except (binascii.Error, ValueError) as error:
+        raise InvalidArgumentError(f"a data: URL has invalid base64: {error}") from None
+    return match.group(1) or None, data
+
+
+def _image_mime(part: ImagePart) -> str | None:
+    if part.mime_type:
+        return part.mime_type
+    data = part.data or b""
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return next((mime for magic, mime in _IMAGE_MAGIC if data.startswith(magic)), None)
+
+
+def _audio_format(part: AudioPart, where: str) -> str:
+    fmt = _AUDIO_FORMATS.get((part.mime_type or "").lower())
+    if fmt is None and part.mime_type is None and part.name:
+        fmt = {".wav": "wav", ".mp3": "mp3"}.get(part.name[-4:].lower())
+    if fmt is None:
+        raise InvalidArgumentError(
+            f"{where}: audio format {part.mime_type or part.name!r} cannot be sent; the Chat "
+            "Completions API takes wav or mp3 input audio"
+        )
+    return fmt
+
+
+def _part_to_openai(part: Part, where: str) -> dict[str, Any]:
     if isinstance(part, TextPart):
         return {"type": "text", "text": part.text}
     if isinstance(part, ImagePart):
-        return {"type": "image_url", "image_url": {"url": part.uri}}
+        if part.data is not None:
+            mime = _image_mime(part)
+            if mime is None:
+                raise InvalidArgumentError(
+                    f"{where}: an inline image needs a mime_type (not png, jpeg, gif or webp)"
+                )
+            url = _data_url(mime, part.data)
+        else:
+            url = str(part.uri)
+        image: dict[str, Any] = {"url": url}
+        if part.detail is not None:
+            image["detail"] = part.detail
+        return {"type": "image_url", "image_url": image}
     if isinstance(part, AudioPart):
-        return {"type": "input_audio", "input_audio": {"url": part.uri, "format": part.mime_type}}
-    return {"type": "file", "file": {"file_id": part.uri, "filename": part.name}}
+        fmt = _audio_format(part, where)
+        data = part.data
+        if data is None:
+            parsed = _parse_data_url(str(part.uri))
+            if parsed is None:
+                raise InvalidArgumentError(
+                    f"{where}: audio by reference ({part.uri!r}) cannot be sent; the Chat "
+                    "Completions API takes input audio as inline base64 data"
+                )
+            data = parsed[1]
+        return {
+            "type": "input_audio",
+            "input_audio": {"data": base64.b64encode(data).decode("ascii"), "format": fmt},
+        }
+    return {"type": "file", "file": _file_to_openai(part, where)}
 
 
-def to_openai(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """OpenAI chat messages for ``messages``; UI messages (never model input) are left out."""
+def _file_to_openai(part: FilePart, where: str) -> dict[str, Any]:
+    if part.data is not None:
+        url = _data_url(part.mime_type or "application/octet-stream", part.data)
+        return {"file_data": url, "filename": part.name or "file"}
+    uri = str(part.uri)
+    if uri.startswith("data:"):
+        return {"file_data": uri, "filename": part.name or "file"}
+    if _URI_SCHEME.match(uri):
+        raise InvalidArgumentError(
+            f"{where}: file {uri!r} is a URL; the Chat Completions API takes a provider file id "
+            "(upload it first) or inline data"
+        )
+    file: dict[str, Any] = {"file_id": uri}
+    if part.name is not None:
+        file["filename"] = part.name
+    return file
+
+
+def _message_to_openai(message: Message, where: str) -> dict[str, Any] | None:
+    entry: dict[str, Any]
+    if isinstance(message, SystemMessage):
+        entry = {"role": message.role, "content": message.text}
+        if message.name is not None:
+            entry["name"] = message.name
+    elif isinstance(message, UserMessage):
+        content = message.content
+        entry = {
+            "role": "user",
+            "content": content
+            if isinstance(content, str)
+            else [_part_to_openai(p, f"{where} content[{i}]") for i, p in enumerate(content)],
+        }
+        if message.name is not None:
+            entry["name"] = message.name
+    elif isinstance(message, AiMessage):
+        entry = {"role": "assistant"}
+        if message.text is not None:
+            entry["content"] = message.text
+        elif not message.tool_calls and message.refusal is None:
+            entry["content"] = ""  # the API needs content when there is nothing else
+        if message.refusal is not None:
+            entry["refusal"] = message.refusal
+        if message.name is not None:
+            entry["name"] = message.name
+        if message.tool_calls:
+            entry["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
+                for call in message.tool_calls
+            ]
+    elif isinstance(message, ToolMessage):
+        entry = {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text}
+    elif isinstance(message, Message):
+        return None  # UI messages have no model form
+    else:
+        raise InvalidMessageTypeError(f"{where} is not a Message: got {type(message).__name__}")
+    return entry
+
+
+@overload
+def to_openai(
+    messages: Sequence[Message], *, include_ids: Literal[False] = False
+) -> list[ChatCompletionMessageParam]: ...
+
+
+@overload
+def to_openai(
+    messages: Sequence[Message], *, include_ids: Literal[True]
+) -> list[dict[str, Any]]: ...
+
+
+@overload
+def to_openai(messages: Sequence[Message], *, include_ids: bool) -> list[Any]: ...
+
+
+def to_openai(messages: Sequence[Message], *, include_ids: bool = False) -> Any:
+    """The OpenAI Chat Completions request messages for ``messages``.
+
+    The list is passed unchanged as ``messages=`` to ``client.chat.completions.create``. UI
+    messages (never model input) are left out. ``include_ids=True`` adds each message's id as
+    ``"id"``, for storage and files: that form is not API input. A part the API cannot take
+    (audio other than wav or mp3, audio or a file by URL) raises `InvalidArgumentError` naming
+    the message.
+    """
     out: list[dict[str, Any]] = []
     for index, message in enumerate(messages):
-        entry: dict[str, Any]
-        if isinstance(message, SystemMessage):
-            entry = {"role": "system", "content": message.text}
-        elif isinstance(message, UserMessage):
-            content = message.content
-            entry = {
-                "role": "user",
-                "content": content
-                if isinstance(content, str)
-                else [_part_to_openai(p) for p in content],
-            }
-        elif isinstance(message, AiMessage):
-            entry = {"role": "assistant", "content": message.text}
-            if message.tool_calls:
-                entry["tool_calls"] = [
-                    {
-                        "id": call.id,
-                        "type": "function",
-                        "function": {"name": call.name, "arguments": call.arguments},
-                    }
-                    for call in message.tool_calls
-                ]
-        elif isinstance(message, ToolMessage):
-            entry = {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text}
-            if message.tool_name is not None:
-                entry["name"] = message.tool_name
-        elif isinstance(message, Message):
+        where = f"messages[{index}]"
+        if isinstance(message, Message):
+            where = f"message {message.message_id!r} ({where})"
+        entry = _message_to_openai(message, where)
+        if entry is None:
             continue
-        else:
-            raise InvalidMessageTypeError(
-                f"messages[{index}] is not a Message: got {type(message).__name__}"
-            )
-        entry["id"] = message.message_id
+        if include_ids:
+            entry["id"] = message.message_id
         out.append(entry)
     return out
 
 
-def _field(entry: dict[str, Any], name: str, index: int, types: type | tuple[type, ...]) -> Any:
-    value = entry.get(name)
-    if not isinstance(value, types):
-        raise OpenAIFormatError(f"entry {index}: {name!r} has the wrong type ({value!r})")
+def openai_tools(tools: Sequence[Any]) -> list[ChatCompletionToolParam]:
+    """The agent's tools as Chat Completions function tools (the ``tools=`` argument).
+
+    Any object with ``name``, ``description`` and ``parameters`` (a JSON schema) works, a
+    `Tool` among them.
+
+    >>> from agentctx_fast import Tool
+    >>> def get_order(order_id: str) -> str:
+    ...     '''Look an order up.'''
+    ...     return order_id
+    >>> openai_tools([Tool("get_order", get_order)])[0]["function"]["name"]
+    'get_order'
+    """
+    out: list[Any] = []
+    for index, tool in enumerate(tools):
+        name = getattr(tool, "name", None)
+        if not isinstance(name, str) or not name:
+            raise InvalidArgumentError(f"tools[{index}] has no name")
+        parameters = getattr(tool, "parameters", None)
+        if parameters is None:
+            parameters = {"type": "object", "properties": {}}
+        if not isinstance(parameters, Mapping):
+            raise InvalidArgumentError(f"tool {name!r}: parameters must be a JSON schema object")
+        function: dict[str, Any] = {"name": name, "parameters": dict(parameters)}
+        description = getattr(tool, "description", None)
+        if description:
+            function["description"] = str(description)
+        out.append({"type": "function", "function": function})
+    return out
+
+
+# --- reading -------------------------------------------------------------------------------
+
+
+def _get(entry: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    value = entry.get(key)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        shown = "missing" if key not in entry else f"a {type(value).__name__}"
+        raise OpenAIFormatError(f"{where}: {key!r} is {shown}")
     return value
 
 
-def _part_from_openai(part: Any, index: int) -> Part:
-    if not isinstance(part, dict):
-        raise OpenAIFormatError(f"entry {index}: a content part must be an object")
+def _part_from_openai(part: Any, where: str) -> Part:
+    if not isinstance(part, Mapping):
+        raise OpenAIFormatError(f"{where}: a content part must be an object")
     kind = part.get("type")
     if kind == "text":
-        return TextPart(_field(part, "text", index, str))
+        return TextPart(_get(part, "text", str, where))
     if kind == "image_url":
-        return ImagePart(uri=_field(_field(part, "image_url", index, dict), "url", index, str))
+        image = _get(part, "image_url", Mapping, where)
+        url = _get(image, "url", str, f"{where} image_url")
+        detail = image.get("detail")
+        parsed = _parse_data_url(url)
+        if parsed is not None:
+            return ImagePart(mime_type=parsed[0], data=parsed[1], detail=detail)
+        return ImagePart(uri=url, detail=detail)
     if kind == "input_audio":
-        audio = _field(part, "input_audio", index, dict)
-        return AudioPart(uri=_field(audio, "url", index, str), mime_type=audio.get("format"))
+        audio = _get(part, "input_audio", Mapping, where)
+        fmt = _get(audio, "format", str, f"{where} input_audio")
+        if fmt not in _AUDIO_MIME:
+            raise OpenAIFormatError(f"{where}: input audio format must be wav or mp3, got {fmt!r}")
+        try:
+            data = base64.b64decode(_get(audio, "data", str, f"{where} input_audio"), validate=True)
+        except (binascii.Error, ValueError):
+            raise OpenAIFormatError(f"{where}: input audio data is not base64") from None
+        return AudioPart(mime_type=_AUDIO_MIME[fmt], data=data)
     if kind == "file":
-        file = _field(part, "file", index, dict)
-        return FilePart(uri=_field(file, "file_id", index, str), name=file.get("filename"))
-    raise OpenAIFormatError(f"entry {index}: unknown content part type {kind!r}")
+        file = _get(part, "file", Mapping, where)
+        name = file.get("filename")
+        if file.get("file_id") is not None:
+            return FilePart(uri=_get(file, "file_id", str, f"{where} file"), name=name)
+        file_data = _get(file, "file_data", str, f"{where} file")
+        parsed = _parse_data_url(file_data)
+        if parsed is None:
+            try:
+                parsed = (None, base64.b64decode(file_data, validate=True))
+            except (binascii.Error, ValueError):
+                raise OpenAIFormatError(f"{where}: file_data is not base64") from None
+        return FilePart(mime_type=parsed[0], data=parsed[1], name=name)
+    raise OpenAIFormatError(f"{where}: unknown content part type {kind!r}")
 
 
-def _text(entry: dict[str, Any], index: int) -> str:
+def _text_content(entry: Mapping[str, Any], where: str, *, allow_refusal: bool = False) -> Any:
+    """The text of a content that only text parts may make up (None when absent)."""
     content = entry.get("content")
-    if content is None:
-        return ""
-    if isinstance(content, str):
+    if isinstance(content, str) or (content is None and allow_refusal):
         return content
-    if isinstance(content, list):
-        return "".join(_part_from_openai(p, index).text for p in content)  # type: ignore[union-attr]
-    raise OpenAIFormatError(f"entry {index}: 'content' must be a string or a list of parts")
+    if content is None:
+        raise OpenAIFormatError(f"{where}: a {entry.get('role')} message needs 'content'")
+    if not isinstance(content, list):
+        raise OpenAIFormatError(f"{where}: 'content' must be a string or a list of parts")
+    texts: list[str] = []
+    for i, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if kind == "refusal" and allow_refusal:
+            continue
+        if kind != "text":
+            raise OpenAIFormatError(
+                f"{where}: content[{i}] is a {kind!r} part; a {entry.get('role')} message "
+                "takes only text parts"
+            )
+        texts.append(_get(part, "text", str, f"{where} content[{i}]"))
+    return "\n".join(texts)
 
 
-def from_openai(entries: Sequence[dict[str, Any]]) -> list[Message]:
-    """Messages for OpenAI chat entries; an ``id`` field becomes the ``message_id``."""
+def _tool_call_from_openai(raw: Any, where: str) -> ToolCall:
+    if not isinstance(raw, Mapping):
+        raise OpenAIFormatError(f"{where}: a tool call must be an object")
+    call_id = raw.get("id")
+    if not isinstance(call_id, str) or not call_id:
+        raise OpenAIFormatError(f"{where}: a tool call has no id")
+    if raw.get("type", "function") != "function":
+        raise OpenAIFormatError(f"{where}: tool call {call_id!r} is not a function call")
+    function = _get(raw, "function", Mapping, f"{where} tool call {call_id!r}")
+    arguments = function.get("arguments")
+    if not isinstance(arguments, str):
+        raise OpenAIFormatError(
+            f"{where}: tool call {call_id!r} arguments must be a JSON string, "
+            f"got {type(arguments).__name__}"
+        )
+    name = _get(function, "name", str, f"{where} tool call {call_id!r}")
+    return ToolCall(call_id, name, arguments)
+
+
+def _assistant_from_openai(entry: Mapping[str, Any], where: str, ids: dict[str, Any]) -> Message:
+    for legacy in ("function_call", "audio"):
+        if entry.get(legacy) is not None:
+            raise OpenAIFormatError(f"{where}: assistant {legacy!r} is not supported")
+    calls = entry.get("tool_calls") or []
+    if not isinstance(calls, list):
+        raise OpenAIFormatError(f"{where}: 'tool_calls' must be a list")
+    refusal = entry.get("refusal")
+    content = entry.get("content")
+    if refusal is None and isinstance(content, list):
+        parts = [p for p in content if isinstance(p, Mapping) and p.get("type") == "refusal"]
+        if parts:
+            refusal = "\n".join(_get(p, "refusal", str, where) for p in parts)
+    if refusal is not None and not isinstance(refusal, str):
+        raise OpenAIFormatError(f"{where}: 'refusal' must be a string")
+    text = _text_content(entry, where, allow_refusal=True)
+    if isinstance(content, list) and not any(
+        isinstance(p, Mapping) and p.get("type") == "text" for p in content
+    ):
+        text = None
+    return AiMessage(
+        text,
+        tuple(_tool_call_from_openai(c, where) for c in calls),
+        refusal=refusal,
+        name=entry.get("name"),
+        **ids,
+    )
+
+
+def _entry_from_openai(entry: Any, where: str) -> Message:
+    if not isinstance(entry, Mapping):
+        raise OpenAIFormatError(f"{where} is not an object")
+    ids: dict[str, Any] = {}
+    if entry.get("id") is not None:
+        ids["message_id"] = _get(entry, "id", str, where)
+    role = entry.get("role")
+    if role in ("system", "developer"):
+        return SystemMessage(_text_content(entry, where), role=role, name=entry.get("name"), **ids)
+    if role == "user":
+        content = entry.get("content")
+        if isinstance(content, list):
+            parts = tuple(
+                _part_from_openai(p, f"{where} content[{i}]") for i, p in enumerate(content)
+            )
+            return UserMessage(parts, name=entry.get("name"), **ids)
+        if not isinstance(content, str):
+            raise OpenAIFormatError(f"{where}: a user message needs a string or list 'content'")
+        return UserMessage(content, name=entry.get("name"), **ids)
+    if role == "assistant":
+        return _assistant_from_openai(entry, where, ids)
+    if role == "tool":
+        # "name" is not part of the API's tool message; older files carry it: keep it.
+        name = entry.get("name")
+        return ToolMessage(
+            _get(entry, "tool_call_id", str, where),
+            _text_content(entry, where),
+            tool_name=name if isinstance(name, str) and name else None,
+            **ids,
+        )
+    if role == "function":
+        raise OpenAIFormatError(f"{where}: the legacy 'function' role is not supported")
+    if role is None:
+        raise OpenAIFormatError(f"{where} has no role")
+    raise OpenAIFormatError(f"{where}: unknown role {role!r}")
+
+
+def from_openai(entries: Sequence[Mapping[str, Any]]) -> list[Message]:
+    """Messages for OpenAI Chat Completions request messages (with or without ``id``).
+
+    Keeps what the format carries: ``developer`` messages (a `SystemMessage` with
+    ``role="developer"``), the ``name`` of system, user and assistant messages, ``refusal``,
+    image ``detail`` and every content part. Malformed input raises `OpenAIFormatError` (an
+    `InvalidArgumentError`) naming the entry, or `ContentTooLargeError` for inline content
+    over the cap.
+    """
     out: list[Message] = []
     for index, entry in enumerate(entries):
-        if not isinstance(entry, dict):
-            raise OpenAIFormatError(f"entry {index} is not an object")
-        ids: dict[str, Any] = {}
-        if "id" in entry and entry["id"] is not None:
-            ids["message_id"] = _field(entry, "id", index, str)
-        role = entry.get("role")
-        message: Message
-        if role in ("system", "developer"):
-            message = SystemMessage(_text(entry, index), **ids)
-        elif role == "user":
-            content = entry.get("content")
-            if isinstance(content, list):
-                message = UserMessage(tuple(_part_from_openai(p, index) for p in content), **ids)
-            else:
-                message = UserMessage(_text(entry, index), **ids)
-        elif role == "assistant":
-            calls = []
-            for raw in entry.get("tool_calls") or ():
-                if not isinstance(raw, dict) or not isinstance(raw.get("id"), str) or not raw["id"]:
-                    raise OpenAIFormatError(f"entry {index}: a tool call has no id")
-                function = _field(raw, "function", index, dict)
-                arguments = function.get("arguments", "{}")
-                if not isinstance(arguments, str):
-                    raise OpenAIFormatError(
-                        f"entry {index}: tool call {raw['id']!r} arguments must be a JSON string"
-                    )
-                calls.append(ToolCall(raw["id"], _field(function, "name", index, str), arguments))
-            content = entry.get("content")
-            text = None if content is None else _text(entry, index)
-            message = AiMessage(text, tuple(calls), **ids)
-        elif role == "tool":
-            name = entry.get("name")
-            message = ToolMessage(
-                _field(entry, "tool_call_id", index, str),
-                _text(entry, index),
-                tool_name=name if isinstance(name, str) else None,
-                **ids,
-            )
-        else:
-            raise OpenAIFormatError(f"entry {index}: unknown role {role!r}")
-        out.append(message)
+        where = f"entry {index}"
+        try:
+            out.append(_entry_from_openai(entry, where))
+        except OpenAIFormatError:
+            raise
+        except ContentTooLargeError as error:
+            raise ContentTooLargeError(f"{where}: {error}") from None
+        except AgentCtxError as error:  # a value a message class refuses
+            raise OpenAIFormatError(f"{where}: {error}") from None
     return out

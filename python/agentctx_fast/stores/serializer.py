@@ -40,6 +40,7 @@ from agentctx_fast.messages import (
     TextPart,
     ToolCall,
     ToolMessage,
+    Usage,
     UserMessage,
 )
 
@@ -169,7 +170,7 @@ def _dump_part(part: Part, where: str) -> dict[str, Any]:
     _expect(part.name, _OPTIONAL_STR, f"{where} name")
     _expect(part.size_bytes, (int, type(None)), f"{where} size_bytes")
     _expect(part.data, (bytes, type(None)), f"{where} data")
-    return {
+    out = {
         "type": _PART_TAGS[type(part)],
         "uri": part.uri,
         "mime_type": part.mime_type,
@@ -177,6 +178,11 @@ def _dump_part(part: Part, where: str) -> dict[str, Any]:
         "size_bytes": part.size_bytes,
         "data": None if part.data is None else base64.b64encode(part.data).decode("ascii"),
     }
+    # Written only when set, so records of parts without a detail keep their earlier form.
+    if isinstance(part, ImagePart) and part.detail is not None:
+        _expect(part.detail, (str,), f"{where} detail")
+        out["detail"] = part.detail
+    return out
 
 
 def _load_part(fields: object, where: str) -> Part:
@@ -192,12 +198,14 @@ def _load_part(fields: object, where: str) -> Part:
             raw = None if data is None else base64.b64decode(data, validate=True)
         except (binascii.Error, ValueError) as error:
             raise SerializationError(f"{where}: part data is not base64") from error
+        extra = {"detail": reader.optional("detail", str)} if tag == "image" else {}
         part = _PART_CLASSES[tag](
             uri=reader.optional("uri", str),
             mime_type=reader.optional("mime_type", str),
             name=reader.optional("name", str),
             size_bytes=reader.optional("size_bytes", int),
             data=raw,
+            **extra,
         )
     else:
         raise SerializationError(f"{where}: unknown content part type {tag!r}")
@@ -224,6 +232,11 @@ def _dump_message(message: Message) -> dict[str, Any]:
     where = f"message {message.message_id!r}"
     if isinstance(message, (SystemMessage, AiMessage, ToolMessage)):
         out["text"] = message.text
+    if isinstance(message, SystemMessage) and message.role != "system":
+        _expect(message.role, (str,), f"{where} role")
+        out["role"] = message.role
+    if isinstance(message, (SystemMessage, UserMessage, AiMessage)):
+        _dump_optional(out, "name", message.name, where)
     if isinstance(message, UserMessage):
         content = message.content
         out["content"] = (
@@ -235,6 +248,16 @@ def _dump_message(message: Message) -> dict[str, Any]:
         out["tool_calls"] = [
             {"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls
         ]
+        _dump_optional(out, "refusal", message.refusal, where)
+        if message.usage is not None:
+            usage = message.usage
+            for name in ("prompt_tokens", "completion_tokens", "total_tokens"):
+                _expect(getattr(usage, name), (int,), f"{where} usage.{name}")
+            out["usage"] = {
+                "prompt_tokens": usage.prompt_tokens,
+                "completion_tokens": usage.completion_tokens,
+                "total_tokens": usage.total_tokens,
+            }
     elif isinstance(message, ToolMessage):
         _expect(message.is_error, (bool,), f"{where} is_error")
         out.update(
@@ -250,6 +273,25 @@ def _dump_message(message: Message) -> dict[str, Any]:
             _expect(message.status, _OPTIONAL_STR, f"{where} status")
             out["status"] = message.status
     return out
+
+
+def _dump_optional(out: dict[str, Any], key: str, value: object, where: str) -> None:
+    # Optional fields added after the first record format are written only when set, so
+    # records without them keep their earlier form and every earlier record still loads.
+    if value is not None:
+        _expect(value, (str,), f"{where} {key}")
+        out[key] = value
+
+
+def _load_usage(fields: object) -> Usage:
+    reader = _Reader(fields, "usage")
+    usage = Usage(
+        reader.get("prompt_tokens", int),
+        reader.get("completion_tokens", int),
+        reader.get("total_tokens", int),
+    )
+    reader.done()
+    return usage
 
 
 def _load_message(fields: object, where: str = "message") -> Message:
@@ -282,14 +324,22 @@ def _load_ai(reader: _Reader, common: dict[str, Any]) -> Message:
             )
         )
         call_reader.done()
-    return AiMessage(reader.optional("text", str), tuple(calls), **common)
+    usage = reader.optional("usage", dict)
+    return AiMessage(
+        reader.optional("text", str),
+        tuple(calls),
+        refusal=reader.optional("refusal", str),
+        name=reader.optional("name", str),
+        usage=None if usage is None else _load_usage(usage),
+        **common,
+    )
 
 
 def _load_user(reader: _Reader, common: dict[str, Any]) -> Message:
     content = reader.get("content", (str, list))
     if isinstance(content, list):
         content = tuple(_load_part(p, f"message {common['message_id']!r}") for p in content)
-    return UserMessage(content, **common)
+    return UserMessage(content, name=reader.optional("name", str), **common)
 
 
 _MESSAGE_TAGS: dict[type, str] = {
@@ -301,7 +351,9 @@ _MESSAGE_TAGS: dict[type, str] = {
     AgentFormMessage: "form",
 }
 _MESSAGE_LOADERS: dict[str, Callable[[_Reader, dict[str, Any]], Message]] = {
-    "system": lambda r, c: SystemMessage(r.get("text", str), **c),
+    "system": lambda r, c: SystemMessage(
+        r.get("text", str), role=r.get("role", str, "system"), name=r.optional("name", str), **c
+    ),
     "user": _load_user,
     "ai": _load_ai,
     "tool": lambda r, c: ToolMessage(

@@ -519,8 +519,11 @@ def schema_ddl(url: str, table_prefix: str = "agent_") -> str:
     """The SQL DDL of the store's tables and indexes for ``url``'s dialect, for users whose
     migrations are their own (nothing connects to the database).
 
-    >>> print(schema_ddl("sqlite://").splitlines()[0])
-    CREATE TABLE agent_messages (
+    >>> ddl = schema_ddl("postgresql://user@host/db", table_prefix="shop_")
+    >>> [line for line in ddl.splitlines() if line.startswith("CREATE TABLE")][2]
+    'CREATE TABLE shop_messages ('
+    >>> "CREATE INDEX shop_messages_visible ON shop_messages" in ddl
+    True
     """
     check_table_prefix(table_prefix)
     try:

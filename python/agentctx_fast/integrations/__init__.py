@@ -1,0 +1,4 @@
+"""Integrations with other libraries; each lives in its own module so its extra stays optional.
+
+``agentctx_fast.integrations.langchain`` needs the ``langchain`` extra.
+"""
