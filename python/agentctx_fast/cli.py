@@ -1,10 +1,11 @@
-"""The ``agentctx`` command: ``agentctx window FILE`` and ``agentctx demo``.
+"""The ``agentctx`` command: ``agentctx window FILE``, ``agentctx demo`` and ``agentctx schema``.
 
 ``agentctx window FILE`` reads a conversation in OpenAI chat format and prints the window the
 model would get (`agentctx_fast._conversation_file` describes the file). ``agentctx demo`` runs
 a customer-support conversation with tools, an approval and a resumed turn on the embedded
-SQLite store (or a Redis or PostgreSQL store) and prints every model window. Bad input ends with
-one line on standard error and exit status 2, never a traceback.
+SQLite store (or a Redis or PostgreSQL store) and prints every model window. ``agentctx schema
+--url URL`` prints the SQL store's DDL for the URL's dialect. Bad input ends with one line on
+standard error and exit status 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -129,11 +130,18 @@ def _demo_command(args: argparse.Namespace) -> int:
     return 0 if all(t.status.value == "completed" for t in turns) else 1
 
 
+def _schema_command(args: argparse.Namespace) -> int:
+    from agentctx_fast.stores.sql import schema_ddl
+
+    sys.stdout.write(schema_ddl(args.url, table_prefix=args.table_prefix))
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentctx",
         description="Context windows for LLM agent services: inspect a conversation's model "
-        "window, or run the demo.",
+        "window, run the demo, or print the SQL store's schema.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
     window = commands.add_parser(
@@ -191,6 +199,20 @@ def _parser() -> argparse.ArgumentParser:
         help="a store URL instead: redis://HOST:PORT/0 or postgresql://USER@HOST/DB",
     )
     demo.set_defaults(run=_demo_command)
+    schema = commands.add_parser(
+        "schema",
+        help="print the SQL store's DDL for a database URL",
+        description="Print the CREATE TABLE and CREATE INDEX statements of the SQL store for the "
+        "dialect of URL (SQLite or PostgreSQL), for migrations of your own. Nothing connects "
+        "to the database.",
+    )
+    schema.add_argument(
+        "--url", required=True, help="a database URL, e.g. postgresql://USER@HOST/DB"
+    )
+    schema.add_argument(
+        "--table-prefix", default="agent_", help="the store's table prefix (default: %(default)s)"
+    )
+    schema.set_defaults(run=_schema_command)
     return parser
 
 
