@@ -31,6 +31,7 @@ class LoopThread:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=60)
 
     def stop(self) -> None:
+        self.run(_cancel_others())  # a runner's lease-keeping task, say
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
         self.loop.close()
@@ -93,9 +94,7 @@ class _Bridged:
 class BridgedStore:
     """An async store (made on the loop by ``factory``) behind the blocking store interface."""
 
-    def __init__(
-        self, factory: Callable[[], Awaitable[Any]], twin: Any | None = None
-    ) -> None:
+    def __init__(self, factory: Callable[[], Awaitable[Any]], twin: Any | None = None) -> None:
         self._loop = LoopThread()
         self.inner = self._loop.run(_made(factory))
         self._twin = twin
@@ -129,3 +128,48 @@ class BridgedStore:
 
 async def _made(factory: Callable[[], Awaitable[Any]]) -> Any:
     return await factory()
+
+
+class BridgedRunner:
+    """`AsyncAgentRunner` over a bridged async store, behind `AgentRunner`'s blocking calls."""
+
+    def __init__(self, store: BridgedStore, **options: Any) -> None:
+        from agentctx_fast import AsyncAgentRunner
+
+        self._loop = store._loop
+
+        async def made() -> AsyncAgentRunner:
+            return AsyncAgentRunner(store.inner, **options)
+
+        self._runner = self._loop.run(made())
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self._runner, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            async def run() -> Any:
+                return await method(*args, **kwargs)
+
+            return self._loop.run(run())
+
+        return call
+
+    def close(self) -> None:
+        self._loop.run(self._runner.aclose())
+
+
+def runner_for(store: Any, **options: Any) -> Any:
+    """`AgentRunner` on a blocking store, `AsyncAgentRunner` (bridged) on a bridged one."""
+    if isinstance(store, BridgedStore):
+        return BridgedRunner(store, **options)
+    from agentctx_fast import AgentRunner
+
+    return AgentRunner(store, **options)
+
+
+async def _cancel_others() -> None:
+    current = asyncio.current_task()
+    others = [task for task in asyncio.all_tasks() if task is not current]
+    for task in others:
+        task.cancel()
+    await asyncio.gather(*others, return_exceptions=True)

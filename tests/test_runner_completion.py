@@ -33,9 +33,24 @@ from agentctx_fast import (
 )
 from agentctx_fast import metrics as m
 from agentctx_fast.compressors import IncrementalCompressor
+from async_bridge import runner_for
 from runner_helpers import ids
-from store_fixtures import make_async_store, make_store, new_conversation_id, store_url
+from store_fixtures import (
+    ASYNC_STORE_KINDS,
+    STORE_KINDS,
+    make_async_store,
+    make_store,
+    new_conversation_id,
+    store_url,
+)
 from summary_models import ScriptedSummaryModel, echo_identifiers
+
+
+@pytest.fixture(params=STORE_KINDS + ASYNC_STORE_KINDS)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """Every point on every store: blocking runners on the blocking stores, the async runner
+    (bridged to a loop thread) on the async ones."""
+    return str(request.param)
 
 
 class CountingCompressor:
@@ -78,7 +93,7 @@ def test_the_coordinator_compresses_only_when_its_trigger_fires(
     model = ScriptedChatModel([_answers], cycle=True)
     first = make_store(store_kind, request)
     try:
-        runner = AgentRunner(first)
+        runner = runner_for(first)
         for turn in range(1, 7):
             done = runner.run(_coordinated_agent(compressor, model), conversation, f"q{turn}")
             assert done.status is TurnStatus.COMPLETED
@@ -104,12 +119,12 @@ def test_the_coordinator_compresses_only_when_its_trigger_fires(
     finally:
         first.close()
     # another process (a fresh store, runner and compressor) continues the saved state
-    if store_kind != "memory":
+    if not store_kind.endswith("memory"):
         second = make_store(store_kind, request)
         try:
             fresh = CountingCompressor()
             model2 = ScriptedChatModel([_answers], cycle=True)
-            turn = AgentRunner(second).run(_coordinated_agent(fresh, model2), conversation, "q7")
+            turn = runner_for(second).run(_coordinated_agent(fresh, model2), conversation, "q7")
             assert turn.status is TurnStatus.COMPLETED and fresh.inputs == []  # 1 pending turn
             window = [msg.text for msg in model2.calls[0].messages]
             assert window[-5:] == ["q5", "answer to q5", "q6", "answer to q6", "q7"]
@@ -119,7 +134,10 @@ def test_the_coordinator_compresses_only_when_its_trigger_fires(
             second.close()
 
 
-def test_the_coordinator_on_async_stores(store_kind: str, request: pytest.FixtureRequest) -> None:
+@pytest.mark.parametrize("kind", STORE_KINDS)
+def test_the_coordinator_on_async_stores(kind: str, request: pytest.FixtureRequest) -> None:
+    """Natively on an event loop (the other tests bridge the async runner to a thread)."""
+    store_kind = kind
     conversation = new_conversation_id()
     compressor = CountingCompressor()
     url = store_url(store_kind, request)
@@ -156,7 +174,7 @@ def test_a_failing_compressor_and_the_policy(
     metrics = InMemoryMetrics()
     store = make_store(store_kind, request)
     try:
-        runner = AgentRunner(store, metrics=metrics)
+        runner = runner_for(store, metrics=metrics)
         plain = Agent("a", ScriptedChatModel([_answers], cycle=True))
         for turn in range(2):
             runner.run(plain, conversation, f"old {turn}")
@@ -200,7 +218,7 @@ def test_a_cancelled_turn_with_a_final_answer_is_never_compacted(
     conversation = new_conversation_id()
     store = make_store(store_kind, request)
     try:
-        runner = AgentRunner(store)
+        runner = runner_for(store)
         tools = [Tool("look", lambda: "looked")]
 
         def cancel_now() -> None:
@@ -248,7 +266,7 @@ def test_an_incremental_compressor_keeps_one_summary_per_conversation(
     first, second = new_conversation_id(), new_conversation_id()
     store = make_store(store_kind, request)
     try:
-        runner = AgentRunner(store)
+        runner = runner_for(store)
         turns = [
             runner.run(agent, conversation, f"{conversation} question {n} ORD-{n}")
             for conversation in (first, second)
@@ -265,7 +283,7 @@ def test_an_incremental_compressor_keeps_one_summary_per_conversation(
 def test_an_incremental_summary_under_a_trigger_is_continued_by_another_process(
     store_kind: str, request: pytest.FixtureRequest
 ) -> None:
-    if store_kind == "memory":
+    if store_kind.endswith("memory"):
         pytest.skip("another process needs a shared store")
     conversation = new_conversation_id()
 
@@ -276,7 +294,7 @@ def test_an_incremental_summary_under_a_trigger_is_continued_by_another_process(
     for process, questions in enumerate(((1, 2, 3, 4), (5, 6))):
         store = make_store(store_kind, request)  # a new store: another process's view
         try:
-            runner = AgentRunner(store)
+            runner = runner_for(store)
             for n in questions:
                 turn = runner.run(agent_of(models[process]), conversation, f"q{n} ORD-{n}")
                 assert turn.status is TurnStatus.COMPLETED, turn.error
@@ -296,7 +314,7 @@ def test_model_latency_is_recorded_and_options_are_checked(
     metrics = InMemoryMetrics()
     store = make_store(store_kind, request)
     try:
-        AgentRunner(store, metrics=metrics).run(
+        runner_for(store, metrics=metrics).run(
             Agent("a", ScriptedChatModel([AiMessage("hi")])), new_conversation_id(), "hello"
         )
     finally:
