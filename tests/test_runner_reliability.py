@@ -30,6 +30,7 @@ from agentctx_fast import (
     TurnStatus,
     validate_tool_protocol,
 )
+from async_bridge import runner_for
 from runner_helpers import ConcurrencyProbe, check_memory, ids, results_by_call
 from runner_workers import REFUND_ARGUMENTS, crash_in_turn, race_turns, resume_turn, suspend_turn
 from store_fixtures import make_store, new_conversation_id
@@ -271,18 +272,26 @@ def test_suspend_in_one_process_resume_in_another(process_store: tuple[str, str,
         assert nxt.status is TurnStatus.COMPLETED
 
 
+@pytest.mark.parametrize("driver", ["blocking", "async"])
 @pytest.mark.parametrize(
     ("where", "idempotent"), [("tool", False), ("tool", True), ("model", False)]
 )
 def test_a_killed_turn_is_resumed(
-    process_store: tuple[str, str, Any], tmp_path: Path, where: str, idempotent: bool
+    process_store: tuple[str, str, Any],
+    tmp_path: Path,
+    where: str,
+    idempotent: bool,
+    driver: str,
+    request: pytest.FixtureRequest,
 ) -> None:
     """SPEC §11: ``resume`` with no approvals continues a RUNNING turn whose process died, once
     its lease expired: a stored result is never run again, an unanswered call runs again only
     for an idempotent tool, otherwise the model sees "interrupted before the tool returned"."""
-    kind, url, store = process_store
+    kind, url, blocking_store = process_store
     conversation = new_conversation_id()
     _kill_mid_turn(kind, url, conversation, tmp_path / "in-turn", where)
+    # the blocking runner, or the async runner on the async store (bridged to a loop thread)
+    store = blocking_store if driver == "blocking" else make_store(f"async-{kind}", request)
     memory = store.chat_memory(conversation)
     written = memory.get_messages()
     reruns: list[str] = []
@@ -293,22 +302,24 @@ def test_a_killed_turn_is_resumed(
 
     model = ScriptedChatModel([AiMessage("done after the crash")])
     agent = Agent("crasher", model, tools=[Tool("slow_tool", slow_tool, idempotent=idempotent)])
-    runner = AgentRunner(store, lease_seconds=1.0)
+    runner = runner_for(store, lease_seconds=1.0)
     try:
         with pytest.raises(AgentConversationBusyError) as busy:
             runner.resume(agent, conversation, "killed")  # its lease is still alive
         assert busy.value.turn_id == "killed"
         assert memory.get_messages() == written and model.calls == []
-        lease = runner.turn_store.open_turn(conversation)
+        lease = store.turn_store().open_turn(conversation)
         assert lease is not None and lease.expires_at is not None
         time.sleep(max(0.0, lease.expires_at - time.time()) + 0.1)
         turn = runner.resume(agent, conversation, "killed")
+        assert runner.turn(conversation, "killed").status is TurnStatus.COMPLETED
+        stored = memory.get_messages()
     finally:
         runner.close()
+        if store is not blocking_store:
+            store.close()
     assert turn.status is TurnStatus.COMPLETED and turn.final_message is not None
     assert turn.final_message.text == "done after the crash"
-    assert runner.turn(conversation, "killed").status is TurnStatus.COMPLETED
-    stored = memory.get_messages()
     assert validate_tool_protocol(stored) == []
     assert stored[: len(written)] == written  # nothing written before the crash changed
     result = results_by_call(stored)["c1"]
