@@ -440,3 +440,28 @@ def test_stream_of_a_non_streaming_plain_model_gives_one_delta(
     events = with_store("async-memory", request, body)
     assert [type(e) for e in events] == [TextDelta, TurnEnded]
     assert events[0].text == "All done."
+
+
+def test_one_runner_serves_turns_on_successive_event_loops() -> None:
+    """A runner kept across ``asyncio.run`` calls renews leases on each new loop."""
+    from agentctx_fast import AsyncInMemoryAgentStore
+
+    store = AsyncInMemoryAgentStore()
+    runner = AsyncAgentRunner(store, lease_seconds=0.3)
+    renewed: list[float] = []
+
+    class SlowModel:
+        async def chat(self, messages: Sequence[Message], tools: Sequence[Any]) -> AiMessage:
+            lease = await store.turn_store().open_turn(messages[-1].text or "")
+            before = lease.expires_at if lease else None
+            await asyncio.sleep(0.35)  # longer than the lease: only a renewal keeps it
+            lease = await store.turn_store().open_turn(messages[-1].text or "")
+            assert lease is not None and before is not None
+            renewed.append(lease.expires_at - before)  # type: ignore[operator]
+            return AiMessage("done")
+
+    agent = Agent("a", SlowModel())
+    for conversation in ("c1", "c2"):
+        turn = asyncio.run(runner.run(agent, conversation, conversation))
+        assert turn.status is TurnStatus.COMPLETED
+    assert len(renewed) == 2 and all(delta > 0 for delta in renewed)

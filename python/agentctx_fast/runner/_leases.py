@@ -142,8 +142,10 @@ class TaskLeaseKeeper(LeaseKeeper):
         self._task: asyncio.Task[None] | None = None
 
     def _start(self) -> None:
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run())
+        loop = asyncio.get_running_loop()
+        # A runner used from a new event loop (its old one closed) starts a task on it.
+        if self._task is None or self._task.done() or self._task.get_loop() is not loop:
+            self._task = loop.create_task(self._run())
 
     def close(self) -> None:
         super().close()
