@@ -24,6 +24,7 @@ from agentctx_fast.errors import (
     InvalidArgumentError,
     InvalidMessageTypeError,
 )
+from agentctx_fast.memory import check_messages
 from agentctx_fast.messages import Message, ToolMessage
 from agentctx_fast.tokens import DEFAULT_ESTIMATOR, TokenEstimator
 from agentctx_fast.turns import segment_turns
@@ -276,7 +277,7 @@ class AgentContextCompressionCoordinator:
         runner runs a blocking one in a worker thread); ``allow_compression=False`` only reads
         the saved state (after a compare-and-set conflict, the winner's summary is used).
         """
-        history = _checked_history(compressible_history)
+        history = check_messages(compressible_history, "compressible_history")
         state = await states.load(conversation_id) or AgentContextCompressionState(conversation_id)
         pending = _pending(history, state)
         if (
@@ -356,20 +357,6 @@ def _estimate_function(
         return tokens
 
     return checked
-
-
-def _checked_history(history: object) -> list[Message]:
-    if not isinstance(history, Sequence) or isinstance(history, (str, bytes)):
-        raise InvalidMessageTypeError(
-            f"compressible_history must be a sequence of messages, got {type(history).__name__}"
-        )
-    messages = list(history)
-    for index, message in enumerate(messages):
-        if not isinstance(message, Message):
-            raise InvalidMessageTypeError(
-                f"compressible_history[{index}] is not a Message: {type(message).__name__}"
-            )
-    return messages
 
 
 def _pending(history: list[Message], state: AgentContextCompressionState) -> list[Message]:

@@ -45,17 +45,18 @@ def check_message(message: object) -> Message:
     return message
 
 
-def check_messages(messages: object) -> list[Message]:
-    """A batch of messages as a list, every item checked before anything is written."""
+def check_messages(messages: object, name: str = "messages") -> list[Message]:
+    """``messages`` as a new list, every item checked (before anything is written); errors name
+    the argument ``name`` and the index."""
     if isinstance(messages, (str, bytes, Message)) or not isinstance(messages, Sequence):
         raise InvalidMessageTypeError(
-            f"messages must be a sequence of messages, got {type(messages).__name__}"
+            f"{name} must be a sequence of messages, got {type(messages).__name__}"
         )
     batch = list(messages)
     for index, message in enumerate(batch):
         if not isinstance(message, Message):
             raise InvalidMessageTypeError(
-                f"messages[{index}] is not a Message: {type(message).__name__}"
+                f"{name}[{index}] is not a Message: {type(message).__name__}"
             )
     return batch
 

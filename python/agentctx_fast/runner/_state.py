@@ -12,7 +12,7 @@ from agentctx_fast._ids import check_identifier
 from agentctx_fast.agent import Agent, AgentTurn
 from agentctx_fast.coordinator import AsyncAgentContextCompressionStateStore
 from agentctx_fast.errors import InvalidArgumentError, InvalidMessageTypeError, TurnStateError
-from agentctx_fast.memory import AsyncChatMemory
+from agentctx_fast.memory import AsyncChatMemory, check_messages
 from agentctx_fast.messages import AiMessage, Message, UserMessage
 from agentctx_fast.metrics import AgentMetrics
 from agentctx_fast.runner._io import AsyncTurnIO, BlockingTurnIO
@@ -98,13 +98,7 @@ def user_message(message: object, turn_id: str) -> UserMessage:
 
 
 def check_history(history: Sequence[Message]) -> list[Message]:
-    copied = list(history)
-    for index, item in enumerate(copied):
-        if not isinstance(item, Message):
-            raise InvalidMessageTypeError(
-                f"history[{index}] is not a Message: {type(item).__name__}"
-            )
-    return copied
+    return check_messages(history, "history")
 
 
 def check_approvals(approvals: object, snapshot: AgentTurnSnapshot) -> dict[str, bool]:
