@@ -1,5 +1,5 @@
-"""`build_window` as callers reach it: the Rust entry builds the common window without Python
-code and sends every other call through the checked path; both agree with the reference."""
+"""`build_window` as callers reach it: the Rust core builds the common window without Python
+code, the shared layer handles every other option; both agree with the reference."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from agentctx_fast import (
     UserMessage,
 )
 from agentctx_fast._reference import api as reference
-from agentctx_fast.window import ContextWindow, build_window_on, builder
+from agentctx_fast.window import ContextWindow, WindowOptions, build_window_on
 from conftest import native_or_skip
 from strategies import histories, window_options
 
@@ -131,7 +131,7 @@ def _for_reference(options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _keywords(engine: Any) -> Callable[..., ContextWindow]:
-    """`build_window` with its keywords, on ``engine``'s entry (see `builder`)."""
+    """`build_window` with its keywords, on ``engine``."""
     return partial(build_window_on, engine)
 
 
@@ -189,28 +189,38 @@ def _python_calls(fn: Callable[[], Any]) -> list[str]:
 
 
 PLAIN_CALLS = [
-    ("Be brief.", 10, 100, True, 2, None, 500, None, {"u2-turn": TurnStatus.COMPLETED}),
-    (None, 10, 100, False, 2, None, None, None, None),
-    (SystemMessage("Be brief."), 0, 0, False, 0, None, 0, None, {}),
-    (None, 2**40, 2**40, True, 2**40, None, 2**63, None, None),
+    ("Be brief.", 10, 100, True, 2, 500, {"u2-turn": TurnStatus.COMPLETED}),
+    (None, 10, 100, False, 2, None, None),
+    (SystemMessage("Be brief."), 0, 0, False, 0, 0, {}),
+    (None, 2**40, 2**40, True, 2**40, 2**63, None),
 ]
 
 
-@pytest.mark.parametrize("options", PLAIN_CALLS)
-def test_plain_call_runs_no_python_code(native: Any, options: tuple[Any, ...]) -> None:
+def _plain(history: list[Message], call: tuple[Any, ...]) -> tuple[Any, ...]:
+    system, turns, messages, compact, keep, tokens, statuses = call
+    if isinstance(system, str):
+        system = SystemMessage(system, message_id="system")
+    return (history, system, WindowOptions(turns, messages, compact, keep, None, tokens), statuses)
+
+
+@pytest.mark.parametrize("call", PLAIN_CALLS)
+def test_plain_window_runs_no_python_code(native: Any, call: tuple[Any, ...]) -> None:
+    """The Rust core builds a plain window (no compressor, default estimator) end to end."""
     history = _history()
-    entry = builder(native)
-    plain = (history, *options)
-    entry(*plain)  # the first call imports and caches what the entry needs
-    assert _python_calls(lambda: entry(*plain)) == []
-    # An option off the fast path runs the checked path, which is Python.
-    checked = (*plain[:2], _Int(plain[2]), *plain[3:])
-    assert any("_build_checked" in call for call in _python_calls(lambda: entry(*checked)))
+    args = _plain(history, call)
+    native.window(*args)  # the first read caches each message's core
+    assert _python_calls(lambda: native.window(*args)) == []
+    # An estimator is the shared layer's: its Python code runs.
+    estimator = HeuristicTokenEstimator()
+    calls = _python_calls(
+        lambda: build_window_on(native, history, token_estimator=estimator, system=call[0])
+    )
+    assert any("estimate" in name for name in calls)
 
 
 def test_fast_path_window_is_a_whole_context_window(native: Any) -> None:
     history = _history()
-    window = builder(native)(history, None, 0, 100, False, 2, None, None, None, None)
+    window = native.window(history, None, WindowOptions(max_attached_turns=0), None)
     assert isinstance(window, ContextWindow)
     assert [m.message_id for m in window.messages] == ["u2"]
     assert window.estimated_tokens > 0
@@ -270,13 +280,13 @@ def test_window_list_is_never_seen_half_filled(native: Any) -> None:
                 if type(candidate) is list and candidate[:1] == [history[0]]:
                     seen.append(len(list(candidate)))  # reads every item
 
-    builder(native)(history, None, 10, 100, False, 2, None, None, None, None)
+    native.window(history, None, WindowOptions(), None)
     threshold = gc.get_threshold()
     gc.callbacks.append(inspect)
     gc.set_threshold(1)
     try:
         for _ in range(20):
-            window = builder(native)(history, None, 10, 100, False, 2, None, None, None, None)
+            window = native.window(history, None, WindowOptions(), None)
     finally:
         gc.set_threshold(*threshold)
         gc.callbacks.remove(inspect)
@@ -300,14 +310,14 @@ class _ShrinksHistory:
 
 @pytest.mark.parametrize("engine", ["native", "reference"])
 def test_history_emptied_during_a_build_is_an_error_not_a_crash(native: Any, engine: str) -> None:
+    """Each index is read once, so the messages already read stay; the first index read after
+    the list was emptied is an IndexError on both cores."""
     module = native if engine == "native" else reference
-    history = [
-        UserMessage("a", message_id="u1", turn_id="t1"),
-        AiMessage("b", message_id="a1", turn_id="t1"),
-        UserMessage("c", message_id="u2", turn_id="t2"),
-        AiMessage("d", message_id="a2", turn_id="t2"),
-        UserMessage("e", message_id="u3", turn_id="t3"),
-    ]
-    statuses = {"t2": _ShrinksHistory(history), "t1": _ShrinksHistory(history)}
+    history: list[Message] = [AiMessage("stray", message_id="s0")]  # no leading system/user
+    for turn in range(1, 4):
+        history.append(UserMessage("q", message_id=f"u{turn}", turn_id=f"t{turn}"))
+        history.append(AiMessage("a", message_id=f"a{turn}", turn_id=f"t{turn}"))
+    history.append(UserMessage("e", message_id="u4", turn_id="t4"))
+    statuses = {"t3": _ShrinksHistory(history), "t2": _ShrinksHistory(history)}
     with pytest.raises(IndexError):
-        builder(module)(history, None, 10, 100, False, 2, None, None, None, statuses)
+        module.window(history, None, WindowOptions(), statuses)

@@ -73,7 +73,13 @@ from agentctx_fast.stores.turns import (
 from agentctx_fast.tokens import HeuristicTokenEstimator, TiktokenEstimator, TokenEstimator
 from agentctx_fast.tools import Tool, ToolResultPage
 from agentctx_fast.turns import TurnSegments, TurnStatus, segment_turns
-from agentctx_fast.window import AgentContextCompressor, ContextWindow, build_window
+from agentctx_fast.window import (
+    AgentContextCompressor,
+    ContextWindow,
+    WindowOptions,
+    build_window,
+    build_window_with,
+)
 
 __all__ = [
     "MAX_INLINE_BYTES",
@@ -153,8 +159,10 @@ __all__ = [
     "TurnStatus",
     "UserMessage",
     "VersionConflictError",
+    "WindowOptions",
     "backend",
     "build_window",
+    "build_window_with",
     "check_tool_protocol",
     "from_openai",
     "segment_turns",

@@ -1,0 +1,261 @@
+//! `window` and `select` (SPEC §5): the caller's `WindowOptions` read into the core's, the
+//! core's window turned into Python objects.
+
+use super::errors::{invalid_argument, type_name, Failure};
+use super::history::History;
+use super::library::Library;
+use crate::protocol::Violation;
+use crate::window::{self as core_window, CutBy, Window, WindowOptions};
+use pyo3::exceptions::PyOverflowError;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyInt, PyList, PyString, PyTuple};
+
+/// A limit of the caller's options: an exact int >= 0 (the options checked it; this checks
+/// again, as the reference does, for one changed with `object.__setattr__`). One past the
+/// core's range is `max`: no history reaches it, so the window is the exact limit's.
+fn limit<T>(options: &Bound<'_, PyAny>, name: &Bound<'_, PyString>, max: T) -> Result<T, Failure>
+where
+    T: for<'a, 'py> FromPyObject<'a, 'py, Error = PyErr>,
+{
+    let value = options.getattr(name)?;
+    let plain = value.is_exact_instance_of::<PyInt>();
+    if plain {
+        match value.extract::<T>() {
+            Ok(limit) => return Ok(limit),
+            Err(error) if error.is_instance_of::<PyOverflowError>(value.py()) => {
+                if value.gt(0)? {
+                    return Ok(max);
+                }
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Err(invalid_argument(
+        value.py(),
+        format!("{name} must be an int >= 0, got {}", value.repr()?),
+    ))
+}
+
+/// The core's options from the caller's `WindowOptions`.
+fn options(library: &Library, options: &Bound<'_, PyAny>) -> Result<WindowOptions, Failure> {
+    let py = options.py();
+    if !options.get_type().is(library.window_options.bind(py)) {
+        return Err(invalid_argument(
+            py,
+            format!(
+                "options must be a WindowOptions, got {}",
+                type_name(options)
+            ),
+        ));
+    }
+    let max_attached_turns = limit(options, intern!(py, "max_attached_turns"), usize::MAX)?;
+    let max_attached_messages = limit(options, intern!(py, "max_attached_messages"), usize::MAX)?;
+    let compression_keep_recent_turns = limit(
+        options,
+        intern!(py, "compression_keep_recent_turns"),
+        usize::MAX,
+    )?;
+    let tokens_name = intern!(py, "max_attached_tokens");
+    let max_attached_tokens = if options.getattr(tokens_name)?.is_none() {
+        None
+    } else {
+        Some(limit(options, tokens_name, u128::MAX)?)
+    };
+    let compact = options.getattr(intern!(py, "compact_completed_tool_turns"))?;
+    let Ok(compact) = compact.cast_exact::<pyo3::types::PyBool>() else {
+        return Err(invalid_argument(
+            py,
+            format!(
+                "compact_completed_tool_turns must be a bool, got {}",
+                compact.repr()?
+            ),
+        ));
+    };
+    Ok(WindowOptions {
+        max_attached_turns,
+        max_attached_messages,
+        compact_completed_tool_turns: compact.is_true(),
+        compression_keep_recent_turns,
+        max_attached_tokens,
+        has_system: false,
+    })
+}
+
+/// The window's messages (system first) and how they were chosen.
+struct Chosen<'py> {
+    messages: Bound<'py, PyList>,
+    has_system: bool,
+    window: Window,
+}
+
+fn choose<'py>(
+    library: &Library,
+    messages: &Bound<'py, PyAny>,
+    system: Option<Bound<'py, PyAny>>,
+    use_leading_system: bool,
+    options: &Bound<'py, PyAny>,
+    count_tokens: Option<Bound<'py, PyAny>>,
+    turn_statuses: Option<Bound<'py, PyAny>>,
+) -> Result<Chosen<'py>, Failure> {
+    let options = self::options(library, options)?;
+    let mut history = History::new(library, messages)?;
+    history.system = system;
+    if use_leading_system {
+        history.system = match core_window::leading_system(&mut history)? {
+            Some(index) => Some(history.read(index)?.object),
+            None => None,
+        };
+    }
+    history.count_tokens = count_tokens;
+    history.statuses = turn_statuses;
+    let options = WindowOptions {
+        has_system: history.system.is_some(),
+        ..options
+    };
+    let result = core_window::select(&mut history, &options)?;
+    // Every message exists before the list does: making a synthetic result runs Python code,
+    // which must never see a list that is not full.
+    let mut objects = Vec::with_capacity(result.items.len() + 1);
+    objects.extend(history.system.clone());
+    for item in &result.items {
+        objects.push(history.materialize(*item)?);
+    }
+    Ok(Chosen {
+        messages: PyList::new(messages.py(), objects)?,
+        has_system: options.has_system,
+        window: result,
+    })
+}
+
+fn violation_tuple<'py>(py: Python<'py>, v: &Violation) -> PyResult<Bound<'py, PyTuple>> {
+    PyTuple::new(
+        py,
+        [
+            v.kind.name(),
+            v.message_id.as_str(),
+            v.tool_call_id.as_str(),
+        ],
+    )
+}
+
+fn cut_by_name<'py>(
+    py: Python<'py>,
+    library: &Library,
+    cut_by: Option<CutBy>,
+) -> Bound<'py, PyAny> {
+    let name = match cut_by {
+        Some(CutBy::Turns) => &library.cut_names[0],
+        Some(CutBy::Messages) => &library.cut_names[1],
+        Some(CutBy::Tokens) => &library.cut_names[2],
+        None => return py.None().into_bound(py),
+    };
+    name.bind(py).clone().into_any()
+}
+
+/// The whole window for options a core handles alone (no compressor, the default estimator):
+/// a `ContextWindow`, made as `_core_types.new_window` makes it. `system` None takes the
+/// history's leading system message.
+#[pyfunction]
+#[pyo3(signature = (messages, system, options, turn_statuses))]
+pub fn window<'py>(
+    py: Python<'py>,
+    messages: &Bound<'py, PyAny>,
+    system: Option<Bound<'py, PyAny>>,
+    options: &Bound<'py, PyAny>,
+    turn_statuses: Option<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let library = Library::get(py)?;
+    let use_leading_system = system.is_none();
+    let Chosen {
+        messages: list,
+        window: result,
+        ..
+    } = choose(
+        library,
+        messages,
+        system,
+        use_leading_system,
+        options,
+        None,
+        turn_statuses,
+    )?;
+    let repairs = PyList::empty(py);
+    for v in &result.repairs {
+        repairs.append(
+            library
+                .protocol_violation
+                .bind(py)
+                .call1(violation_tuple(py, v)?)?,
+        )?;
+    }
+    let values: [Bound<'py, PyAny>; 11] = [
+        list.into_any(),
+        result.estimated_tokens.into_pyobject(py)?.into_any(),
+        result.attached_turns.into_pyobject(py)?.into_any(),
+        result.compacted_turns.into_pyobject(py)?.into_any(),
+        cut_by_name(py, library, result.cut_by),
+        repairs.into_any(),
+        messages.clone(),
+        result.seen_history_turns.into_pyobject(py)?.into_any(),
+        result.unread_end.into_pyobject(py)?.into_any(),
+        library.engine.bind(py).clone().into_any(),
+        py.None().into_bound(py),
+    ];
+    let window = library
+        .object_new
+        .bind(py)
+        .call1((library.context_window.bind(py),))?;
+    for (name, value) in library.window_fields.iter().zip(values) {
+        window.setattr(name.bind(py), value)?;
+    }
+    Ok(window)
+}
+
+/// Rules 1-7 of SPEC §5, for the shared layer to finish (compressor, estimator): the
+/// `WindowCore` tuple of `_reference/window.py`.
+#[pyfunction]
+#[pyo3(signature = (messages, system, use_leading_system, options, count_tokens, turn_statuses))]
+pub fn select<'py>(
+    py: Python<'py>,
+    messages: &Bound<'py, PyAny>,
+    system: Option<Bound<'py, PyAny>>,
+    use_leading_system: bool,
+    options: &Bound<'py, PyAny>,
+    count_tokens: Option<Bound<'py, PyAny>>,
+    turn_statuses: Option<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let library = Library::get(py)?;
+    let Chosen {
+        messages,
+        has_system,
+        window: result,
+    } = choose(
+        library,
+        messages,
+        system,
+        use_leading_system,
+        options,
+        count_tokens,
+        turn_statuses,
+    )?;
+    let repairs: PyResult<Vec<_>> = result
+        .repairs
+        .iter()
+        .map(|v| violation_tuple(py, v))
+        .collect();
+    let values: [Bound<'py, PyAny>; 11] = [
+        messages.into_any(),
+        has_system.into_pyobject(py)?.to_owned().into_any(),
+        result.older_count.into_pyobject(py)?.into_any(),
+        result.older_tokens.into_pyobject(py)?.into_any(),
+        result.estimated_tokens.into_pyobject(py)?.into_any(),
+        result.attached_turns.into_pyobject(py)?.into_any(),
+        result.compacted_turns.into_pyobject(py)?.into_any(),
+        cut_by_name(py, library, result.cut_by),
+        PyList::new(py, repairs?)?.into_any(),
+        result.seen_history_turns.into_pyobject(py)?.into_any(),
+        result.unread_end.into_pyobject(py)?.into_any(),
+    ];
+    PyTuple::new(py, values)
+}
