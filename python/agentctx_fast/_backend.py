@@ -34,7 +34,8 @@ def _choose() -> tuple[str, ModuleType]:
         if native is None:
             raise BackendUnavailableError(
                 "AGENTCTX_FAST_BACKEND=rust but the extension agentctx_fast._native "
-                "does not import; install a native wheel or build it with `maturin develop --release`"
+                "does not import; install a native wheel or build it with "
+                "`maturin develop --release`"
             )
         return "rust", native
     if wanted != "auto":

@@ -41,6 +41,7 @@ MAX_TOKENS = 2**63 - 1
 """The largest count a token estimator may return (both cores sum counts exactly)."""
 
 DEFAULT_OPTIONS = WindowOptions()
+_window = core.window
 # Options made from plain arguments (exact ints and bools, no compressor or estimator), kept
 # so a service calling `build_window` with the same limits checks them once.
 _PLAIN_OPTIONS: dict[tuple[int, int, bool, int, int | None], WindowOptions] = {}
@@ -89,6 +90,14 @@ def build_window(
             options = WindowOptions(*key[:4], None, max_attached_tokens)
             if len(_PLAIN_OPTIONS) < 256:
                 _PLAIN_OPTIONS[key] = options
+        # The common call goes straight to the core; `_build` checks the rest the same way.
+        if type(turn_statuses) is dict or turn_statuses is None:
+            if system is None or type(system) is SystemMessage:
+                return _window(messages, system, options, turn_statuses)  # type: ignore[no-any-return]
+            if type(system) is str:
+                return _window(  # type: ignore[no-any-return]
+                    messages, _system_message(system), options, turn_statuses
+                )
     else:
         options = WindowOptions(
             max_attached_turns,
@@ -174,8 +183,10 @@ def _build(
         start = 1 if has_system else 0
         replacement = _compress(compressor, window[start : start + older_count])
         window = [*window[:start], *replacement, *window[start + older_count :]]
-        new_tokens = sum(engine.message_tokens(replacement)) if count is None else count(replacement)
-        tokens += new_tokens - older_tokens
+        if count is None:
+            tokens += sum(engine.message_tokens(replacement)) - older_tokens
+        else:
+            tokens += count(replacement) - older_tokens
     return new_window(
         window,
         tokens,

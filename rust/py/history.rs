@@ -13,6 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 use std::borrow::Borrow;
 use std::collections::HashMap;
+use typed_arena::Arena;
 
 /// `messages`, read by index: an exact list or tuple through its own accessor, any other
 /// sequence through `__getitem__`. Its length is read once.
@@ -63,10 +64,23 @@ pub fn sequence<'py>(
 }
 
 /// A message a window read, and its core.
-#[derive(Clone)]
 pub struct Read<'py> {
     pub object: Bound<'py, PyAny>,
     pub core: Bound<'py, MessageCore>,
+}
+
+/// Where a window keeps what it read: each message is held once, and the turns, the open
+/// calls and the output borrow it (no reference counting per use).
+pub type Reads<'py> = Arena<Read<'py>>;
+
+/// A read message's core as the core crate borrows it: copying it costs nothing.
+#[derive(Clone, Copy)]
+pub struct CoreView<'a>(pub &'a MessageCore);
+
+impl Borrow<MessageInfo> for CoreView<'_> {
+    fn borrow(&self) -> &MessageInfo {
+        &self.0.info
+    }
 }
 
 /// A read message as the core crate borrows it (cloning it is a reference count).
@@ -84,10 +98,11 @@ impl Borrow<MessageInfo> for CoreRef<'_> {
 pub struct History<'a, 'py> {
     pub library: &'a Library,
     pub items: Items<'py>,
+    reads: &'a Reads<'py>,
     /// Messages read from the front, by index.
-    head: Vec<Read<'py>>,
+    head: Vec<&'a Read<'py>>,
     /// Messages read from the back, by distance from the end.
-    tail: Vec<Read<'py>>,
+    tail: Vec<&'a Read<'py>>,
     pub system: Option<Bound<'py, PyAny>>,
     pub count_tokens: Option<Bound<'py, PyAny>>,
     pub statuses: Option<Bound<'py, PyAny>>,
@@ -95,10 +110,15 @@ pub struct History<'a, 'py> {
 }
 
 impl<'a, 'py> History<'a, 'py> {
-    pub fn new(library: &'a Library, messages: &Bound<'py, PyAny>) -> Result<Self, Failure> {
+    pub fn new(
+        library: &'a Library,
+        messages: &Bound<'py, PyAny>,
+        reads: &'a Reads<'py>,
+    ) -> Result<Self, Failure> {
         Ok(History {
             library,
             items: sequence(library, messages)?,
+            reads,
             head: Vec::new(),
             tail: Vec::with_capacity(64),
             system: None,
@@ -114,21 +134,30 @@ impl<'a, 'py> History<'a, 'py> {
 
     /// `messages[index]` and its core, read once.
     #[inline]
-    pub fn read(&mut self, index: usize) -> Result<Read<'py>, Failure> {
+    pub fn read(&mut self, index: usize) -> Result<&'a Read<'py>, Failure> {
         if let Some(read) = self.head.get(index) {
-            return Ok(read.clone());
+            return Ok(read);
         }
         let from_end = self.items.len.checked_sub(index + 1);
         if let Some(read) = from_end.and_then(|back| self.tail.get(back)) {
-            return Ok(read.clone());
+            return Ok(read);
         }
+        self.read_new(index, from_end)
+    }
+
+    #[inline(never)]
+    fn read_new(
+        &mut self,
+        index: usize,
+        from_end: Option<usize>,
+    ) -> Result<&'a Read<'py>, Failure> {
         let object = self.items.get(index)?;
         let core = core_of(self.library, &object, Where::Index(index))?;
-        let read = Read { object, core };
+        let read: &'a Read<'py> = self.reads.alloc(Read { object, core });
         if index == self.head.len() {
-            self.head.push(read.clone());
+            self.head.push(read);
         } else if from_end == Some(self.tail.len()) {
-            self.tail.push(read.clone());
+            self.tail.push(read);
         }
         Ok(read)
     }
@@ -136,7 +165,7 @@ impl<'a, 'py> History<'a, 'py> {
     /// The message for one item of the window: an original or a synthetic result.
     pub fn materialize(&mut self, item: Item) -> Result<Bound<'py, PyAny>, Failure> {
         match item {
-            Item::Original(index) => Ok(self.read(index)?.object),
+            Item::Original(index) => Ok(self.read(index)?.object.clone()),
             Item::MissingResult { caller, call } => self.missing_result(caller, call),
         }
     }
@@ -149,8 +178,7 @@ impl<'a, 'py> History<'a, 'py> {
             return Ok(existing.clone());
         }
         let py = self.py();
-        let core = self.read(caller)?.core;
-        let info = &core.get().info;
+        let info = &self.read(caller)?.core.get().info;
         let (Some(call_id), Some(name)) = (info.call_ids.get(call), info.call_names.get(call))
         else {
             return Err(invalid_message_type(
@@ -185,15 +213,15 @@ impl<'a, 'py> History<'a, 'py> {
 
 impl<'a, 'py> Source for History<'a, 'py> {
     type Error = Failure;
-    type Message = CoreRef<'py>;
+    type Message = CoreView<'a>;
 
     fn len(&self) -> usize {
         self.items.len
     }
 
     #[inline]
-    fn get(&mut self, index: usize) -> Result<CoreRef<'py>, Failure> {
-        Ok(CoreRef(self.read(index)?.core))
+    fn get(&mut self, index: usize) -> Result<CoreView<'a>, Failure> {
+        Ok(CoreView(self.read(index)?.core.get()))
     }
 
     fn tokens(&mut self, items: &[Item]) -> Result<u128, Failure> {

@@ -146,8 +146,8 @@ impl Library {
 
     /// The kind of a library message class, by identity.
     #[inline]
-    pub fn exact_kind(&self, class: &Bound<'_, PyType>) -> Option<Kind> {
-        let pointer = class.as_ptr();
+    pub fn exact_kind(&self, class: *mut ffi::PyTypeObject) -> Option<Kind> {
+        let pointer = class.cast::<ffi::PyObject>();
         self.kinds
             .iter()
             .zip(KINDS)
@@ -209,7 +209,7 @@ impl CoreSlot {
             let value = (self.get)(
                 self.descriptor.as_ptr(),
                 message.as_ptr(),
-                message.get_type().as_ptr(),
+                message.get_type_ptr().cast::<ffi::PyObject>(),
             );
             Bound::from_owned_ptr_or_err(py, value)
         }

@@ -54,10 +54,9 @@ pub fn kind_of(
     message: &Bound<'_, PyAny>,
     at: Where<'_>,
 ) -> Result<Kind, Failure> {
-    let class = message.get_type();
-    match library.exact_kind(&class) {
+    match library.exact_kind(message.get_type_ptr()) {
         Some(kind) => Ok(kind),
-        None => kind_of_subclass(library, &class, at),
+        None => kind_of_subclass(library, &message.get_type(), at),
     }
 }
 

@@ -2,7 +2,7 @@
 //! core's window turned into Python objects.
 
 use super::errors::{invalid_argument, type_name, Failure};
-use super::history::History;
+use super::history::{History, Reads};
 use super::library::Library;
 use crate::protocol::Violation;
 use crate::window::{self as core_window, CutBy, Window, WindowOptions};
@@ -99,11 +99,13 @@ fn choose<'py>(
     turn_statuses: Option<Bound<'py, PyAny>>,
 ) -> Result<Chosen<'py>, Failure> {
     let options = self::options(library, options)?;
-    let mut history = History::new(library, messages)?;
+    // A default window reads about fifty messages.
+    let reads = Reads::with_capacity(64);
+    let mut history = History::new(library, messages, &reads)?;
     history.system = system;
     if use_leading_system {
         history.system = match core_window::leading_system(&mut history)? {
-            Some(index) => Some(history.read(index)?.object),
+            Some(index) => Some(history.read(index)?.object.clone()),
             None => None,
         };
     }

@@ -40,7 +40,8 @@ def segment(messages: Sequence[object]) -> tuple[list[int], list[int], list[bool
     completed = []
     for start, end in zip(starts, ends, strict=True):
         turn: Turn = [(i, None, views[i]) for i in range(start, end) if views[i].visible]
-        missing = any(v[0] == "missing_result" for _, _, v in validate_segment([t[2] for t in turn]))
+        violations = validate_segment([view for _, _, view in turn])
+        missing = any(v[0] == "missing_result" for _, _, v in violations)
         completed.append(inferred_completed(turn, missing))
     return starts, ends, completed
 

@@ -175,7 +175,9 @@ def read(messages: Sequence[object], index: int) -> tuple[object, MessageView]:
     return message, view(message, f"messages[{index}]")
 
 
-def tokens(message: object, message_view: MessageView, where: str, count: Callable[[str], int]) -> int:
+def tokens(
+    message: object, message_view: MessageView, where: str, count: Callable[[str], int]
+) -> int:
     """Heuristic tokens of a message (overhead, texts, tool-call names and arguments), counted
     once per message and kept on its view."""
     if message_view.tokens >= 0:
