@@ -171,9 +171,17 @@ WINDOW_FIELDS = (
 )
 
 
-def new_window(*values: object) -> ContextWindow:
-    """A `ContextWindow` holding ``values`` (in `WINDOW_FIELDS` order)."""
-    window = object.__new__(ContextWindow)
-    for name, value in zip(WINDOW_FIELDS, values, strict=True):
-        setattr(window, name, value)
-    return window
+def _window_maker(cls: type[ContextWindow]) -> Callable[..., ContextWindow]:
+    # The class is held here, so replacing the module attribute changes no window (the Rust
+    # core captures it on import, too).
+    def new_window(*values: object) -> ContextWindow:
+        """A `ContextWindow` holding ``values`` (in `WINDOW_FIELDS` order)."""
+        window = object.__new__(cls)
+        for name, value in zip(WINDOW_FIELDS, values, strict=True):
+            setattr(window, name, value)
+        return window
+
+    return new_window
+
+
+new_window = _window_maker(ContextWindow)

@@ -12,6 +12,7 @@ use super::library::{Library, KINDS};
 use super::tokens::count_str;
 use crate::model::{Kind, MessageInfo};
 use crate::tokens::{MEDIA_PART_TOKENS, MESSAGE_OVERHEAD, TOOL_CALL_OVERHEAD};
+use pyo3::exceptions::PyAttributeError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyType};
@@ -93,10 +94,16 @@ pub fn core_of<'py>(
     at: Where<'_>,
 ) -> Result<Bound<'py, MessageCore>, Failure> {
     let kind = kind_of(library, message, at)?;
-    let cached = library.core_slot.read(message)?;
-    match cached.cast_into_exact::<MessageCore>() {
-        Ok(core) => Ok(core),
-        Err(_) => read_core(library, message, kind, at),
+    match library.core_slot.read(message) {
+        Ok(cached) => match cached.cast_into_exact::<MessageCore>() {
+            Ok(core) => Ok(core),
+            Err(_) => read_core(library, message, kind, at),
+        },
+        // Never set: a subclass's __init__ kept it from the slot.
+        Err(error) if error.is_instance_of::<PyAttributeError>(message.py()) => {
+            read_core(library, message, kind, at)
+        }
+        Err(error) => Err(error.into()),
     }
 }
 

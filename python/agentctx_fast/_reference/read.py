@@ -142,7 +142,10 @@ def kind_of(message: object, where: str) -> int:
 def view(message: object, where: str) -> MessageView:
     """The message's view, read on first use and kept on the message."""
     kind = kind_of(message, where)
-    cached = _slot_get(message)
+    try:
+        cached = _slot_get(message)
+    except AttributeError:  # never set: a subclass's __init__ kept it from the slot
+        cached = None
     if type(cached) is MessageView:
         return cached
     result = MessageView(

@@ -6,6 +6,7 @@ The compressor step (rule 8) runs in the shared layer above both backends
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
@@ -64,9 +65,11 @@ def leading_system(history: History) -> Message | None:
 
 def count_turns(messages: Sequence[object], end: object) -> int:
     """Number of turns that start in ``messages[:end]``."""
-    if isinstance(end, bool) or not isinstance(end, int) or end < 0:
+    # The int's own value: an int subclass's comparisons and __index__ never run.
+    plain = operator.index(end) if isinstance(end, int) and not isinstance(end, bool) else -1
+    if not issubclass(type(end), int) or plain < 0:
         raise InvalidArgumentError(f"count_turns end must be an int >= 0, got {end!r}")
-    return len(turn_starts(stream(messages, int(end))))
+    return len(turn_starts(stream(messages, plain)))
 
 
 def _status_completed(
