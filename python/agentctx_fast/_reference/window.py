@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Mapping, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from agentctx_fast._core_types import TurnStatus, WindowOptions
 from agentctx_fast._reference.protocol import Violation, validate_segment
@@ -66,8 +66,9 @@ def leading_system(history: History) -> Message | None:
 def count_turns(messages: Sequence[object], end: object) -> int:
     """Number of turns that start in ``messages[:end]``."""
     # The int's own value: an int subclass's comparisons and __index__ never run.
-    plain = operator.index(end) if isinstance(end, int) and not isinstance(end, bool) else -1
-    if not issubclass(type(end), int) or plain < 0:
+    is_int = issubclass(type(end), int) and type(end) is not bool
+    plain = operator.index(cast(int, end)) if is_int else -1
+    if plain < 0:
         raise InvalidArgumentError(f"count_turns end must be an int >= 0, got {end!r}")
     return len(turn_starts(stream(messages, plain)))
 
