@@ -29,6 +29,7 @@ MODULES = [
     "agentctx_fast.stores.sql",
     "agentctx_fast.stores.turns",
     "agentctx_fast.window",
+    "agentctx_fast._core_types",
 ]
 
 
