@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -73,6 +73,11 @@ class WindowOptions:
     context_compressor: AgentContextCompressor | None = None
     max_attached_tokens: int | None = None
     token_estimator: TokenEstimator | None = None
+    # The checked limits, as both cores read them: (max_attached_turns, max_attached_messages,
+    # compact_completed_tool_turns, compression_keep_recent_turns, max_attached_tokens).
+    _limits: tuple[int, int, bool, int, int | None] = field(
+        default=(10, 100, False, 2, None), init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         checked = {
@@ -96,6 +101,14 @@ class WindowOptions:
         estimator = self.token_estimator
         if estimator is not None and not callable(getattr(estimator, "estimate", None)):
             raise InvalidArgumentError("token_estimator must have an estimate(messages) method")
+        limits = (
+            self.max_attached_turns,
+            self.max_attached_messages,
+            compact,
+            self.compression_keep_recent_turns,
+            self.max_attached_tokens,
+        )
+        object.__setattr__(self, "_limits", limits)
 
     @property
     def plain(self) -> bool:
@@ -113,10 +126,7 @@ class ContextWindow:
 
     __slots__ = (
         "_dropped",
-        "_engine",
-        "_history",
-        "_seen_history_turns",
-        "_unread_end",
+        "_unread",
         "attached_turns",
         "compacted_turns",
         "cut_by",
@@ -131,20 +141,21 @@ class ContextWindow:
     compacted_turns: int
     cut_by: str | None
     repairs: list[ProtocolViolation]
-    _history: Sequence[Message]
-    _seen_history_turns: int
-    _unread_end: int
-    _engine: Any
-    _dropped: int | None
+    # (history, history turns the window read, end of the unread prefix, core): what
+    # `dropped_turns` counts from.
+    _unread: tuple[Sequence[Message], int, int, Any]
+    _dropped: int  # set on first access of dropped_turns
 
     @property
     def dropped_turns(self) -> int:
         """History turns left out of the window (by a limit or by repair)."""
-        if self._dropped is None:
-            unread = (
-                self._engine.count_turns(self._history, self._unread_end) if self._unread_end else 0
-            )
-            self._dropped = self._seen_history_turns + unread - self.attached_turns
+        try:
+            return self._dropped
+        except AttributeError:
+            pass
+        history, seen_history_turns, unread_end, engine = self._unread
+        unread = engine.count_turns(history, unread_end) if unread_end else 0
+        self._dropped = seen_history_turns + unread - self.attached_turns
         return self._dropped
 
     def __repr__(self) -> str:
@@ -163,11 +174,7 @@ WINDOW_FIELDS = (
     "compacted_turns",
     "cut_by",
     "repairs",
-    "_history",
-    "_seen_history_turns",
-    "_unread_end",
-    "_engine",
-    "_dropped",
+    "_unread",
 )
 
 
@@ -175,7 +182,8 @@ def _window_maker(cls: type[ContextWindow]) -> Callable[..., ContextWindow]:
     # The class is held here, so replacing the module attribute changes no window (the Rust
     # core captures it on import, too).
     def new_window(*values: object) -> ContextWindow:
-        """A `ContextWindow` holding ``values`` (in `WINDOW_FIELDS` order)."""
+        """A `ContextWindow` holding ``values`` (in `WINDOW_FIELDS` order; the last is the
+        ``_unread`` tuple)."""
         window = object.__new__(cls)
         for name, value in zip(WINDOW_FIELDS, values, strict=True):
             setattr(window, name, value)

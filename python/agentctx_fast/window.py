@@ -194,11 +194,7 @@ def _build(
         compacted_turns,
         cut_by,
         [ProtocolViolation(*v) for v in repairs],
-        messages,
-        seen_history_turns,
-        unread_end,
-        engine,
-        None,
+        (messages, seen_history_turns, unread_end, engine),
     )
 
 

@@ -20,18 +20,14 @@ pub const KINDS: [(Kind, &str); 6] = [
 ];
 
 /// The slots of a new `ContextWindow`, in the order `_core_types.new_window` sets them.
-pub const WINDOW_FIELDS: [&str; 11] = [
+pub const WINDOW_FIELDS: [&str; 7] = [
     "messages",
     "estimated_tokens",
     "attached_turns",
     "compacted_turns",
     "cut_by",
     "repairs",
-    "_history",
-    "_seen_history_turns",
-    "_unread_end",
-    "_engine",
-    "_dropped",
+    "_unread",
 ];
 
 pub struct Library {
@@ -50,7 +46,7 @@ pub struct Library {
     pub object_new: Py<PyAny>,
     pub index: Py<PyAny>,
     pub core_slot: CoreSlot,
-    pub window_fields: [Py<PyString>; 11],
+    pub window_fields: [Py<PyString>; 7],
     pub cut_names: [Py<PyString>; 3],
     pub engine: Py<PyModule>,
 }

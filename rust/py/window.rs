@@ -9,35 +9,29 @@ use crate::window::{self as core_window, CutBy, Window, WindowOptions};
 use pyo3::exceptions::PyOverflowError;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyInt, PyList, PyTuple};
 
-/// A limit of the caller's options: an exact int >= 0 (the options checked it; this checks
-/// again, as the reference does, for one changed with `object.__setattr__`). One past the
-/// core's range is `max`: no history reaches it, so the window is the exact limit's.
-fn limit<T>(options: &Bound<'_, PyAny>, name: &Bound<'_, PyString>, max: T) -> Result<T, Failure>
+/// A limit as the core holds it: an exact int >= 0; one past the core's range is `max` (no
+/// history reaches it, so the window is the exact limit's).
+fn limit<T>(value: &Bound<'_, PyAny>, max: T) -> Option<T>
 where
     T: for<'a, 'py> FromPyObject<'a, 'py, Error = PyErr>,
 {
-    let value = options.getattr(name)?;
-    let plain = value.is_exact_instance_of::<PyInt>();
-    if plain {
-        match value.extract::<T>() {
-            Ok(limit) => return Ok(limit),
-            Err(error) if error.is_instance_of::<PyOverflowError>(value.py()) => {
-                if value.gt(0)? {
-                    return Ok(max);
-                }
-            }
-            Err(error) => return Err(error.into()),
-        }
+    if !value.is_exact_instance_of::<PyInt>() {
+        return None;
     }
-    Err(invalid_argument(
-        value.py(),
-        format!("{name} must be an int >= 0, got {}", value.repr()?),
-    ))
+    match value.extract::<T>() {
+        Ok(limit) => Some(limit),
+        Err(error) if error.is_instance_of::<PyOverflowError>(value.py()) => {
+            value.gt(0).ok()?.then_some(max)
+        }
+        Err(_) => None,
+    }
 }
 
-/// The core's options from the caller's `WindowOptions`.
+/// The core's options from the limits the caller's `WindowOptions` were checked into (its
+/// `_limits`), checked again as the reference does: a frozen value can still be changed with
+/// `object.__setattr__`.
 fn options(library: &Library, options: &Bound<'_, PyAny>) -> Result<WindowOptions, Failure> {
     let py = options.py();
     if !options.get_type().is(library.window_options.bind(py)) {
@@ -49,36 +43,34 @@ fn options(library: &Library, options: &Bound<'_, PyAny>) -> Result<WindowOption
             ),
         ));
     }
-    let max_attached_turns = limit(options, intern!(py, "max_attached_turns"), usize::MAX)?;
-    let max_attached_messages = limit(options, intern!(py, "max_attached_messages"), usize::MAX)?;
-    let compression_keep_recent_turns = limit(
-        options,
-        intern!(py, "compression_keep_recent_turns"),
-        usize::MAX,
-    )?;
-    let tokens_name = intern!(py, "max_attached_tokens");
-    let max_attached_tokens = if options.getattr(tokens_name)?.is_none() {
-        None
-    } else {
-        Some(limit(options, tokens_name, u128::MAX)?)
+    let limits = options.getattr(intern!(py, "_limits"))?;
+    let read = || -> Option<WindowOptions> {
+        let limits = limits.cast_exact::<PyTuple>().ok()?;
+        if limits.len() != 5 {
+            return None;
+        }
+        let item = |index| limits.get_item(index).ok();
+        let budget = item(4)?;
+        let max_attached_tokens = if budget.is_none() {
+            None
+        } else {
+            Some(limit(&budget, u128::MAX)?)
+        };
+        let compact = item(2)?;
+        Some(WindowOptions {
+            max_attached_turns: limit(&item(0)?, usize::MAX)?,
+            max_attached_messages: limit(&item(1)?, usize::MAX)?,
+            compact_completed_tool_turns: compact.cast_exact::<PyBool>().ok()?.is_true(),
+            compression_keep_recent_turns: limit(&item(3)?, usize::MAX)?,
+            max_attached_tokens,
+            has_system: false,
+        })
     };
-    let compact = options.getattr(intern!(py, "compact_completed_tool_turns"))?;
-    let Ok(compact) = compact.cast_exact::<pyo3::types::PyBool>() else {
-        return Err(invalid_argument(
+    read().ok_or_else(|| {
+        invalid_argument(
             py,
-            format!(
-                "compact_completed_tool_turns must be a bool, got {}",
-                compact.repr()?
-            ),
-        ));
-    };
-    Ok(WindowOptions {
-        max_attached_turns,
-        max_attached_messages,
-        compact_completed_tool_turns: compact.is_true(),
-        compression_keep_recent_turns,
-        max_attached_tokens,
-        has_system: false,
+            "options were not checked: make them with WindowOptions(...)".to_owned(),
+        )
     })
 }
 
@@ -191,18 +183,20 @@ pub fn window<'py>(
                 .call1(violation_tuple(py, v)?)?,
         )?;
     }
-    let values: [Bound<'py, PyAny>; 11] = [
+    let unread: [Bound<'py, PyAny>; 4] = [
+        messages.clone(),
+        result.seen_history_turns.into_pyobject(py)?.into_any(),
+        result.unread_end.into_pyobject(py)?.into_any(),
+        library.engine.bind(py).clone().into_any(),
+    ];
+    let values: [Bound<'py, PyAny>; 7] = [
         list.into_any(),
         result.estimated_tokens.into_pyobject(py)?.into_any(),
         result.attached_turns.into_pyobject(py)?.into_any(),
         result.compacted_turns.into_pyobject(py)?.into_any(),
         cut_by_name(py, library, result.cut_by),
         repairs.into_any(),
-        messages.clone(),
-        result.seen_history_turns.into_pyobject(py)?.into_any(),
-        result.unread_end.into_pyobject(py)?.into_any(),
-        library.engine.bind(py).clone().into_any(),
-        py.None().into_bound(py),
+        PyTuple::new(py, unread)?.into_any(),
     ];
     let window = library
         .object_new

@@ -81,9 +81,5 @@ def window(
         chosen.compacted_turns,
         chosen.cut_by,
         [ProtocolViolation(*v) for v in chosen.repairs],  # type: ignore[arg-type]
-        messages,
-        chosen.seen_history_turns,
-        chosen.unread_end,
-        sys.modules[__name__],
-        None,
+        (messages, chosen.seen_history_turns, chosen.unread_end, sys.modules[__name__]),
     )

@@ -247,22 +247,18 @@ def select(
 
 
 def _limits(options: WindowOptions) -> tuple[int, int, int, int | None, bool]:
-    """The options' limits, checked again: a frozen value can still be changed with
-    ``object.__setattr__``, and both cores then raise the same error."""
+    """The limits the options were checked into, checked again (a frozen value can still be
+    changed with ``object.__setattr__``; both cores then raise the same error)."""
     if type(options) is not WindowOptions:
         raise InvalidArgumentError(f"options must be a WindowOptions, got {type_name(options)}")
-    values = []
-    for name in ("max_attached_turns", "max_attached_messages", "compression_keep_recent_turns"):
-        values.append(_plain_limit(name, getattr(options, name)))
-    tokens_budget = options.max_attached_tokens
-    budget = None if tokens_budget is None else _plain_limit("max_attached_tokens", tokens_budget)
-    compact = options.compact_completed_tool_turns
+    limits = options._limits
+    unchecked = InvalidArgumentError("options were not checked: make them with WindowOptions(...)")
+    if type(limits) is not tuple or len(limits) != 5:
+        raise unchecked
+    turns, messages, compact, keep_recent, budget = limits
+    for value in (turns, messages, keep_recent, 0 if budget is None else budget):
+        if type(value) is not int or value < 0:
+            raise unchecked
     if compact is not True and compact is not False:
-        raise InvalidArgumentError(f"compact_completed_tool_turns must be a bool, got {compact!r}")
-    return values[0], values[1], values[2], budget, compact
-
-
-def _plain_limit(name: str, value: object) -> int:
-    if type(value) is not int or value < 0:
-        raise InvalidArgumentError(f"{name} must be an int >= 0, got {value!r}")
-    return value
+        raise unchecked
+    return turns, messages, keep_recent, budget, compact
