@@ -378,6 +378,10 @@ for name, value in [
     ("max_attached_messages", True), ("compression_keep_recent_turns", None),
     ("max_attached_tokens", -5), ("max_attached_tokens", 2**130),
     ("compact_completed_tool_turns", 1), ("max_attached_turns", 1),
+    ("_limits", (1, 100, False, 2, None)), ("_limits", (1, 2)),
+    ("_limits", [1, 100, False, 2, None]),
+    ("_limits", (-1, 100, False, 2, None)), ("_limits", (1, 100, 0, 2, None)),
+    ("_limits", (2**70, 2**70, True, 0, 2**140)), ("_limits", (True, 100, False, 2, None)),
 ]:
     options = WindowOptions(compact_completed_tool_turns=True)
     object.__setattr__(options, name, value)

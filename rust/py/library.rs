@@ -86,9 +86,11 @@ impl Library {
         let errors = py.import("agentctx_fast.errors")?;
         let types = py.import("agentctx_fast._core_types")?;
         let message = class(&messages, "Message")?;
-        let kinds = [0, 1, 2, 3, 4, 5].map(|k| subclass(&messages, KINDS[k].1, &message));
-        let [k0, k1, k2, k3, k4, k5] = kinds;
-        let kinds = [k0?, k1?, k2?, k3?, k4?, k5?].map(Bound::unbind);
+        let [system, user, ai, tool, action, form] =
+            KINDS.map(|(_, name)| subclass(&messages, name, &message));
+        let tool = tool?;
+        let tool_message = tool.clone().unbind();
+        let kinds = [system?, user?, ai?, tool, action?, form?].map(Bound::unbind);
         let base_error = class(&errors, "AgentCtxError")?;
         let turn_status = class(&types, "TurnStatus")?;
         let completed = turn_status.getattr("COMPLETED")?;
@@ -104,8 +106,7 @@ impl Library {
             kinds,
             text_part: class(&messages, "TextPart")?.unbind(),
             tool_call: class(&messages, "ToolCall")?.unbind(),
-            tool_message: subclass(&messages, "ToolMessage", &class(&messages, "Message")?)?
-                .unbind(),
+            tool_message,
             sequence: py.import("collections.abc")?.getattr("Sequence")?.unbind(),
             invalid_argument: subclass(&errors, "InvalidArgumentError", &base_error)?.unbind(),
             invalid_message_type: subclass(&errors, "InvalidMessageTypeError", &base_error)?

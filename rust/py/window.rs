@@ -138,10 +138,11 @@ fn cut_by_name<'py>(
     library: &Library,
     cut_by: Option<CutBy>,
 ) -> Bound<'py, PyAny> {
+    let [turns, messages, tokens] = &library.cut_names;
     let name = match cut_by {
-        Some(CutBy::Turns) => &library.cut_names[0],
-        Some(CutBy::Messages) => &library.cut_names[1],
-        Some(CutBy::Tokens) => &library.cut_names[2],
+        Some(CutBy::Turns) => turns,
+        Some(CutBy::Messages) => messages,
+        Some(CutBy::Tokens) => tokens,
         None => return py.None().into_bound(py),
     };
     name.bind(py).clone().into_any()
