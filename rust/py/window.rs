@@ -54,7 +54,15 @@ fn options(library: &Library, options: &Bound<'_, PyAny>) -> Result<WindowOption
         let max_attached_tokens = if budget.is_none() {
             None
         } else {
-            Some(limit(&budget, u128::MAX)?)
+            // Most budgets fit in 64 bits, whose conversion is one call; a larger one is
+            // read whole (token sums can pass 2**64).
+            let small = budget
+                .is_exact_instance_of::<PyInt>()
+                .then(|| budget.extract::<u64>().ok());
+            match small.flatten() {
+                Some(small) => Some(u128::from(small)),
+                None => Some(limit(&budget, u128::MAX)?),
+            }
         };
         let compact = item(2)?;
         Some(WindowOptions {
@@ -119,6 +127,14 @@ fn choose<'py>(
         messages: PyList::new(messages.py(), objects)?,
         has_system: options.has_system,
         window: result,
+    })
+}
+
+/// A token count as a Python int (most fit in 64 bits, whose conversion is one call).
+fn tokens_int(py: Python<'_>, tokens: u128) -> PyResult<Bound<'_, PyAny>> {
+    Ok(match u64::try_from(tokens) {
+        Ok(small) => small.into_pyobject(py)?.into_any(),
+        Err(_) => tokens.into_pyobject(py)?.into_any(),
     })
 }
 
@@ -192,7 +208,7 @@ pub fn window<'py>(
     ];
     let values: [Bound<'py, PyAny>; 7] = [
         list.into_any(),
-        result.estimated_tokens.into_pyobject(py)?.into_any(),
+        tokens_int(py, result.estimated_tokens)?,
         result.attached_turns.into_pyobject(py)?.into_any(),
         result.compacted_turns.into_pyobject(py)?.into_any(),
         cut_by_name(py, library, result.cut_by),
@@ -245,8 +261,8 @@ pub fn select<'py>(
         messages.into_any(),
         has_system.into_pyobject(py)?.to_owned().into_any(),
         result.older_count.into_pyobject(py)?.into_any(),
-        result.older_tokens.into_pyobject(py)?.into_any(),
-        result.estimated_tokens.into_pyobject(py)?.into_any(),
+        tokens_int(py, result.older_tokens)?,
+        tokens_int(py, result.estimated_tokens)?,
         result.attached_turns.into_pyobject(py)?.into_any(),
         result.compacted_turns.into_pyobject(py)?.into_any(),
         cut_by_name(py, library, result.cut_by),
