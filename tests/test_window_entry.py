@@ -321,3 +321,28 @@ def test_history_emptied_during_a_build_is_an_error_not_a_crash(native: Any, eng
     statuses = {"t3": _ShrinksHistory(history), "t2": _ShrinksHistory(history)}
     with pytest.raises(IndexError):
         module.window(history, None, WindowOptions(), statuses)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_public_entry_matches_the_reference_on_odd_options(data: st.DataObject) -> None:
+    """`build_window` itself (its reuse of the last plain options included) against the
+    reference, on plain and odd options alike, two calls in a row."""
+    history = data.draw(histories())
+    for _ in range(2):
+        options = data.draw(window_options(history))
+        names = data.draw(st.lists(st.sampled_from(sorted(ODD_OPTIONS)), max_size=2))
+        for name in names:
+            options[name] = data.draw(ODD_OPTIONS[name])
+        assert _window(partial(agentctx_fast.build_window), history, options) == _window(
+            _keywords(reference), history, _for_reference(options)
+        )
+
+
+@pytest.mark.parametrize("bad", [10.0, True, "10", None, -1, _Int(-1)])
+def test_public_entry_checks_a_limit_after_plain_calls(bad: Any) -> None:
+    history = _history()
+    agentctx_fast.build_window(history)
+    agentctx_fast.build_window(history, max_attached_turns=10)
+    with pytest.raises(agentctx_fast.InvalidArgumentError, match="^max_attached_turns must be"):
+        agentctx_fast.build_window(history, max_attached_turns=bad)

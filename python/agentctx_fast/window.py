@@ -45,6 +45,41 @@ _window = core.window
 # Options made from plain arguments (exact ints and bools, no compressor or estimator), kept
 # so a service calling `build_window` with the same limits checks them once.
 _PLAIN_OPTIONS: dict[tuple[int, int, bool, int, int | None], WindowOptions] = {}
+_last_plain: tuple[tuple[object, ...], WindowOptions] = ((10, 100, False, 2, None), DEFAULT_OPTIONS)
+
+
+def _plain_options(
+    max_attached_turns: object,
+    max_attached_messages: object,
+    compact_completed_tool_turns: object,
+    compression_keep_recent_turns: object,
+    max_attached_tokens: object,
+) -> WindowOptions | None:
+    """The options of plain arguments (exact ints >= 0 and a bool), made once per distinct
+    limits; None for any other argument (the caller checks it in full)."""
+    global _last_plain
+    if not (
+        type(max_attached_turns) is int
+        and type(max_attached_messages) is int
+        and type(compression_keep_recent_turns) is int
+        and (max_attached_tokens is None or type(max_attached_tokens) is int)
+        and (compact_completed_tool_turns is True or compact_completed_tool_turns is False)
+    ):
+        return None
+    key = (
+        max_attached_turns,
+        max_attached_messages,
+        compact_completed_tool_turns,
+        compression_keep_recent_turns,
+        max_attached_tokens,
+    )
+    options = _PLAIN_OPTIONS.get(key)
+    if options is None:
+        options = WindowOptions(*key[:4], None, max_attached_tokens)
+        if len(_PLAIN_OPTIONS) < 256:
+            _PLAIN_OPTIONS[key] = options
+    _last_plain = (key, options)
+    return options
 
 
 def build_window(
@@ -69,36 +104,34 @@ def build_window(
     >>> [m.message_id for m in w.messages], w.cut_by
     (['system', 'u2'], 'max_attached_turns')
     """
-    if (
-        context_compressor is None
-        and token_estimator is None
-        and type(max_attached_turns) is int
-        and type(max_attached_messages) is int
-        and type(compression_keep_recent_turns) is int
-        and (max_attached_tokens is None or type(max_attached_tokens) is int)
-        and (compact_completed_tool_turns is True or compact_completed_tool_turns is False)
-    ):
-        key = (
-            max_attached_turns,
-            max_attached_messages,
-            compact_completed_tool_turns,
-            compression_keep_recent_turns,
-            max_attached_tokens,
-        )
-        options = _PLAIN_OPTIONS.get(key)
-        if options is None:
-            options = WindowOptions(*key[:4], None, max_attached_tokens)
-            if len(_PLAIN_OPTIONS) < 256:
-                _PLAIN_OPTIONS[key] = options
+    options: WindowOptions | None = None
+    if context_compressor is None and token_estimator is None:
+        # A service passes the same limit objects every call: the last plain ones are reused
+        # when every argument is the very same object (no hashing, no type checks).
+        seen, options = _last_plain
+        if not (
+            max_attached_turns is seen[0]
+            and max_attached_messages is seen[1]
+            and compact_completed_tool_turns is seen[2]
+            and compression_keep_recent_turns is seen[3]
+            and max_attached_tokens is seen[4]
+        ):
+            options = _plain_options(
+                max_attached_turns,
+                max_attached_messages,
+                compact_completed_tool_turns,
+                compression_keep_recent_turns,
+                max_attached_tokens,
+            )
         # The common call goes straight to the core; `_build` checks the rest the same way.
-        if type(turn_statuses) is dict or turn_statuses is None:
+        if options is not None and (turn_statuses is None or type(turn_statuses) is dict):
             if system is None or type(system) is SystemMessage:
                 return _window(messages, system, options, turn_statuses)  # type: ignore[no-any-return]
             if type(system) is str:
                 return _window(  # type: ignore[no-any-return]
                     messages, _system_message(system), options, turn_statuses
                 )
-    else:
+    if options is None:
         options = WindowOptions(
             max_attached_turns,
             max_attached_messages,
