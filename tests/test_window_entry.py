@@ -344,5 +344,5 @@ def test_public_entry_checks_a_limit_after_plain_calls(bad: Any) -> None:
     history = _history()
     agentctx_fast.build_window(history)
     agentctx_fast.build_window(history, max_attached_turns=10)
-    with pytest.raises(agentctx_fast.InvalidArgumentError, match="^max_attached_turns must be"):
+    with pytest.raises(agentctx_fast.InvalidArgumentError, match=r"^max_attached_turns must be"):
         agentctx_fast.build_window(history, max_attached_turns=bad)
