@@ -236,7 +236,7 @@ def test_fast_path_window_is_a_whole_context_window(native: Any) -> None:
 def test_cached_core_slot_is_read_only_when_it_holds_a_core(
     native: Any, data: st.DataObject
 ) -> None:
-    """The Rust side reads a message's `_core` slot at its offset; copies, pickles and a slot
+    """The Rust core keeps a message's core in its `_core` slot; copies, pickles and a slot
     holding anything but a core (set by a caller) are read as messages without a cache."""
     history = data.draw(histories())
     options = data.draw(window_options(history))
