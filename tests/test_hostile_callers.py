@@ -436,6 +436,18 @@ class Haunted(UserMessage):
     def __del__(self):
         shared.clear()
 
+class Reentrant(str):
+    def __eq__(self, other):
+        inner.append(len(build_window(messages, turn_statuses={"t1": Reentrant("failed")},
+                                      max_attached_turns=1).messages))
+        return str.__eq__(self, other)
+    __hash__ = str.__hash__
+
+messages, inner = history(), []
+show("re-entrant build", lambda: build_window(messages, turn_statuses={"t1": Reentrant("x"),
+                                                                      "t2": Reentrant("x")}))
+print("inner windows", inner)
+
 shared = history()
 shared.insert(5, Haunted("boo", message_id="ghost"))
 def drop_and_build():
