@@ -6,7 +6,7 @@ use crate::window::{leading_system, select, WindowOptions};
 use serde_json::Value;
 use std::sync::Arc;
 
-const OVERHEAD: u64 = 4;
+use crate::tokens::MESSAGE_OVERHEAD as OVERHEAD;
 
 fn text_of(spec: &Value) -> String {
     match spec.get("text") {
@@ -88,12 +88,12 @@ fn golden_window_cases() {
         let mut ids: Vec<String> = Vec::new();
         match system_text {
             Some(text) => {
-                source.system_tokens = OVERHEAD + count_text(text);
+                source.system_tokens = u128::from(OVERHEAD + count_text(text));
                 ids.push("system".into());
             }
             None => {
                 if let Some(index) = leading_system(&mut source).expect("leading system") {
-                    source.system_tokens = source.token_counts[index];
+                    source.system_tokens = u128::from(source.token_counts[index]);
                     ids.push(source.messages[index].message_id.clone());
                 }
             }
@@ -108,7 +108,10 @@ fn golden_window_cases() {
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
             compression_keep_recent_turns: get("compression_keep_recent_turns", 2) as usize,
-            max_attached_tokens: options.get("max_attached_tokens").and_then(Value::as_u64),
+            max_attached_tokens: options
+                .get("max_attached_tokens")
+                .and_then(Value::as_u64)
+                .map(u128::from),
             has_system: !ids.is_empty(),
         };
         // The reference's synthetic result counts 4 + count_text("tool result missing").

@@ -1,5 +1,5 @@
 //! agentctx_fast's core: turn segmentation, tool-protocol validation, window selection and
-//! heuristic token counting. No PyO3 here; `py.rs` (feature `python`) is the only binding.
+//! heuristic token counting. No PyO3 here; `py/` (feature `python`) is the only binding.
 
 pub mod error;
 pub mod model;

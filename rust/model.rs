@@ -3,7 +3,8 @@
 use std::borrow::Borrow;
 use std::sync::Arc;
 
-/// Message kinds; the codes match `agentctx_fast.messages.KIND_*`.
+/// Message kinds: the library class a message derives from; the codes match
+/// `agentctx_fast.messages.KIND_*`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     System,
@@ -27,24 +28,26 @@ impl Kind {
         })
     }
 
-    pub fn model_visible(self) -> bool {
+    /// Whether the library's own class of this kind is sent to a model (a subclass may say
+    /// otherwise through its `model_visible` property).
+    pub fn visible_by_default(self) -> bool {
         !matches!(self, Kind::Action | Kind::Form)
     }
 }
 
 /// The fields of a message that segmentation, validation and windows need.
-///
-/// `repr(C)` keeps the fields every scan reads (kind, final_text) first, in the cache line
-/// the binding's object header is in.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[repr(C)]
 pub struct MessageInfo {
     pub kind: Kind,
+    /// The message's `model_visible`.
+    pub visible: bool,
     /// An AI message with non-empty text and no tool calls.
     pub final_text: bool,
     pub turn_id: Option<String>,
     /// Ids of an AI message's tool calls, in order.
     pub call_ids: Vec<String>,
+    /// Names of an AI message's tool calls, in order (a synthetic result carries its call's).
+    pub call_names: Vec<String>,
     /// A tool message's `tool_call_id`.
     pub tool_call_id: String,
     pub message_id: String,
@@ -54,10 +57,12 @@ impl MessageInfo {
     pub fn new(kind: Kind, message_id: &str) -> MessageInfo {
         MessageInfo {
             kind,
+            visible: kind.visible_by_default(),
             message_id: message_id.to_owned(),
             turn_id: None,
             final_text: false,
             call_ids: Vec::new(),
+            call_names: Vec::new(),
             tool_call_id: String::new(),
         }
     }
@@ -83,10 +88,11 @@ pub trait Source {
     }
     /// The message at `index`, or `CoreError::NotAMessage`.
     fn get(&mut self, index: usize) -> Result<Self::Message, Self::Error>;
-    /// Estimated tokens of a view (the items are in window order).
-    fn tokens(&mut self, items: &[Item]) -> Result<u64, Self::Error>;
+    /// Estimated tokens of a view (the items are in window order). Token counts are summed
+    /// in `u128`: counts are below 2**63 each, so no window's sum can overflow.
+    fn tokens(&mut self, items: &[Item]) -> Result<u128, Self::Error>;
     /// Tokens of the system message of the window.
-    fn system_tokens(&mut self) -> Result<u64, Self::Error>;
+    fn system_tokens(&mut self) -> Result<u128, Self::Error>;
     /// The recorded status of a turn: `Some(true)` for COMPLETED, `None` without a record.
     fn recorded_completed(&mut self, turn_id: &str) -> Result<Option<bool>, Self::Error>;
 }
@@ -96,7 +102,7 @@ pub struct VecSource {
     pub messages: Vec<Arc<MessageInfo>>,
     pub token_counts: Vec<u64>,
     pub statuses: Vec<(String, bool)>,
-    pub system_tokens: u64,
+    pub system_tokens: u128,
 }
 
 impl Source for VecSource {
@@ -114,16 +120,18 @@ impl Source for VecSource {
                 type_name: "NoneType".into(),
             })
     }
-    fn tokens(&mut self, items: &[Item]) -> Result<u64, Self::Error> {
+    fn tokens(&mut self, items: &[Item]) -> Result<u128, Self::Error> {
         Ok(items
             .iter()
             .map(|item| match item {
-                Item::Original(index) => self.token_counts.get(*index).copied().unwrap_or(0),
-                Item::MissingResult { .. } => 4 + crate::tokens::count_text("tool result missing"),
+                Item::Original(index) => {
+                    u128::from(self.token_counts.get(*index).copied().unwrap_or(0))
+                }
+                Item::MissingResult { .. } => u128::from(crate::tokens::missing_result_tokens()),
             })
             .sum())
     }
-    fn system_tokens(&mut self) -> Result<u64, Self::Error> {
+    fn system_tokens(&mut self) -> Result<u128, Self::Error> {
         Ok(self.system_tokens)
     }
     fn recorded_completed(&mut self, turn_id: &str) -> Result<Option<bool>, Self::Error> {

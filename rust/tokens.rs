@@ -88,6 +88,18 @@ fn decode(bytes: &[u8], i: usize) -> (u32, usize) {
     (cp, len)
 }
 
+/// Tokens every message costs besides its texts (role, separators).
+pub const MESSAGE_OVERHEAD: u64 = 4;
+/// Tokens every tool call costs besides its name and arguments.
+pub const TOOL_CALL_OVERHEAD: u64 = 3;
+/// Tokens an image, audio or file part of a user message is estimated at.
+pub const MEDIA_PART_TOKENS: u64 = 85;
+
+/// Heuristic tokens of the synthetic result that closes a call left without one.
+pub fn missing_result_tokens() -> u64 {
+    MESSAGE_OVERHEAD + count_text(crate::window::MISSING_RESULT_TEXT)
+}
+
 /// Estimated tokens of `text`; 0 for the empty string.
 pub fn count_text(text: &str) -> u64 {
     count_utf8_bytes(text.as_bytes())

@@ -41,7 +41,7 @@ impl<M: Borrow<MessageInfo> + Clone> TurnStarts<M> {
             starts = !continues;
             self.any_start |= starts;
         }
-        if info.kind.model_visible() {
+        if info.visible {
             self.previous_visible = info.turn_id.is_some().then(|| message.clone());
         }
         starts
@@ -98,11 +98,12 @@ impl<M: Borrow<MessageInfo> + Clone> Segmenter<M> {
         }
         if self.current.is_some() {
             let info = message.borrow();
-            if info.kind.model_visible() {
+            // Messages before the first turn belong to none; their calls are not paired, and
+            // a message no model sees pairs nothing.
+            if info.visible {
                 self.ends_with_answer = info.kind == Kind::Ai && info.final_text;
+                self.open.read(self.index, message, &mut |_| {});
             }
-            // Messages before the first turn belong to none; their calls are not paired.
-            self.open.read(self.index, message, &mut |_| {});
         }
         self.index += 1;
     }
@@ -172,7 +173,7 @@ impl<M: Borrow<MessageInfo>> TurnsBackward<M> {
             let index = self.next_index;
             let message = source.get(index)?;
             let info = message.borrow();
-            if !info.kind.model_visible() {
+            if !info.visible {
                 continue;
             }
             let mut closed = None;
@@ -211,7 +212,7 @@ pub fn visible_into<S: Source>(
     turn.clear();
     for index in start..end {
         let message = source.get(index)?;
-        if message.borrow().kind.model_visible() {
+        if message.borrow().visible {
             turn.push((index, message));
         }
     }

@@ -7,13 +7,16 @@ use crate::protocol::{OpenCalls, Violation, ViolationKind};
 use crate::turns::{has_tool_calls, inferred_completed, visible_into, TurnsBackward};
 use std::borrow::Borrow;
 
+/// The window options of SPEC §5 as the core takes them (the binding reads them from the
+/// caller's `WindowOptions`; a limit past the range of `usize` or `u128` is its maximum, which
+/// no history reaches, so the window is the one the exact limit gives).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WindowOptions {
     pub max_attached_turns: usize,
     pub max_attached_messages: usize,
     pub compact_completed_tool_turns: bool,
     pub compression_keep_recent_turns: usize,
-    pub max_attached_tokens: Option<u64>,
+    pub max_attached_tokens: Option<u128>,
     pub has_system: bool,
 }
 
@@ -39,14 +42,22 @@ impl CutBy {
 pub struct Window {
     pub items: Vec<Item>,
     pub older_count: usize,
-    pub older_tokens: u64,
-    pub estimated_tokens: u64,
+    pub older_tokens: u128,
+    pub estimated_tokens: u128,
     pub attached_turns: usize,
     pub compacted_turns: usize,
     pub cut_by: Option<CutBy>,
     pub repairs: Vec<Violation>,
     pub seen_history_turns: usize,
     pub unread_end: usize,
+}
+
+/// The text of the synthetic result that closes a call left without one (SPEC §6).
+pub const MISSING_RESULT_TEXT: &str = "tool result missing";
+
+/// The `message_id` of the synthetic result closing call `call_id`.
+pub fn missing_result_id(call_id: &str) -> String {
+    format!("{call_id}:missing")
 }
 
 /// Index of the first SystemMessage before the first UserMessage.
@@ -128,7 +139,8 @@ pub fn select<S: Source>(source: &mut S, options: &WindowOptions) -> Result<Wind
     let mut total_tokens = system_tokens.saturating_add(source.tokens(&current_items)?);
     // The views of kept turns, newest turn first, and (history position, length, tokens) of each.
     let mut views: Vec<Item> = Vec::with_capacity(options.max_attached_messages.min(256));
-    let mut kept: Vec<(usize, usize, u64)> = Vec::with_capacity(options.max_attached_turns.min(64));
+    let mut kept: Vec<(usize, usize, u128)> =
+        Vec::with_capacity(options.max_attached_turns.min(64));
     let mut repairs_by_turn: Vec<Vec<Violation>> = Vec::new(); // newest first
     let mut open = OpenCalls::new();
     let mut violations = Vec::new();
@@ -216,7 +228,7 @@ pub fn select<S: Source>(source: &mut S, options: &WindowOptions) -> Result<Wind
         }
     }
     let mut items = Vec::with_capacity(total_messages);
-    let (mut older_count, mut older_tokens) = (0usize, 0u64);
+    let (mut older_count, mut older_tokens) = (0usize, 0u128);
     let mut view_end = views.len();
     for &(position, view_len, view_tokens) in kept.iter().rev() {
         let view_start = view_end.saturating_sub(view_len);

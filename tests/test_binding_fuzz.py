@@ -27,6 +27,7 @@ from agentctx_fast import (
     ToolMessage,
     TurnStatus,
     UserMessage,
+    WindowOptions,
 )
 from agentctx_fast._reference import api as reference
 from conftest import native_or_skip
@@ -186,18 +187,21 @@ def select_args(
         )
     )
     counter = draw(st.sampled_from([None, "heuristic"]))
+    use_leading_system = draw(st.booleans())
+    options = WindowOptions(
+        max_attached_turns=draw(st.integers(0, 12)),
+        max_attached_messages=draw(st.integers(0, 60)),
+        compact_completed_tool_turns=draw(st.booleans()),
+        compression_keep_recent_turns=draw(st.integers(0, 4)),
+        max_attached_tokens=draw(st.one_of(st.none(), st.integers(0, 600))),
+    )
     return (
         history,
         system,
-        draw(st.booleans()),
-        draw(st.integers(0, 12)),
-        draw(st.integers(0, 60)),
-        draw(st.booleans()),
-        draw(st.integers(0, 4)),
-        draw(st.one_of(st.none(), st.integers(0, 600))),
+        use_leading_system,
+        options,
         HeuristicTokenEstimator().estimate if counter else None,
         draw(st.one_of(st.none(), statuses)),
-        TurnStatus.COMPLETED,
     )
 
 
@@ -207,9 +211,9 @@ def select_args(
 def _fresh_estimator(args: tuple[Any, ...]) -> tuple[Any, ...]:
     """``args`` with a new estimator: one shared by both cores would answer the second call from
     the first call's cache, and fuzzed histories reuse message ids, so the two could differ."""
-    if args[8] is None:
+    if args[4] is None:
         return args
-    return (*args[:8], HeuristicTokenEstimator().estimate, *args[9:])
+    return (*args[:4], HeuristicTokenEstimator().estimate, *args[5:])
 
 
 def _check_all(native: Any, history: list[Message], args: tuple[Any, ...]) -> None:
@@ -310,9 +314,7 @@ def test_non_list_containers_get_a_typed_error(
         if name == "count_turns":
             return module.count_turns(messages, 1)
         if name == "select":
-            return module.select(
-                messages, None, True, 10, 100, False, 2, None, None, None, TurnStatus.COMPLETED
-            )
+            return module.select(messages, None, True, WindowOptions(), None, None)
         return getattr(module, name)(messages)
 
     got = _outcome(lambda: call(native))
@@ -341,9 +343,7 @@ def test_impostor_is_rejected_as_not_a_message(native: Any, name: str, position:
         if name == "count_turns":
             return module.count_turns(history, len(history))
         if name == "select":
-            return module.select(
-                history, None, True, 10, 100, False, 2, None, None, None, TurnStatus.COMPLETED
-            )
+            return module.select(history, None, True, WindowOptions(), None, None)
         return getattr(module, name)(history)
 
     got = _outcome(lambda: call(native))
@@ -372,7 +372,8 @@ def test_message_subclasses_are_messages(native: Any) -> None:
         got = _outcome(lambda name=name: getattr(native, name)(history))
         assert got == _outcome(lambda name=name: getattr(reference, name)(history)), name
         assert got == _outcome(lambda name=name: getattr(native, name)(plain)), name
-    args = (history, None, True, 10, 100, True, 0, None, None, None, TurnStatus.COMPLETED)
+    options = WindowOptions(compact_completed_tool_turns=True, compression_keep_recent_turns=0)
+    args = (history, None, True, options, None, None)
     got_select = _outcome(lambda: native.select(*args))
     assert got_select == _outcome(lambda: reference.select(*args))
     assert [m.message_id for m in got_select[0]] == ["s0", "s3", "s4"]
@@ -458,9 +459,7 @@ def test_lone_surrogate_in_free_text(native: Any, name: str, field: str) -> None
         if name == "count_turns":
             return module.count_turns(history, len(history))
         if name == "select":
-            return module.select(
-                history, None, True, 10, 100, False, 2, None, None, None, TurnStatus.COMPLETED
-            )
+            return module.select(history, None, True, WindowOptions(), None, None)
         return getattr(module, name)(history)
 
     _same(lambda: call(native), lambda: call(reference), f"{name} with a surrogate in {field}")

@@ -36,6 +36,7 @@ MODULES = [
     "agentctx_fast.stores.sql",
     "agentctx_fast.stores.turns",
     "agentctx_fast.window",
+    "agentctx_fast._core_types",
 ]
 
 

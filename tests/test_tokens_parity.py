@@ -87,9 +87,8 @@ def test_parity_with_lone_surrogates(text: str) -> None:
 @given(st.lists(_MIXED, max_size=20))
 def test_count_texts_matches_count_text(texts: list[str]) -> None:
     counts = _native.count_texts(texts)
-    assert counts.dtype.name == "int64"
-    assert counts.shape == (len(texts),)
-    assert counts.tolist() == [count_text(t) for t in texts]
+    assert counts == [count_text(t) for t in texts]
+    assert all(type(count) is int for count in counts)
 
 
 @pytest.mark.parametrize(
@@ -125,7 +124,7 @@ def test_large_inputs() -> None:
     text = "The order ORD-2024-001 shipped. 订单已发货。" * 50_000
     assert _native.count_text(text) == count_text(text)
     counts = _native.count_texts([text, "", text[:1000]])
-    assert counts.tolist() == [count_text(text), 0, count_text(text[:1000])]
+    assert counts == [count_text(text), 0, count_text(text[:1000])]
 
 
 def test_type_errors() -> None:
@@ -371,7 +370,7 @@ def test_heuristic_close_to_cl100k() -> None:
     corpus = mixed_corpus()
     totals = {"heuristic": 0, "cl100k": 0}
     for name, texts in corpus.items():
-        heuristic = int(_native.count_texts(texts).sum())
+        heuristic = sum(_native.count_texts(texts))
         assert heuristic == sum(count_text(t) for t in texts)
         reference = sum(len(encoding.encode_ordinary(t)) for t in texts)
         assert abs(heuristic / reference - 1) <= 0.20, (name, heuristic, reference)

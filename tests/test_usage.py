@@ -17,12 +17,12 @@ from agentctx_fast import (
     Message,
     SerializationError,
     SystemMessage,
-    TurnStatus,
     Usage,
     UserMessage,
     build_window,
 )
 from agentctx_fast._reference import api as reference
+from agentctx_fast.window import WindowOptions
 from conftest import native_or_skip
 from strategies import histories
 
@@ -59,14 +59,15 @@ def _call_select(core: Any, history: list[Any], options: dict[str, Any]) -> Any:
         history,
         SystemMessage(system, message_id="system") if system else None,
         system is None,
-        options.get("max_attached_turns", 10),
-        options.get("max_attached_messages", 100),
-        options.get("compact_completed_tool_turns", False),
-        options.get("compression_keep_recent_turns", 2),
-        options.get("max_attached_tokens"),
+        WindowOptions(
+            max_attached_turns=options.get("max_attached_turns", 10),
+            max_attached_messages=options.get("max_attached_messages", 100),
+            compact_completed_tool_turns=options.get("compact_completed_tool_turns", False),
+            compression_keep_recent_turns=options.get("compression_keep_recent_turns", 2),
+            max_attached_tokens=options.get("max_attached_tokens"),
+        ),
         None,
         options.get("turn_statuses"),
-        TurnStatus.COMPLETED,
     )
 
 
@@ -79,7 +80,7 @@ def test_both_cores_ignore_the_new_fields(history: list[Message]) -> None:
     assert _select(native, dressed, options) == _select(reference, dressed, options)
     for core in (native, reference):
         assert _select(core, dressed, options) == _select(core, history, options)
-        assert core.message_tokens(dressed).tolist() == core.message_tokens(history).tolist()
+        assert core.message_tokens(dressed) == core.message_tokens(history)
         assert core.validate(dressed) == core.validate(history)
 
 

@@ -1,5 +1,5 @@
-"""`build_window` as callers reach it: the Rust entry builds the common window without Python
-code and sends every other call through the checked path; both agree with the reference."""
+"""`build_window` as callers reach it: the Rust core builds the common window without Python
+code, the shared layer handles every other option; both agree with the reference."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from agentctx_fast import (
     UserMessage,
 )
 from agentctx_fast._reference import api as reference
-from agentctx_fast.window import ContextWindow, build_window_on, builder
+from agentctx_fast.window import ContextWindow, WindowOptions, build_window_on
 from conftest import native_or_skip
 from strategies import histories, window_options
 
@@ -131,7 +131,7 @@ def _for_reference(options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _keywords(engine: Any) -> Callable[..., ContextWindow]:
-    """`build_window` with its keywords, on ``engine``'s entry (see `builder`)."""
+    """`build_window` with its keywords, on ``engine``."""
     return partial(build_window_on, engine)
 
 
@@ -189,28 +189,38 @@ def _python_calls(fn: Callable[[], Any]) -> list[str]:
 
 
 PLAIN_CALLS = [
-    ("Be brief.", 10, 100, True, 2, None, 500, None, {"u2-turn": TurnStatus.COMPLETED}),
-    (None, 10, 100, False, 2, None, None, None, None),
-    (SystemMessage("Be brief."), 0, 0, False, 0, None, 0, None, {}),
-    (None, 2**40, 2**40, True, 2**40, None, 2**63, None, None),
+    ("Be brief.", 10, 100, True, 2, 500, {"u2-turn": TurnStatus.COMPLETED}),
+    (None, 10, 100, False, 2, None, None),
+    (SystemMessage("Be brief."), 0, 0, False, 0, 0, {}),
+    (None, 2**40, 2**40, True, 2**40, 2**63, None),
 ]
 
 
-@pytest.mark.parametrize("options", PLAIN_CALLS)
-def test_plain_call_runs_no_python_code(native: Any, options: tuple[Any, ...]) -> None:
+def _plain(history: list[Message], call: tuple[Any, ...]) -> tuple[Any, ...]:
+    system, turns, messages, compact, keep, tokens, statuses = call
+    if isinstance(system, str):
+        system = SystemMessage(system, message_id="system")
+    return (history, system, WindowOptions(turns, messages, compact, keep, None, tokens), statuses)
+
+
+@pytest.mark.parametrize("call", PLAIN_CALLS)
+def test_plain_window_runs_no_python_code(native: Any, call: tuple[Any, ...]) -> None:
+    """The Rust core builds a plain window (no compressor, default estimator) end to end."""
     history = _history()
-    entry = builder(native)
-    plain = (history, *options)
-    entry(*plain)  # the first call imports and caches what the entry needs
-    assert _python_calls(lambda: entry(*plain)) == []
-    # An option off the fast path runs the checked path, which is Python.
-    checked = (*plain[:2], _Int(plain[2]), *plain[3:])
-    assert any("_build_checked" in call for call in _python_calls(lambda: entry(*checked)))
+    args = _plain(history, call)
+    native.window(*args)  # the first read caches each message's core
+    assert _python_calls(lambda: native.window(*args)) == []
+    # An estimator is the shared layer's: its Python code runs.
+    estimator = HeuristicTokenEstimator()
+    calls = _python_calls(
+        lambda: build_window_on(native, history, token_estimator=estimator, system=call[0])
+    )
+    assert any("estimate" in name for name in calls)
 
 
 def test_fast_path_window_is_a_whole_context_window(native: Any) -> None:
     history = _history()
-    window = builder(native)(history, None, 0, 100, False, 2, None, None, None, None)
+    window = native.window(history, None, WindowOptions(max_attached_turns=0), None)
     assert isinstance(window, ContextWindow)
     assert [m.message_id for m in window.messages] == ["u2"]
     assert window.estimated_tokens > 0
@@ -226,7 +236,7 @@ def test_fast_path_window_is_a_whole_context_window(native: Any) -> None:
 def test_cached_core_slot_is_read_only_when_it_holds_a_core(
     native: Any, data: st.DataObject
 ) -> None:
-    """The Rust side reads a message's `_core` slot at its offset; copies, pickles and a slot
+    """The Rust core keeps a message's core in its `_core` slot; copies, pickles and a slot
     holding anything but a core (set by a caller) are read as messages without a cache."""
     history = data.draw(histories())
     options = data.draw(window_options(history))
@@ -270,13 +280,13 @@ def test_window_list_is_never_seen_half_filled(native: Any) -> None:
                 if type(candidate) is list and candidate[:1] == [history[0]]:
                     seen.append(len(list(candidate)))  # reads every item
 
-    builder(native)(history, None, 10, 100, False, 2, None, None, None, None)
+    native.window(history, None, WindowOptions(), None)
     threshold = gc.get_threshold()
     gc.callbacks.append(inspect)
     gc.set_threshold(1)
     try:
         for _ in range(20):
-            window = builder(native)(history, None, 10, 100, False, 2, None, None, None, None)
+            window = native.window(history, None, WindowOptions(), None)
     finally:
         gc.set_threshold(*threshold)
         gc.callbacks.remove(inspect)
@@ -300,14 +310,39 @@ class _ShrinksHistory:
 
 @pytest.mark.parametrize("engine", ["native", "reference"])
 def test_history_emptied_during_a_build_is_an_error_not_a_crash(native: Any, engine: str) -> None:
+    """Each index is read once, so the messages already read stay; the first index read after
+    the list was emptied is an IndexError on both cores."""
     module = native if engine == "native" else reference
-    history = [
-        UserMessage("a", message_id="u1", turn_id="t1"),
-        AiMessage("b", message_id="a1", turn_id="t1"),
-        UserMessage("c", message_id="u2", turn_id="t2"),
-        AiMessage("d", message_id="a2", turn_id="t2"),
-        UserMessage("e", message_id="u3", turn_id="t3"),
-    ]
-    statuses = {"t2": _ShrinksHistory(history), "t1": _ShrinksHistory(history)}
+    history: list[Message] = [AiMessage("stray", message_id="s0")]  # no leading system/user
+    for turn in range(1, 4):
+        history.append(UserMessage("q", message_id=f"u{turn}", turn_id=f"t{turn}"))
+        history.append(AiMessage("a", message_id=f"a{turn}", turn_id=f"t{turn}"))
+    history.append(UserMessage("e", message_id="u4", turn_id="t4"))
+    statuses = {"t3": _ShrinksHistory(history), "t2": _ShrinksHistory(history)}
     with pytest.raises(IndexError):
-        builder(module)(history, None, 10, 100, False, 2, None, None, None, statuses)
+        module.window(history, None, WindowOptions(), statuses)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_public_entry_matches_the_reference_on_odd_options(data: st.DataObject) -> None:
+    """`build_window` itself (its reuse of the last plain options included) against the
+    reference, on plain and odd options alike, two calls in a row."""
+    history = data.draw(histories())
+    for _ in range(2):
+        options = data.draw(window_options(history))
+        names = data.draw(st.lists(st.sampled_from(sorted(ODD_OPTIONS)), max_size=2))
+        for name in names:
+            options[name] = data.draw(ODD_OPTIONS[name])
+        assert _window(partial(agentctx_fast.build_window), history, options) == _window(
+            _keywords(reference), history, _for_reference(options)
+        )
+
+
+@pytest.mark.parametrize("bad", [10.0, True, "10", None, -1, _Int(-1)])
+def test_public_entry_checks_a_limit_after_plain_calls(bad: Any) -> None:
+    history = _history()
+    agentctx_fast.build_window(history)
+    agentctx_fast.build_window(history, max_attached_turns=10)
+    with pytest.raises(agentctx_fast.InvalidArgumentError, match=r"^max_attached_turns must be"):
+        agentctx_fast.build_window(history, max_attached_turns=bad)

@@ -114,4 +114,5 @@ def test_public_build_window_uses_the_selected_core() -> None:
         system="Be brief.",
     )
     assert [m.message_id for m in window.messages] == ["system", "u1", "a1", "u2"]
-    assert window._engine is _backend.core
+    _, _, _, engine = window._unread
+    assert engine is _backend.core

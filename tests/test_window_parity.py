@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentctx_fast import SystemMessage, TurnStatus
+from agentctx_fast import SystemMessage, WindowOptions
 from agentctx_fast._reference import api as reference
 from conftest import native_or_skip
 from strategies import histories, window_options
@@ -41,14 +41,15 @@ def _select_args(history: list[Any], options: dict[str, Any]) -> tuple[Any, ...]
         history,
         SystemMessage(system, message_id="system") if system else None,
         system is None,
-        options.get("max_attached_turns", 10),
-        options.get("max_attached_messages", 100),
-        options.get("compact_completed_tool_turns", False),
-        options.get("compression_keep_recent_turns", 2),
-        options.get("max_attached_tokens"),
+        WindowOptions(
+            max_attached_turns=options.get("max_attached_turns", 10),
+            max_attached_messages=options.get("max_attached_messages", 100),
+            compact_completed_tool_turns=options.get("compact_completed_tool_turns", False),
+            compression_keep_recent_turns=options.get("compression_keep_recent_turns", 2),
+            max_attached_tokens=options.get("max_attached_tokens"),
+        ),
         None,
         options.get("turn_statuses"),
-        TurnStatus.COMPLETED,
     )
 
 
@@ -115,8 +116,8 @@ def test_estimator_callback_is_used_the_same_way(native: Any) -> None:
         return count
 
     a = list(_select_args(history, {"max_attached_tokens": 30}))
-    a[8] = counter(seen_native)
+    a[4] = counter(seen_native)
     b = list(a)
-    b[8] = counter(seen_reference)
+    b[4] = counter(seen_reference)
     assert native.select(*a) == reference.select(*b)
     assert seen_native == seen_reference and seen_native

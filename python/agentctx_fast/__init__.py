@@ -101,7 +101,13 @@ from agentctx_fast.tokens import (
 )
 from agentctx_fast.tools import Tool, ToolResultPage
 from agentctx_fast.turns import TurnSegments, TurnStatus, segment_turns
-from agentctx_fast.window import AgentContextCompressor, ContextWindow, build_window
+from agentctx_fast.window import (
+    AgentContextCompressor,
+    ContextWindow,
+    WindowOptions,
+    build_window,
+    build_window_with,
+)
 
 __all__ = [
     "MAX_INLINE_BYTES",
@@ -197,8 +203,10 @@ __all__ = [
     "Usage",
     "UserMessage",
     "VersionConflictError",
+    "WindowOptions",
     "backend",
     "build_window",
+    "build_window_with",
     "check_tool_protocol",
     "estimator_for_model",
     "from_openai",

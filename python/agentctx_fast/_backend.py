@@ -10,11 +10,9 @@ import os
 from types import ModuleType
 
 from agentctx_fast._reference import api as reference
-from agentctx_fast.errors import AgentCtxError
+from agentctx_fast.errors import BackendUnavailableError
 
-
-class BackendUnavailableError(AgentCtxError, ImportError):
-    """The requested backend cannot be loaded."""
+__all__ = ["BackendUnavailableError", "backend", "core", "native"]
 
 
 def _load_native() -> ModuleType | None:
@@ -36,7 +34,8 @@ def _choose() -> tuple[str, ModuleType]:
         if native is None:
             raise BackendUnavailableError(
                 "AGENTCTX_FAST_BACKEND=rust but the extension agentctx_fast._native "
-                "does not import; build it with `maturin develop --release`"
+                "does not import; install a native wheel or build it with "
+                "`maturin develop --release`"
             )
         return "rust", native
     if wanted != "auto":

@@ -1,9 +1,65 @@
-from collections.abc import Iterable
+"""The Rust core (`rust/py/`): the same functions, results and errors as
+`agentctx_fast._reference.api`. Checked against the built extension by ``mypy.stubtest``."""
 
-import numpy as np
-import numpy.typing as npt
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, final
+
+from agentctx_fast._core_types import ContextWindow, WindowOptions
+from agentctx_fast.messages import Message
+
+__all__ = [
+    "MessageCore",
+    "__version__",
+    "count_text",
+    "count_texts",
+    "count_turns",
+    "message_tokens",
+    "segment",
+    "select",
+    "validate",
+    "window",
+]
 
 __version__: str
 
+@final
+class MessageCore:
+    """What the core read of a message, kept in its ``_core`` slot (opaque, made only by the
+    extension)."""
+
+    def __reduce__(self) -> tuple[type[dict[Any, Any]], tuple[()]]: ...
+    def __copy__(self) -> MessageCore: ...
+    def __deepcopy__(self, memo: Any, /) -> MessageCore: ...
+
+def window(
+    messages: Sequence[object],
+    system: Message | None,
+    options: WindowOptions,
+    turn_statuses: Mapping[str, object] | None,
+) -> ContextWindow: ...
+def select(
+    messages: Sequence[object],
+    system: Message | None,
+    use_leading_system: bool,
+    options: WindowOptions,
+    count_tokens: Callable[[Sequence[Message]], int] | None,
+    turn_statuses: Mapping[str, object] | None,
+) -> tuple[
+    list[Message],
+    bool,
+    int,
+    int,
+    int,
+    int,
+    int,
+    str | None,
+    list[tuple[str, str, str]],
+    int,
+    int,
+]: ...
+def segment(messages: Sequence[object]) -> tuple[list[int], list[int], list[bool]]: ...
+def count_turns(messages: Sequence[object], end: int) -> int: ...
+def validate(messages: Sequence[object]) -> list[tuple[str, str, str]]: ...
 def count_text(text: str) -> int: ...
-def count_texts(texts: Iterable[str]) -> npt.NDArray[np.int64]: ...
+def count_texts(texts: Iterable[str]) -> list[int]: ...
+def message_tokens(messages: Sequence[object]) -> list[int]: ...

@@ -13,7 +13,7 @@ from agentctx_fast.stores.turns import PendingApproval
 from agentctx_fast.tokens import TokenEstimator
 from agentctx_fast.tools import Tool
 from agentctx_fast.turns import TurnStatus
-from agentctx_fast.window import AgentContextCompressor, _limit
+from agentctx_fast.window import AgentContextCompressor, WindowOptions
 
 COMPRESSION_ERROR_POLICIES = ("fail", "uncompressed")
 
@@ -43,6 +43,9 @@ class Agent:
     compression_trigger: CompressionTrigger | None = None
     on_compression_error: str = "fail"
     _tools_by_name: Mapping[str, Tool] = field(default_factory=dict, init=False, repr=False)
+    _window_options: WindowOptions = field(
+        default=WindowOptions(), init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -62,14 +65,16 @@ class Agent:
             raise InvalidArgumentError(f"agent {self.name!r}: two tools share a name")
         object.__setattr__(self, "tools", tools)
         object.__setattr__(self, "_tools_by_name", by_name)
-        _limit("max_attached_turns", self.max_attached_turns)
-        _limit("max_attached_messages", self.max_attached_messages)
-        _limit("compression_keep_recent_turns", self.compression_keep_recent_turns)
-        _limit("max_attached_tokens", self.max_attached_tokens, optional=True)
-        if not isinstance(self.compact_completed_tool_turns, bool):
-            raise InvalidArgumentError("compact_completed_tool_turns must be a bool")
-        if self.context_compressor is not None and not callable(self.context_compressor):
-            raise InvalidArgumentError("context_compressor must be callable")
+        options = WindowOptions(
+            max_attached_turns=self.max_attached_turns,
+            max_attached_messages=self.max_attached_messages,
+            compact_completed_tool_turns=self.compact_completed_tool_turns,
+            compression_keep_recent_turns=self.compression_keep_recent_turns,
+            context_compressor=self.context_compressor,
+            max_attached_tokens=self.max_attached_tokens,
+            token_estimator=self.token_estimator,
+        )
+        object.__setattr__(self, "_window_options", options)
         if self.compression_trigger is not None:
             if not callable(self.compression_trigger):
                 raise InvalidArgumentError("compression_trigger must be callable")
@@ -85,6 +90,11 @@ class Agent:
         steps = self.max_steps
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise InvalidArgumentError(f"max_steps must be an int >= 1, got {steps!r}")
+
+    @property
+    def window_options(self) -> WindowOptions:
+        """The agent's window options, checked once (see `build_window_with`)."""
+        return self._window_options
 
     def tool(self, name: str) -> Tool | None:
         """The tool called ``name``, or None."""

@@ -3,23 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
 
 from agentctx_fast._backend import core
+from agentctx_fast._core_types import ProtocolViolation, ViolationKind
 from agentctx_fast.errors import ToolProtocolError
 from agentctx_fast.messages import Message
 
-ViolationKind = Literal["orphan_result", "duplicate_call_id", "missing_result"]
-
-
-@dataclass(frozen=True, slots=True)
-class ProtocolViolation:
-    """One break of the tool-call protocol, reported on ``message_id``."""
-
-    kind: ViolationKind
-    message_id: str
-    tool_call_id: str
+__all__ = ["ProtocolViolation", "ViolationKind", "check_tool_protocol", "validate_tool_protocol"]
 
 
 def validate_tool_protocol(messages: Sequence[Message]) -> list[ProtocolViolation]:

@@ -3,23 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from enum import StrEnum
 
 import numpy as np
 import numpy.typing as npt
 
 from agentctx_fast._backend import core
+from agentctx_fast._core_types import TurnStatus
 from agentctx_fast.messages import Message
 
-
-class TurnStatus(StrEnum):
-    """Lifecycle of a turn."""
-
-    RUNNING = "running"
-    SUSPENDED = "suspended"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
+__all__ = ["TurnSegments", "TurnStatus", "segment_turns"]
 
 
 class TurnSegments:
@@ -57,4 +49,8 @@ def segment_turns(messages: Sequence[Message]) -> TurnSegments:
     ([0, 2], [2, 3], [True, False])
     """
     starts, ends, completed = core.segment(messages)
-    return TurnSegments(starts, ends, completed)
+    return TurnSegments(
+        np.array(starts, dtype=np.int64),
+        np.array(ends, dtype=np.int64),
+        np.array(completed, dtype=np.bool_),
+    )

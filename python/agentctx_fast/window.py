@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping, Sequence
-from functools import lru_cache, partial
+from functools import lru_cache
 from typing import Any
 
-from agentctx_fast._backend import core, native
+from agentctx_fast._backend import core
+from agentctx_fast._core_types import (
+    AgentContextCompressor,
+    ContextWindow,
+    ProtocolViolation,
+    WindowOptions,
+    new_window,
+)
 from agentctx_fast.errors import (
     AgentCtxError,
     CompressionError,
@@ -15,85 +23,63 @@ from agentctx_fast.errors import (
     InvalidMessageTypeError,
 )
 from agentctx_fast.messages import Message, SystemMessage, UserMessage
-from agentctx_fast.protocol import ProtocolViolation, validate_tool_protocol
-from agentctx_fast.tokens import DEFAULT_ESTIMATOR, HeuristicTokenEstimator, TokenEstimator
+from agentctx_fast.protocol import validate_tool_protocol
+from agentctx_fast.tokens import TokenEstimator
 from agentctx_fast.turns import TurnStatus
 
-AgentContextCompressor = Callable[[list[Message]], list[Message]]
+__all__ = [
+    "AgentContextCompressor",
+    "ContextWindow",
+    "WindowOptions",
+    "build_window",
+    "build_window_on",
+    "build_window_with",
+    "validate_compressor_output",
+]
 
-# Read once: an enum member lookup costs as much as a tenth of a whole window.
-_COMPLETED = TurnStatus.COMPLETED
+MAX_TOKENS = 2**63 - 1
+"""The largest count a token estimator may return (both cores sum counts exactly)."""
+
+DEFAULT_OPTIONS = WindowOptions()
+_window = core.window
+# Options made from plain arguments (exact ints and bools, no compressor or estimator), kept
+# so a service calling `build_window` with the same limits checks them once.
+_PLAIN_OPTIONS: dict[tuple[int, int, bool, int, int | None], WindowOptions] = {}
+_last_plain: tuple[tuple[object, ...], WindowOptions] = ((10, 100, False, 2, None), DEFAULT_OPTIONS)
 
 
-class ContextWindow:
-    """The messages to send for one model call, and how they were chosen.
-
-    ``dropped_turns`` is counted on first access, from the part of the history the window did
-    not read, so building a window stays flat in the history's length.
-    """
-
-    __slots__ = (
-        "_dropped",
-        "_engine",
-        "_history",
-        "_seen_history_turns",
-        "_unread_end",
-        "attached_turns",
-        "compacted_turns",
-        "cut_by",
-        "estimated_tokens",
-        "messages",
-        "repairs",
+def _plain_options(
+    max_attached_turns: object,
+    max_attached_messages: object,
+    compact_completed_tool_turns: object,
+    compression_keep_recent_turns: object,
+    max_attached_tokens: object,
+) -> WindowOptions | None:
+    """The options of plain arguments (exact ints >= 0 and a bool), made once per distinct
+    limits; None for any other argument (the caller checks it in full)."""
+    global _last_plain
+    if not (
+        type(max_attached_turns) is int
+        and type(max_attached_messages) is int
+        and type(compression_keep_recent_turns) is int
+        and (max_attached_tokens is None or type(max_attached_tokens) is int)
+        and (compact_completed_tool_turns is True or compact_completed_tool_turns is False)
+    ):
+        return None
+    key = (
+        max_attached_turns,
+        max_attached_messages,
+        compact_completed_tool_turns,
+        compression_keep_recent_turns,
+        max_attached_tokens,
     )
-
-    def __init__(
-        self,
-        messages: list[Message],
-        estimated_tokens: int,
-        attached_turns: int,
-        compacted_turns: int,
-        cut_by: str | None,
-        repairs: list[ProtocolViolation],
-        history: Sequence[Message],
-        seen_history_turns: int,
-        unread_end: int,
-        engine: Any = None,
-    ) -> None:
-        self.messages = messages
-        self.estimated_tokens = estimated_tokens
-        self.attached_turns = attached_turns
-        self.compacted_turns = compacted_turns
-        self.cut_by = cut_by
-        self.repairs = repairs
-        self._history = history
-        self._seen_history_turns = seen_history_turns
-        self._unread_end = unread_end
-        self._dropped: int | None = None
-        self._engine = core if engine is None else engine
-
-    @property
-    def dropped_turns(self) -> int:
-        """History turns left out of the window (by a limit or by repair)."""
-        if self._dropped is None:
-            unread = (
-                self._engine.count_turns(self._history, self._unread_end) if self._unread_end else 0
-            )
-            self._dropped = self._seen_history_turns + unread - self.attached_turns
-        return self._dropped
-
-    def __repr__(self) -> str:
-        return (
-            f"ContextWindow({len(self.messages)} messages, {self.estimated_tokens} tokens, "
-            f"attached_turns={self.attached_turns}, compacted_turns={self.compacted_turns}, "
-            f"cut_by={self.cut_by!r}, repairs={len(self.repairs)})"
-        )
-
-
-def _limit(name: str, value: object, *, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidArgumentError(f"{name} must be an int >= 0, got {value!r}")
+    options = _PLAIN_OPTIONS.get(key)
+    if options is None:
+        options = WindowOptions(*key[:4], None, max_attached_tokens)
+        if len(_PLAIN_OPTIONS) < 256:
+            _PLAIN_OPTIONS[key] = options
+    _last_plain = (key, options)
+    return options
 
 
 def build_window(
@@ -118,18 +104,63 @@ def build_window(
     >>> [m.message_id for m in w.messages], w.cut_by
     (['system', 'u2'], 'max_attached_turns')
     """
-    return _build(
-        messages,
-        system,
-        max_attached_turns,
-        max_attached_messages,
-        compact_completed_tool_turns,
-        compression_keep_recent_turns,
-        context_compressor,
-        max_attached_tokens,
-        token_estimator,
-        turn_statuses,
-    )
+    options: WindowOptions | None = None
+    if context_compressor is None and token_estimator is None:
+        # A service passes the same limit objects every call: the last plain ones are reused
+        # when every argument is the very same object (no hashing, no type checks).
+        seen, options = _last_plain
+        if not (
+            max_attached_turns is seen[0]
+            and max_attached_messages is seen[1]
+            and compact_completed_tool_turns is seen[2]
+            and compression_keep_recent_turns is seen[3]
+            and max_attached_tokens is seen[4]
+        ):
+            options = _plain_options(
+                max_attached_turns,
+                max_attached_messages,
+                compact_completed_tool_turns,
+                compression_keep_recent_turns,
+                max_attached_tokens,
+            )
+        # The common call goes straight to the core; `_build` checks the rest the same way.
+        if options is not None and (turn_statuses is None or type(turn_statuses) is dict):
+            if system is None or type(system) is SystemMessage:
+                return _window(messages, system, options, turn_statuses)  # type: ignore[no-any-return]
+            if type(system) is str:
+                return _window(  # type: ignore[no-any-return]
+                    messages, _system_message(system), options, turn_statuses
+                )
+    if options is None:
+        options = WindowOptions(
+            max_attached_turns,
+            max_attached_messages,
+            compact_completed_tool_turns,
+            compression_keep_recent_turns,
+            context_compressor,
+            max_attached_tokens,
+            token_estimator,
+        )
+    return _build(core, messages, options, system, turn_statuses)
+
+
+def build_window_with(
+    messages: Sequence[Message],
+    options: WindowOptions,
+    *,
+    system: SystemMessage | str | None = None,
+    turn_statuses: Mapping[str, TurnStatus] | None = None,
+) -> ContextWindow:
+    """`build_window` with options checked once, e.g. an `Agent`'s ``window_options``.
+
+    >>> from agentctx_fast import UserMessage
+    >>> options = WindowOptions(max_attached_turns=0)
+    >>> build_window_with([UserMessage("hi", message_id="u1")], options).attached_turns
+    0
+    """
+    if type(options) is not WindowOptions:
+        raise InvalidArgumentError(f"options must be a WindowOptions, got {type(options).__name__}")
+    return _build(core, messages, options, system, turn_statuses)
 
 
 def build_window_on(
@@ -137,90 +168,36 @@ def build_window_on(
     messages: Sequence[Message],
     *,
     system: SystemMessage | str | None = None,
-    max_attached_turns: int = 10,
-    max_attached_messages: int = 100,
-    compact_completed_tool_turns: bool = False,
-    compression_keep_recent_turns: int = 2,
-    context_compressor: AgentContextCompressor | None = None,
-    max_attached_tokens: int | None = None,
-    token_estimator: TokenEstimator | None = None,
     turn_statuses: Mapping[str, TurnStatus] | None = None,
+    **options: Any,
 ) -> ContextWindow:
-    """`build_window` on a given core (the Rust module or the reference); for benchmarks."""
-    return builder(engine)(
-        messages,
-        system,
-        max_attached_turns,
-        max_attached_messages,
-        compact_completed_tool_turns,
-        compression_keep_recent_turns,
-        context_compressor,
-        max_attached_tokens,
-        token_estimator,
-        turn_statuses,
-    )
+    """`build_window` on a given core (the Rust module or the reference); for tests and
+    benchmarks that compare the two in one process."""
+    return _build(engine, messages, WindowOptions(**options), system, turn_statuses)
 
 
-def builder(engine: Any) -> Callable[..., ContextWindow]:
-    """`build_window` on ``engine``, taking its arguments by position (in signature order).
-
-    The Rust module builds the common window (plain int limits, no compressor, the default
-    estimator) without any Python code and sends every other call to `_build_checked`.
-    """
-    if engine is native and native is not None:
-        return native.build_window  # type: ignore[no-any-return]
-    return partial(_build_checked, engine)
-
-
-def _build_checked(
+def _build(
     engine: Any,
     messages: Sequence[Message],
+    options: WindowOptions,
     system: SystemMessage | str | None,
-    max_attached_turns: int,
-    max_attached_messages: int,
-    compact_completed_tool_turns: bool,
-    compression_keep_recent_turns: int,
-    context_compressor: AgentContextCompressor | None,
-    max_attached_tokens: int | None,
-    token_estimator: TokenEstimator | None,
     turn_statuses: Mapping[str, TurnStatus] | None,
 ) -> ContextWindow:
-    """Every option checked, then the window from ``engine.select``."""
-    # One cheap test for the common case; the named checks only when something is off.
-    if (
-        type(max_attached_turns) is not int
-        or type(max_attached_messages) is not int
-        or type(compression_keep_recent_turns) is not int
-        or max_attached_turns < 0
-        or max_attached_messages < 0
-        or compression_keep_recent_turns < 0
-        or max_attached_tokens is not None
-    ):
-        _limit("max_attached_turns", max_attached_turns)
-        _limit("max_attached_messages", max_attached_messages)
-        _limit("compression_keep_recent_turns", compression_keep_recent_turns)
-        _limit("max_attached_tokens", max_attached_tokens, optional=True)
-    if not isinstance(compact_completed_tool_turns, bool):
-        raise InvalidArgumentError(
-            f"compact_completed_tool_turns must be a bool, got {compact_completed_tool_turns!r}"
-        )
-    if context_compressor is not None and not callable(context_compressor):
-        raise InvalidArgumentError("context_compressor must be callable")
     if turn_statuses is not None and not isinstance(turn_statuses, Mapping):
         raise InvalidArgumentError(
             f"turn_statuses must be a mapping of turn_id to TurnStatus, "
             f"got {type(turn_statuses).__name__}"
         )
     if isinstance(system, str):
-        system = _system_message(system)
+        system = _system_message(str.__str__(system))
     elif system is not None and not isinstance(system, SystemMessage):
         raise InvalidMessageTypeError(
             f"system must be a SystemMessage, a str or None, got {type(system).__name__}"
         )
-    estimator = DEFAULT_ESTIMATOR if token_estimator is None else token_estimator
-    if token_estimator is not None and not callable(getattr(token_estimator, "estimate", None)):
-        raise InvalidArgumentError("token_estimator must have an estimate(messages) method")
-    native_heuristic = engine is native and type(estimator) is HeuristicTokenEstimator
+    if options.context_compressor is None and options.token_estimator is None:
+        return engine.window(messages, system, options, turn_statuses)  # type: ignore[no-any-return]
+    estimator = options.token_estimator
+    count = None if estimator is None else _checked(estimator)
     (
         window,
         has_system,
@@ -233,38 +210,24 @@ def _build_checked(
         repairs,
         seen_history_turns,
         unread_end,
-    ) = engine.select(
-        messages,
-        system,
-        system is None,
-        max_attached_turns,
-        max_attached_messages,
-        compact_completed_tool_turns,
-        compression_keep_recent_turns,
-        max_attached_tokens,
-        None if native_heuristic else _checked(estimator),
-        turn_statuses,
-        _COMPLETED,
-    )
-    if context_compressor is not None and older_count:
+    ) = engine.select(messages, system, system is None, options, count, turn_statuses)
+    compressor = options.context_compressor
+    if compressor is not None and older_count:
         start = 1 if has_system else 0
-        replacement = _compress(context_compressor, window[start : start + older_count])
+        replacement = _compress(compressor, window[start : start + older_count])
         window = [*window[:start], *replacement, *window[start + older_count :]]
-        if native_heuristic:
-            tokens += int(engine.message_tokens(replacement).sum()) - older_tokens
+        if count is None:
+            tokens += sum(engine.message_tokens(replacement)) - older_tokens
         else:
-            tokens += _checked(estimator)(replacement) - older_tokens
-    return ContextWindow(
+            tokens += count(replacement) - older_tokens
+    return new_window(
         window,
         tokens,
         attached_turns,
         compacted_turns,
         cut_by,
-        [ProtocolViolation(*v) for v in repairs] if repairs else [],
-        messages,
-        seen_history_turns,
-        unread_end,
-        engine,
+        [ProtocolViolation(*v) for v in repairs],
+        (messages, seen_history_turns, unread_end, engine),
     )
 
 
@@ -277,11 +240,16 @@ def _system_message(text: str) -> SystemMessage:
 def _checked(estimator: TokenEstimator) -> Callable[[Sequence[Message]], int]:
     def estimate(messages: Sequence[Message]) -> int:
         tokens = estimator.estimate(messages)
-        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+        if isinstance(tokens, bool) or not isinstance(tokens, int):
             raise InvalidArgumentError(
-                f"token_estimator.estimate must return an int >= 0, got {tokens!r}"
+                f"token_estimator.estimate must return an int from 0 to 2**63 - 1, got {tokens!r}"
             )
-        return tokens
+        plain = operator.index(tokens)  # an int subclass's own arithmetic never runs
+        if plain < 0 or plain > MAX_TOKENS:
+            raise InvalidArgumentError(
+                f"token_estimator.estimate must return an int from 0 to 2**63 - 1, got {tokens!r}"
+            )
+        return plain
 
     return estimate
 
@@ -332,7 +300,3 @@ def validate_compressor_output(output: object) -> list[Message]:
             f"{first.message_id!r} (tool_call_id {first.tool_call_id!r})"
         )
     return list(output)
-
-
-# The entry `build_window` calls, bound to the selected core once.
-_build = builder(core)

@@ -2,49 +2,84 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterable, Mapping, Sequence
 
-import numpy as np
-import numpy.typing as npt
-
-from agentctx_fast._reference.message_tokens import message_tokens_one
+from agentctx_fast._core_types import ContextWindow, ProtocolViolation, WindowOptions, new_window
 from agentctx_fast._reference.protocol import validate, validate_segment
+from agentctx_fast._reference.read import read, tokens
 from agentctx_fast._reference.tokens import count_text
 from agentctx_fast._reference.turns import (
-    check_message,
+    Turn,
     check_sequence,
     inferred_completed,
+    stream,
     turn_starts,
 )
 from agentctx_fast._reference.window import count_turns, select
+from agentctx_fast.errors import InvalidMessageTypeError
+from agentctx_fast.messages import Message
 
-__all__ = ["count_text", "count_turns", "message_tokens", "segment", "select", "validate"]
+__all__ = [
+    "count_text",
+    "count_texts",
+    "count_turns",
+    "message_tokens",
+    "segment",
+    "select",
+    "validate",
+    "window",
+]
 
 
-def segment(
-    messages: Sequence[object],
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
-    """Turn starts, ends and inferred completion as arrays."""
-    check_sequence(messages)
-    checked = [check_message(messages, index) for index in range(len(messages))]
-    starts = turn_starts(checked)
-    ends = [*starts[1:], len(checked)] if starts else []
+def segment(messages: Sequence[object]) -> tuple[list[int], list[int], list[bool]]:
+    """Turn starts, ends and inferred completion."""
+    views = list(stream(messages))
+    starts = turn_starts(views)
+    ends = [*starts[1:], len(views)] if starts else []
     completed = []
     for start, end in zip(starts, ends, strict=True):
-        turn = [m for m in checked[start:end] if m.model_visible]
-        missing = any(v[0] == "missing_result" for _, v in validate_segment(turn))
+        turn: Turn = [(i, None, views[i]) for i in range(start, end) if views[i].visible]
+        violations = validate_segment([view for _, _, view in turn])
+        missing = any(v[0] == "missing_result" for _, _, v in violations)
         completed.append(inferred_completed(turn, missing))
-    return (
-        np.array(starts, dtype=np.int64),
-        np.array(ends, dtype=np.int64),
-        np.array(completed, dtype=np.bool_),
-    )
+    return starts, ends, completed
 
 
-def message_tokens(messages: Sequence[object]) -> npt.NDArray[np.int64]:
+def message_tokens(messages: Sequence[object]) -> list[int]:
     """Heuristic tokens of every message."""
-    check_sequence(messages)
-    return np.array(
-        [message_tokens_one(check_message(messages, i)) for i in range(len(messages))],
-        dtype=np.int64,
+    seq = check_sequence(messages)
+    counts = []
+    for index in range(len(seq)):
+        message, view = read(seq, index)
+        counts.append(tokens(message, view, f"messages[{index}]", count_text))
+    return counts
+
+
+def count_texts(texts: Iterable[object]) -> list[int]:
+    """`count_text` of every text."""
+    strings = list(texts)
+    for text in strings:
+        if not issubclass(type(text), str):
+            raise InvalidMessageTypeError(f"count_texts needs str items, got {type(text).__name__}")
+    return [count_text(text) for text in strings]  # type: ignore[arg-type]
+
+
+def window(
+    messages: Sequence[object],
+    system: Message | None,
+    options: WindowOptions,
+    turn_statuses: Mapping[str, object] | None,
+) -> ContextWindow:
+    """The whole window for options a core handles alone (no compressor, default estimator);
+    ``system`` None takes the history's leading system message."""
+    chosen = select(messages, system, system is None, options, None, turn_statuses)
+    return new_window(
+        chosen.messages,
+        chosen.estimated_tokens,
+        chosen.attached_turns,
+        chosen.compacted_turns,
+        chosen.cut_by,
+        [ProtocolViolation(*v) for v in chosen.repairs],  # type: ignore[arg-type]
+        (messages, chosen.seen_history_turns, chosen.unread_end, sys.modules[__name__]),
     )

@@ -5,27 +5,29 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import pairwise
 
-from agentctx_fast._reference.turns import check_message, check_sequence, turn_starts
-from agentctx_fast.messages import AiMessage, Message, ToolMessage
+from agentctx_fast._reference.read import MessageView
+from agentctx_fast._reference.turns import stream, turn_starts
+from agentctx_fast.messages import KIND_AI, KIND_TOOL
 
 # (kind, message_id, tool_call_id)
 Violation = tuple[str, str, str]
 
 
-def validate_segment(segment: Sequence[Message]) -> list[tuple[int, Violation]]:
-    """Violations of one turn as ``(position in segment, violation)``, in message order."""
+def validate_segment(segment: Sequence[MessageView]) -> list[tuple[int, int, Violation]]:
+    """Violations of one turn as ``(position in segment, call index, violation)``, in message
+    order (a missing result's call index says which call of its message it is)."""
     found: list[tuple[int, int, Violation]] = []
     open_calls: dict[str, tuple[int, int, str]] = {}  # id -> (position, call index, message_id)
     for position, message in enumerate(segment):
-        if isinstance(message, AiMessage):
-            for call_index, call in enumerate(message.tool_calls):
-                if call.id in open_calls:
+        if message.kind == KIND_AI:
+            for call_index, call_id in enumerate(message.call_ids):
+                if call_id in open_calls:
                     found.append(
-                        (position, call_index, ("duplicate_call_id", message.message_id, call.id))
+                        (position, call_index, ("duplicate_call_id", message.message_id, call_id))
                     )
                 else:
-                    open_calls[call.id] = (position, call_index, message.message_id)
-        elif isinstance(message, ToolMessage):
+                    open_calls[call_id] = (position, call_index, message.message_id)
+        elif message.kind == KIND_TOOL:
             if open_calls.pop(message.tool_call_id, None) is None:
                 found.append(
                     (position, 0, ("orphan_result", message.message_id, message.tool_call_id))
@@ -33,16 +35,15 @@ def validate_segment(segment: Sequence[Message]) -> list[tuple[int, Violation]]:
     for call_id, (position, call_index, message_id) in open_calls.items():
         found.append((position, call_index, ("missing_result", message_id, call_id)))
     found.sort(key=lambda item: (item[0], item[1]))
-    return [(position, violation) for position, _, violation in found]
+    return found
 
 
 def validate(messages: Sequence[object]) -> list[Violation]:
     """Every violation of the list, turn by turn (messages before the first turn form one)."""
-    check_sequence(messages)
-    checked = [check_message(messages, index) for index in range(len(messages))]
-    bounds = [0, *turn_starts(checked), len(checked)]
+    views = list(stream(messages))
+    bounds = [0, *turn_starts(views), len(views)]
     violations: list[Violation] = []
     for start, end in pairwise(bounds):
         if start < end:
-            violations.extend(v for _, v in validate_segment(checked[start:end]))
+            violations.extend(v for _, _, v in validate_segment(views[start:end]))
     return violations

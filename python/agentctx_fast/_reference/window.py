@@ -6,24 +6,34 @@ The compressor step (rule 8) runs in the shared layer above both backends
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
-from agentctx_fast._reference.message_tokens import heuristic_tokens
+from agentctx_fast._core_types import TurnStatus, WindowOptions
 from agentctx_fast._reference.protocol import Violation, validate_segment
+from agentctx_fast._reference.read import MESSAGE_OVERHEAD, MessageView, tokens, type_name, view
+from agentctx_fast._reference.tokens import count_text
 from agentctx_fast._reference.turns import (
-    check_message,
-    check_sequence,
+    History,
+    Turn,
     has_tool_calls,
     inferred_completed,
+    stream,
     turn_starts,
     turns_backward,
-    visible_messages,
+    visible_turn,
 )
 from agentctx_fast.errors import InvalidArgumentError
-from agentctx_fast.messages import AiMessage, Message, SystemMessage, ToolMessage, UserMessage
+from agentctx_fast.messages import KIND_AI, KIND_SYSTEM, KIND_TOOL, KIND_USER, Message, ToolMessage
 
 CountTokens = Callable[[Sequence[Message]], int]
+MISSING_RESULT_TEXT = "tool result missing"
+MISSING_RESULT_TOKENS = MESSAGE_OVERHEAD + count_text(MISSING_RESULT_TEXT)
+_COMPLETED = TurnStatus.COMPLETED
+
+# One message of a window view: (message, where it came from, its view or None if synthetic).
+Item = tuple[Message, str, MessageView | None]
 
 
 class WindowCore(NamedTuple):
@@ -42,102 +52,126 @@ class WindowCore(NamedTuple):
     unread_end: int  # messages[:unread_end] were not read; their turns are counted on demand
 
 
-def leading_system(messages: Sequence[object]) -> SystemMessage | None:
+def leading_system(history: History) -> Message | None:
     """The first SystemMessage before the first UserMessage, if any."""
-    for index in range(len(messages)):
-        message = check_message(messages, index)
-        if isinstance(message, UserMessage):
+    for index in range(history.len):
+        message, message_view = history.get(index)
+        if message_view.kind == KIND_USER:
             return None
-        if isinstance(message, SystemMessage):
-            return message
+        if message_view.kind == KIND_SYSTEM:
+            return message  # type: ignore[return-value]
     return None
 
 
-def count_turns(messages: Sequence[object], end: int) -> int:
+def count_turns(messages: Sequence[object], end: object) -> int:
     """Number of turns that start in ``messages[:end]``."""
-    check_sequence(messages)
-    return len(turn_starts(messages[:end]))
+    # The int's own value: an int subclass's comparisons and __index__ never run.
+    is_int = issubclass(type(end), int) and type(end) is not bool
+    plain = operator.index(cast(int, end)) if is_int else -1
+    if plain < 0:
+        raise InvalidArgumentError(f"count_turns end must be an int >= 0, got {end!r}")
+    return len(turn_starts(stream(messages, plain)))
 
 
 def _status_completed(
-    turn: Sequence[Message], statuses: Mapping[str, object] | None, completed: object
+    turn: Turn, statuses: Mapping[str, object] | None
 ) -> bool | None:
     """The recorded status (True when COMPLETED), or None when there is no record."""
     if statuses is None:
         return None
-    turn_id = turn[0].turn_id
+    turn_id = turn[0][2].turn_id
     if turn_id is None or turn_id not in statuses:
         return None
-    return bool(statuses[turn_id] == completed)
+    return bool(statuses[turn_id] == _COMPLETED)
 
 
-def _repaired(turn: list[Message], violations: list[tuple[int, Violation]]) -> list[Message]:
+def _missing_result(caller: MessageView, call_index: int) -> ToolMessage:
+    """The synthetic result closing call ``call_index`` of ``caller``, from what was read."""
+    call_id = caller.call_ids[call_index]
+    return ToolMessage(
+        call_id,
+        MISSING_RESULT_TEXT,
+        tool_name=caller.call_names[call_index],
+        is_error=True,
+        message_id=f"{call_id}:missing",
+        turn_id=caller.turn_id,
+    )
+
+
+def _repaired(turn: Turn, violations: list[tuple[int, int, Violation]]) -> list[Item]:
     """The turn with orphan results left out and missing results closed synthetically."""
-    orphans = {position for position, (kind, _, _) in violations if kind == "orphan_result"}
-    missing: dict[int, list[str]] = {}
-    for position, (kind, _, call_id) in violations:
-        if kind == "missing_result":
-            missing.setdefault(position, []).append(call_id)
+    orphans = {position for position, _, (kind, _, _) in violations if kind == "orphan_result"}
     # A synthetic result goes right after the run of results that follows its call.
-    insert_after: dict[int, list[ToolMessage]] = {}
-    for position, call_ids in missing.items():
-        caller = turn[position]
-        assert isinstance(caller, AiMessage)
+    insert_after: dict[int, list[Item]] = {}
+    for position, call_index, (kind, _, _) in violations:
+        if kind != "missing_result":
+            continue
+        caller = turn[position][2]
         last = position
-        while last + 1 < len(turn) and isinstance(turn[last + 1], ToolMessage):
+        while last + 1 < len(turn) and turn[last + 1][2].kind == KIND_TOOL:
             last += 1
-        names = {call.id: call.name for call in caller.tool_calls}
-        insert_after.setdefault(last, []).extend(
-            ToolMessage(
-                call_id,
-                "tool result missing",
-                tool_name=names.get(call_id),
-                is_error=True,
-                message_id=f"{call_id}:missing",
-                turn_id=caller.turn_id,
-            )
-            for call_id in call_ids
-        )
-    view: list[Message] = []
-    for position, message in enumerate(turn):
+        synthetic = _missing_result(caller, call_index)
+        insert_after.setdefault(last, []).append((synthetic, "", None))
+    view_items: list[Item] = []
+    for position, (index, message, message_view) in enumerate(turn):
         if position not in orphans:
-            view.append(message)
-        view.extend(insert_after.get(position, ()))
-    return view
+            view_items.append((message, f"messages[{index}]", message_view))  # type: ignore[arg-type]
+        view_items.extend(insert_after.get(position, ()))
+    return view_items
+
+
+def _items(turn: Turn) -> list[Item]:
+    return [(m, f"messages[{i}]", v) for i, m, v in turn]  # type: ignore[misc]
+
+
+def _counter(count_tokens: CountTokens | None) -> Callable[[list[Item]], int]:
+    if count_tokens is not None:
+        return lambda items: count_tokens([message for message, _, _ in items])
+
+    def heuristic(items: list[Item]) -> int:
+        total = 0
+        for message, where, message_view in items:
+            if message_view is None:
+                total += MISSING_RESULT_TOKENS
+            else:
+                total += tokens(message, message_view, where, count_text)
+        return total
+
+    return heuristic
 
 
 def select(
     messages: Sequence[object],
-    system: SystemMessage | None,
+    system: Message | None,
     use_leading_system: bool,
-    max_attached_turns: int,
-    max_attached_messages: int,
-    compact_completed_tool_turns: bool,
-    compression_keep_recent_turns: int,
-    max_attached_tokens: int | None,
+    options: WindowOptions,
     count_tokens: CountTokens | None,
     turn_statuses: Mapping[str, object] | None,
-    completed: object,
 ) -> WindowCore:
     """Apply rules 1-7 of SPEC §5; see `agentctx_fast.window.build_window`."""
-    check_sequence(messages)
-    if count_tokens is None:
-        count_tokens = heuristic_tokens
+    history = History(messages)
+    max_attached_turns, max_attached_messages, keep_recent, max_attached_tokens, compact = (
+        _limits(options)
+    )
+    count = _counter(count_tokens)
     if use_leading_system:
-        system = leading_system(messages)
-    turns = turns_backward(messages)
+        system = leading_system(history)
+    turns = turns_backward(history)
     current_bounds = next(turns, None)
     if current_bounds is None:
         raise InvalidArgumentError(
             "messages holds no UserMessage: a window must start with a user message"
         )
-    current = visible_messages(messages, *current_bounds)
-    system_tokens = count_tokens([system]) if system is not None else 0
+    current = _items(visible_turn(history, *current_bounds))
+    if system is None:
+        system_tokens = 0
+    elif count_tokens is not None:
+        system_tokens = count_tokens([system])
+    else:
+        system_tokens = tokens(system, view(system, "system"), "system", count_text)
     total_messages = len(current)
-    total_tokens = system_tokens + count_tokens(current)
-    kept: list[
-        tuple[int, list[Message], int]
-    ] = []  # newest first: (history position, view, tokens)
+    total_tokens = system_tokens + count(current)
+    kept: list[tuple[int, list[Item], int]] = []  # newest first: (history position, view, tokens)
     repairs_by_turn: list[list[Violation]] = []  # newest turn first
     attached = compacted = seen = 0
     cut_by: str | None = None
@@ -148,58 +182,55 @@ def select(
         if seen > max_attached_turns:
             cut_by = "max_attached_turns"
             break
-        turn = visible_messages(messages, start, end)
-        violations = validate_segment(turn)
-        last = turn[-1]
-        recorded = _status_completed(turn, turn_statuses, completed)
+        turn = visible_turn(history, start, end)
+        violations = validate_segment([v for _, _, v in turn])
+        last = turn[-1][2]
+        recorded = _status_completed(turn, turn_statuses)
         is_completed = (
             recorded
             if recorded is not None
-            else inferred_completed(turn, any(v[0] == "missing_result" for _, v in violations))
+            else inferred_completed(turn, any(v[0] == "missing_result" for _, _, v in violations))
         )
         is_compacted = (
-            compact_completed_tool_turns
-            and seen > compression_keep_recent_turns
+            compact
+            and seen > keep_recent
             and is_completed
             and has_tool_calls(turn)
-            and isinstance(last, AiMessage)
-            and last.has_final_text
+            and last.kind == KIND_AI
+            and last.final_text
         )
         left_out = False
         if is_compacted:
-            view = [turn[0], last]
+            items = _items([turn[0], turn[-1]])
             turn_repairs: list[Violation] = []
         else:
-            turn_repairs = [v for _, v in violations]
+            turn_repairs = [v for _, _, v in violations]
             if any(v[0] == "duplicate_call_id" for v in turn_repairs):
-                view, left_out = [], True
+                items, left_out = [], True
             else:
-                view = _repaired(turn, violations) if violations else turn
-        view_tokens = count_tokens(view) if view else 0
-        over_tokens = max_attached_tokens is not None and (
-            total_tokens + view_tokens > max_attached_tokens
-        )
-        if over_tokens:
+                items = _repaired(turn, violations) if violations else _items(turn)
+        view_tokens = count(items) if items else 0
+        if max_attached_tokens is not None and total_tokens + view_tokens > max_attached_tokens:
             cut_by = "max_attached_tokens"
             break
-        if total_messages + len(view) > max_attached_messages:
+        if total_messages + len(items) > max_attached_messages:
             cut_by = "max_attached_messages"
             break
-        total_messages += len(view)
+        total_messages += len(items)
         total_tokens += view_tokens
         repairs_by_turn.append(turn_repairs)
         if not left_out:
             attached += 1
             compacted += is_compacted
-            kept.append((seen, view, view_tokens))
+            kept.append((seen, items, view_tokens))
     window: list[Message] = [system] if system is not None else []
     older_count = older_tokens = 0
-    for position, view, view_tokens in reversed(kept):
-        window.extend(view)
-        if position > compression_keep_recent_turns:
-            older_count += len(view)
+    for position, items, view_tokens in reversed(kept):
+        window.extend(message for message, _, _ in items)
+        if position > keep_recent:
+            older_count += len(items)
             older_tokens += view_tokens
-    window.extend(current)
+    window.extend(message for message, _, _ in current)
     return WindowCore(
         messages=window,
         has_system=system is not None,
@@ -213,3 +244,21 @@ def select(
         seen_history_turns=seen,
         unread_end=unread_end,
     )
+
+
+def _limits(options: WindowOptions) -> tuple[int, int, int, int | None, bool]:
+    """The limits the options were checked into, checked again (a frozen value can still be
+    changed with ``object.__setattr__``; both cores then raise the same error)."""
+    if type(options) is not WindowOptions:
+        raise InvalidArgumentError(f"options must be a WindowOptions, got {type_name(options)}")
+    limits = options._limits
+    unchecked = InvalidArgumentError("options were not checked: make them with WindowOptions(...)")
+    if type(limits) is not tuple or len(limits) != 5:
+        raise unchecked
+    turns, messages, compact, keep_recent, budget = limits
+    for value in (turns, messages, keep_recent, 0 if budget is None else budget):
+        if type(value) is not int or value < 0:
+            raise unchecked
+    if compact is not True and compact is not False:
+        raise unchecked
+    return turns, messages, keep_recent, budget, compact

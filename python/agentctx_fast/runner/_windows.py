@@ -8,6 +8,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from agentctx_fast import metrics as m
 from agentctx_fast._ids import check_identifier
@@ -32,7 +33,7 @@ from agentctx_fast.messages import AiMessage, Message
 from agentctx_fast.runner._state import EngineState, TurnRun, counted
 from agentctx_fast.stores.turns import OPEN_STATUSES
 from agentctx_fast.turns import TurnStatus, segment_turns
-from agentctx_fast.window import AgentContextCompressor, ContextWindow, build_window
+from agentctx_fast.window import AgentContextCompressor, ContextWindow, build_window_with
 from agentctx_fast.window import _compress as run_compressor
 
 log = logging.getLogger("agentctx_fast.runner")
@@ -224,18 +225,10 @@ def _build(
     compressor: AgentContextCompressor | None,
     statuses: Mapping[str, TurnStatus] | None,
 ) -> ContextWindow:
-    return build_window(
-        timeline,
-        system=agent.instructions,
-        max_attached_turns=agent.max_attached_turns,
-        max_attached_messages=agent.max_attached_messages,
-        compact_completed_tool_turns=agent.compact_completed_tool_turns,
-        compression_keep_recent_turns=agent.compression_keep_recent_turns,
-        context_compressor=compressor,
-        max_attached_tokens=agent.max_attached_tokens,
-        token_estimator=agent.token_estimator,
-        turn_statuses=statuses,
-    )
+    options = agent.window_options  # checked once, when the agent was made
+    if compressor is not options.context_compressor:  # per conversation, counted, or none
+        options = replace(options, context_compressor=compressor)
+    return build_window_with(timeline, options, system=agent.instructions, turn_statuses=statuses)
 
 
 def _resumed(

@@ -1,0 +1,281 @@
+//! A caller's history as the core's `Source`: read by index, each index at most once, so what
+//! a window saw of a message stays what it saw, whatever Python code (a status's `__eq__`, an
+//! estimator) does to the list meanwhile. `_reference/turns.py::History` reads the same way.
+
+use super::errors::{invalid_message_type, type_name, Failure, Where};
+use super::library::Library;
+use super::message::{core_of, tokens, MessageCore};
+use crate::model::{Item, MessageInfo, Source};
+use crate::tokens::missing_result_tokens;
+use crate::window::{missing_result_id, MISSING_RESULT_TEXT};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+use std::borrow::Borrow;
+use std::collections::HashMap;
+use typed_arena::Arena;
+
+/// `messages`, read by index: an exact list or tuple through its own accessor, any other
+/// sequence through `__getitem__`. Its length is read once.
+pub struct Items<'py> {
+    any: Bound<'py, PyAny>,
+    list: Option<Bound<'py, PyList>>,
+    tuple: Option<Bound<'py, PyTuple>>,
+    pub len: usize,
+}
+
+impl<'py> Items<'py> {
+    #[inline]
+    pub fn get(&self, index: usize) -> PyResult<Bound<'py, PyAny>> {
+        if let Some(list) = &self.list {
+            list.get_item(index)
+        } else if let Some(tuple) = &self.tuple {
+            tuple.get_item(index)
+        } else {
+            self.any.get_item(index)
+        }
+    }
+}
+
+/// `messages` as a sequence, or the reference's error for anything else.
+pub fn sequence<'py>(
+    library: &Library,
+    messages: &Bound<'py, PyAny>,
+) -> Result<Items<'py>, Failure> {
+    let py = messages.py();
+    let list = messages.cast_exact::<PyList>().ok().cloned();
+    let tuple = messages.cast_exact::<PyTuple>().ok().cloned();
+    if list.is_none() && tuple.is_none() && !messages.is_instance(library.sequence.bind(py))? {
+        return Err(invalid_message_type(
+            py,
+            format!(
+                "messages must be a sequence of Message, got {}",
+                type_name(messages)
+            ),
+        ));
+    }
+    let len = messages.len()?;
+    Ok(Items {
+        any: messages.clone(),
+        list,
+        tuple,
+        len,
+    })
+}
+
+/// A message a window read, and its core.
+pub struct Read<'py> {
+    pub object: Bound<'py, PyAny>,
+    pub core: Bound<'py, MessageCore>,
+}
+
+/// Where a window keeps what it read: each message is held once, and the turns, the open
+/// calls and the output borrow it (no reference counting per use).
+pub type Reads<'py> = Arena<Read<'py>>;
+
+/// A read message's core as the core crate borrows it: copying it costs nothing.
+#[derive(Clone, Copy)]
+pub struct CoreView<'a>(pub &'a MessageCore);
+
+impl Borrow<MessageInfo> for CoreView<'_> {
+    fn borrow(&self) -> &MessageInfo {
+        &self.0.info
+    }
+}
+
+/// A read message as the core crate borrows it (cloning it is a reference count).
+#[derive(Clone)]
+pub struct CoreRef<'py>(pub Bound<'py, MessageCore>);
+
+impl Borrow<MessageInfo> for CoreRef<'_> {
+    fn borrow(&self) -> &MessageInfo {
+        &self.0.get().info
+    }
+}
+
+/// The history of one window: every index read once (the leading prefix forward for the
+/// system message, the tail backwards for the turns), the caller's estimator and statuses.
+pub struct History<'a, 'py> {
+    pub library: &'a Library,
+    pub items: Items<'py>,
+    reads: &'a Reads<'py>,
+    /// Messages read from the front, by index.
+    head: Vec<&'a Read<'py>>,
+    /// Messages read from the back, by distance from the end.
+    tail: Vec<&'a Read<'py>>,
+    pub system: Option<Bound<'py, PyAny>>,
+    pub count_tokens: Option<Bound<'py, PyAny>>,
+    pub statuses: Option<Bound<'py, PyAny>>,
+    synthetic: HashMap<(usize, usize), Bound<'py, PyAny>>,
+}
+
+impl<'a, 'py> History<'a, 'py> {
+    pub fn new(
+        library: &'a Library,
+        messages: &Bound<'py, PyAny>,
+        reads: &'a Reads<'py>,
+    ) -> Result<Self, Failure> {
+        Ok(History {
+            library,
+            items: sequence(library, messages)?,
+            reads,
+            head: Vec::new(),
+            tail: Vec::with_capacity(64),
+            system: None,
+            count_tokens: None,
+            statuses: None,
+            synthetic: HashMap::new(),
+        })
+    }
+
+    fn py(&self) -> Python<'py> {
+        self.items.any.py()
+    }
+
+    /// `messages[index]` and its core, read once.
+    #[inline]
+    pub fn read(&mut self, index: usize) -> Result<&'a Read<'py>, Failure> {
+        if let Some(read) = self.head.get(index) {
+            return Ok(read);
+        }
+        let from_end = self.items.len.checked_sub(index + 1);
+        if let Some(read) = from_end.and_then(|back| self.tail.get(back)) {
+            return Ok(read);
+        }
+        self.read_new(index, from_end)
+    }
+
+    #[inline(never)]
+    fn read_new(
+        &mut self,
+        index: usize,
+        from_end: Option<usize>,
+    ) -> Result<&'a Read<'py>, Failure> {
+        let object = self.items.get(index)?;
+        let core = core_of(self.library, &object, Where::Index(index))?;
+        let read: &'a Read<'py> = self.reads.alloc(Read { object, core });
+        if index == self.head.len() {
+            self.head.push(read);
+        } else if from_end == Some(self.tail.len()) {
+            self.tail.push(read);
+        }
+        Ok(read)
+    }
+
+    /// The message for one item of the window: an original or a synthetic result.
+    pub fn materialize(&mut self, item: Item) -> Result<Bound<'py, PyAny>, Failure> {
+        match item {
+            Item::Original(index) => Ok(self.read(index)?.object.clone()),
+            Item::MissingResult { caller, call } => self.missing_result(caller, call),
+        }
+    }
+
+    /// The synthetic result closing call `call` of the AI message at `caller`, made once,
+    /// from the caller's core (never from the list again).
+    #[cold]
+    fn missing_result(&mut self, caller: usize, call: usize) -> Result<Bound<'py, PyAny>, Failure> {
+        if let Some(existing) = self.synthetic.get(&(caller, call)) {
+            return Ok(existing.clone());
+        }
+        let py = self.py();
+        let info = &self.read(caller)?.core.get().info;
+        let (Some(call_id), Some(name)) = (info.call_ids.get(call), info.call_names.get(call))
+        else {
+            return Err(invalid_message_type(
+                py,
+                format!("messages[{caller}] has no call {call}"),
+            ));
+        };
+        let kwargs = PyDict::new(py);
+        kwargs.set_item(intern!(py, "tool_name"), name)?;
+        kwargs.set_item(intern!(py, "is_error"), true)?;
+        kwargs.set_item(intern!(py, "message_id"), missing_result_id(call_id))?;
+        kwargs.set_item(intern!(py, "turn_id"), info.turn_id.as_deref())?;
+        let message = self
+            .library
+            .tool_message
+            .bind(py)
+            .call((call_id, MISSING_RESULT_TEXT), Some(&kwargs))?;
+        self.synthetic.insert((caller, call), message.clone());
+        Ok(message)
+    }
+
+    fn estimate(
+        &self,
+        estimator: &Bound<'py, PyAny>,
+        objects: Vec<Bound<'py, PyAny>>,
+    ) -> Result<u128, Failure> {
+        let list = PyList::new(self.py(), objects)?;
+        // The shared layer checked the count: an int from 0 to 2**63 - 1.
+        Ok(u128::from(estimator.call1((list,))?.extract::<u64>()?))
+    }
+}
+
+impl<'a, 'py> Source for History<'a, 'py> {
+    type Error = Failure;
+    type Message = CoreView<'a>;
+
+    fn len(&self) -> usize {
+        self.items.len
+    }
+
+    #[inline]
+    fn get(&mut self, index: usize) -> Result<CoreView<'a>, Failure> {
+        Ok(CoreView(self.read(index)?.core.get()))
+    }
+
+    fn tokens(&mut self, items: &[Item]) -> Result<u128, Failure> {
+        if let Some(estimator) = self.count_tokens.clone() {
+            let mut objects = Vec::with_capacity(items.len());
+            for item in items {
+                objects.push(self.materialize(*item)?);
+            }
+            return self.estimate(&estimator, objects);
+        }
+        let mut total = 0u128;
+        for item in items {
+            total += u128::from(match item {
+                Item::Original(index) => {
+                    let read = self.read(*index)?;
+                    tokens(
+                        self.library,
+                        &read.object,
+                        read.core.get(),
+                        Where::Index(*index),
+                    )?
+                }
+                Item::MissingResult { .. } => missing_result_tokens(),
+            });
+        }
+        Ok(total)
+    }
+
+    fn system_tokens(&mut self) -> Result<u128, Failure> {
+        let Some(system) = self.system.clone() else {
+            return Ok(0);
+        };
+        if let Some(estimator) = self.count_tokens.clone() {
+            return self.estimate(&estimator, vec![system]);
+        }
+        let core = core_of(self.library, &system, Where::System)?;
+        Ok(u128::from(tokens(
+            self.library,
+            &system,
+            core.get(),
+            Where::System,
+        )?))
+    }
+
+    fn recorded_completed(&mut self, turn_id: &str) -> Result<Option<bool>, Failure> {
+        let Some(statuses) = self.statuses.clone() else {
+            return Ok(None);
+        };
+        let py = self.py();
+        let key = PyString::new(py, turn_id);
+        if !statuses.contains(&key)? {
+            return Ok(None);
+        }
+        let status = statuses.get_item(&key)?;
+        Ok(Some(status.eq(self.library.completed.bind(py))?))
+    }
+}

@@ -1,0 +1,227 @@
+//! The Python classes and values the binding relies on, captured when the extension is
+//! imported and checked then; later replacing a module attribute changes nothing here (the
+//! pure-Python reference imports the same names once, too).
+
+use crate::model::Kind;
+use pyo3::exceptions::PyImportError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyModule, PyString, PyType};
+
+/// The library's message classes by kind, in the order a subclass is matched.
+pub const KINDS: [(Kind, &str); 6] = [
+    (Kind::System, "SystemMessage"),
+    (Kind::User, "UserMessage"),
+    (Kind::Ai, "AiMessage"),
+    (Kind::Tool, "ToolMessage"),
+    (Kind::Action, "AgentActionMessage"),
+    (Kind::Form, "AgentFormMessage"),
+];
+
+/// The slots of a new `ContextWindow`, in the order `_core_types.new_window` sets them.
+pub const WINDOW_FIELDS: [&str; 7] = [
+    "messages",
+    "estimated_tokens",
+    "attached_turns",
+    "compacted_turns",
+    "cut_by",
+    "repairs",
+    "_unread",
+];
+
+pub struct Library {
+    pub message: Py<PyType>,
+    pub kinds: [Py<PyType>; 6],
+    pub text_part: Py<PyType>,
+    pub tool_call: Py<PyType>,
+    pub tool_message: Py<PyType>,
+    pub sequence: Py<PyAny>,
+    pub invalid_argument: Py<PyType>,
+    pub invalid_message_type: Py<PyType>,
+    pub window_options: Py<PyType>,
+    pub context_window: Py<PyType>,
+    pub protocol_violation: Py<PyType>,
+    pub completed: Py<PyAny>,
+    pub object_new: Py<PyAny>,
+    pub index: Py<PyAny>,
+    pub core_slot: CoreSlot,
+    pub window_fields: [Py<PyString>; 7],
+    pub cut_names: [Py<PyString>; 3],
+    pub engine: Py<PyModule>,
+}
+
+static LIBRARY: PyOnceLock<Library> = PyOnceLock::new();
+
+fn class<'py>(module: &Bound<'py, PyModule>, name: &str) -> PyResult<Bound<'py, PyType>> {
+    let value = module.getattr(name)?;
+    value.cast_into::<PyType>().map_err(|_| {
+        PyImportError::new_err(format!(
+            "{}.{name} is not a class",
+            module.name().map(|n| n.to_string()).unwrap_or_default()
+        ))
+    })
+}
+
+fn subclass<'py>(
+    module: &Bound<'py, PyModule>,
+    name: &str,
+    base: &Bound<'py, PyType>,
+) -> PyResult<Bound<'py, PyType>> {
+    let found = class(module, name)?;
+    if !found.is_subclass(base)? {
+        return Err(PyImportError::new_err(format!(
+            "agentctx_fast: {name} does not derive from {}",
+            base.name()?
+        )));
+    }
+    Ok(found)
+}
+
+impl Library {
+    /// Imports and checks everything the binding uses; called once, by the module's init.
+    pub fn capture(engine: &Bound<'_, PyModule>) -> PyResult<()> {
+        let py = engine.py();
+        let messages = py.import("agentctx_fast.messages")?;
+        let errors = py.import("agentctx_fast.errors")?;
+        let types = py.import("agentctx_fast._core_types")?;
+        let message = class(&messages, "Message")?;
+        let [system, user, ai, tool, action, form] =
+            KINDS.map(|(_, name)| subclass(&messages, name, &message));
+        let tool = tool?;
+        let tool_message = tool.clone().unbind();
+        let kinds = [system?, user?, ai?, tool, action?, form?].map(Bound::unbind);
+        let base_error = class(&errors, "AgentCtxError")?;
+        let turn_status = class(&types, "TurnStatus")?;
+        let completed = turn_status.getattr("COMPLETED")?;
+        if !completed.is_instance(&turn_status)? {
+            return Err(PyImportError::new_err(
+                "agentctx_fast: TurnStatus.COMPLETED is not a TurnStatus",
+            ));
+        }
+        let builtins = py.import("builtins")?;
+        let library = Library {
+            core_slot: CoreSlot::capture(&message)?,
+            message: message.unbind(),
+            kinds,
+            text_part: class(&messages, "TextPart")?.unbind(),
+            tool_call: class(&messages, "ToolCall")?.unbind(),
+            tool_message,
+            sequence: py.import("collections.abc")?.getattr("Sequence")?.unbind(),
+            invalid_argument: subclass(&errors, "InvalidArgumentError", &base_error)?.unbind(),
+            invalid_message_type: subclass(&errors, "InvalidMessageTypeError", &base_error)?
+                .unbind(),
+            window_options: class(&types, "WindowOptions")?.unbind(),
+            context_window: class(&types, "ContextWindow")?.unbind(),
+            protocol_violation: class(&types, "ProtocolViolation")?.unbind(),
+            completed: completed.unbind(),
+            object_new: builtins.getattr("object")?.getattr("__new__")?.unbind(),
+            index: py.import("operator")?.getattr("index")?.unbind(),
+            window_fields: WINDOW_FIELDS.map(|name| PyString::intern(py, name).unbind()),
+            cut_names: [
+                "max_attached_turns",
+                "max_attached_messages",
+                "max_attached_tokens",
+            ]
+            .map(|name| PyString::intern(py, name).unbind()),
+            engine: engine.clone().unbind(),
+        };
+        // A second import (a re-created module) keeps the first capture: the classes are the
+        // same objects for the life of the interpreter.
+        let _ = LIBRARY.set(py, library);
+        Ok(())
+    }
+
+    /// The captured library; an error only if the module's init did not finish.
+    pub fn get(py: Python<'_>) -> PyResult<&Library> {
+        LIBRARY.get(py).ok_or_else(Library::missing)
+    }
+
+    pub fn missing() -> PyErr {
+        PyImportError::new_err("agentctx_fast._native did not finish its import")
+    }
+
+    /// The kind of a library message class, by identity.
+    #[inline]
+    pub fn exact_kind(&self, class: *mut ffi::PyTypeObject) -> Option<Kind> {
+        let pointer = class.cast::<ffi::PyObject>();
+        self.kinds
+            .iter()
+            .zip(KINDS)
+            .find(|(known, _)| known.as_ptr() == pointer)
+            .map(|(_, (kind, _))| kind)
+    }
+}
+
+/// The `_core` slot as `Message` defines it, read and written through its member descriptor
+/// (what `Message._core.__get__(m)` does), whatever a subclass defines under that name.
+pub struct CoreSlot {
+    descriptor: Py<PyAny>,
+    get: ffi::descrgetfunc,
+    set: ffi::descrsetfunc,
+}
+
+impl CoreSlot {
+    fn capture(message: &Bound<'_, PyType>) -> PyResult<CoreSlot> {
+        let py = message.py();
+        let descriptor = message.getattr("__dict__")?.get_item("_core")?;
+        let member_type = py.import("types")?.getattr("MemberDescriptorType")?;
+        if !descriptor.get_type().is(&member_type) {
+            return Err(PyImportError::new_err(
+                "agentctx_fast: Message._core is not a slot",
+            ));
+        }
+        // SAFETY: PyType_GetSlot accepts every type since 3.10 and returns the type's own
+        // function (or NULL); member descriptors define both slots. The function pointers
+        // are those of a static type, alive for the interpreter's life.
+        let (get, set) = unsafe {
+            let kind = descriptor.get_type().as_type_ptr();
+            (
+                ffi::PyType_GetSlot(kind, ffi::Py_tp_descr_get),
+                ffi::PyType_GetSlot(kind, ffi::Py_tp_descr_set),
+            )
+        };
+        if get.is_null() || set.is_null() {
+            return Err(PyImportError::new_err(
+                "agentctx_fast: Message._core has no descriptor functions",
+            ));
+        }
+        Ok(CoreSlot {
+            descriptor: descriptor.unbind(),
+            // SAFETY: the slots Py_tp_descr_get / Py_tp_descr_set hold functions of exactly
+            // these signatures (descrgetfunc / descrsetfunc).
+            get: unsafe { std::mem::transmute::<*mut std::ffi::c_void, ffi::descrgetfunc>(get) },
+            set: unsafe { std::mem::transmute::<*mut std::ffi::c_void, ffi::descrsetfunc>(set) },
+        })
+    }
+
+    /// The slot's value on `message` (None when unset); a TypeError for a non-message.
+    #[inline]
+    pub fn read<'py>(&self, message: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let py = message.py();
+        // SAFETY: the member descriptor's get function, called as `descr.__get__(obj, type)`
+        // is: it checks `message`'s type itself and returns a new reference or NULL with an
+        // exception set.
+        unsafe {
+            let value = (self.get)(
+                self.descriptor.as_ptr(),
+                message.as_ptr(),
+                message.get_type_ptr().cast::<ffi::PyObject>(),
+            );
+            Bound::from_owned_ptr_or_err(py, value)
+        }
+    }
+
+    /// Sets the slot on `message`, as `descr.__set__(obj, value)`.
+    pub fn write(&self, message: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        // SAFETY: the member descriptor's set function checks `message`'s type, takes its own
+        // reference to `value` and returns -1 with an exception set on failure.
+        let status =
+            unsafe { (self.set)(self.descriptor.as_ptr(), message.as_ptr(), value.as_ptr()) };
+        if status < 0 {
+            Err(PyErr::fetch(message.py()))
+        } else {
+            Ok(())
+        }
+    }
+}

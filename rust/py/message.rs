@@ -1,0 +1,317 @@
+//! A message's core: what the rules need of it, read once through its properties (as
+//! `_reference/read.py` reads them: same order, same errors) and kept in its `_core` slot.
+//!
+//! A message is what its class and properties say: its kind is the library class it derives
+//! from; `model_visible`, ids, text and tool calls are read as attributes, so a subclass that
+//! overrides one is read the same way by both cores. Messages are immutable, so the core
+//! never goes stale; one changed behind the library's back (`object.__setattr__`) keeps what
+//! was first read, on both cores.
+
+use super::errors::{invalid_argument, invalid_message_type, type_name, Failure, Where};
+use super::library::{Library, KINDS};
+use super::tokens::count_str;
+use crate::model::{Kind, MessageInfo};
+use crate::tokens::{MEDIA_PART_TOKENS, MESSAGE_OVERHEAD, TOOL_CALL_OVERHEAD};
+use pyo3::exceptions::PyAttributeError;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyString, PyType};
+use std::borrow::Borrow;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A message's core, kept in its `_core` slot. Frozen and opaque: Python code can neither
+/// make one nor change one, so an object of this exact type in the slot was made here.
+#[pyclass(frozen, module = "agentctx_fast._native")]
+pub struct MessageCore {
+    pub info: MessageInfo,
+    /// Heuristic tokens, `u64::MAX` until first counted.
+    tokens: AtomicU64,
+}
+
+#[pymethods]
+impl MessageCore {
+    /// Pickles of a message drop the core (it is rebuilt on first use); copies share it.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, ())> {
+        Ok((py.get_type::<pyo3::types::PyDict>().into_any(), ()))
+    }
+    fn __copy__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+    fn __deepcopy__(slf: Py<Self>, _memo: &Bound<'_, PyAny>) -> Py<Self> {
+        slf
+    }
+}
+
+impl Borrow<MessageInfo> for MessageCore {
+    fn borrow(&self) -> &MessageInfo {
+        &self.info
+    }
+}
+
+/// The kind of `message`, or `InvalidMessageTypeError` naming `at`.
+#[inline]
+pub fn kind_of(
+    library: &Library,
+    message: &Bound<'_, PyAny>,
+    at: Where<'_>,
+) -> Result<Kind, Failure> {
+    match library.exact_kind(message.get_type_ptr()) {
+        Some(kind) => Ok(kind),
+        None => kind_of_subclass(library, &message.get_type(), at),
+    }
+}
+
+#[cold]
+fn kind_of_subclass(
+    library: &Library,
+    class: &Bound<'_, PyType>,
+    at: Where<'_>,
+) -> Result<Kind, Failure> {
+    let py = class.py();
+    let name = || class.name().map(|n| n.to_string()).unwrap_or_default();
+    if !class.is_subclass(library.message.bind(py))? {
+        return Err(invalid_message_type(
+            py,
+            format!("{at} is not a Message: got {}", name()),
+        ));
+    }
+    for (known, (kind, _)) in library.kinds.iter().zip(KINDS) {
+        if class.is_subclass(known.bind(py))? {
+            return Ok(kind);
+        }
+    }
+    Err(invalid_message_type(
+        py,
+        format!("{at} is a {}, which is no message kind", name()),
+    ))
+}
+
+/// The core of `message`, read on first use and kept on it.
+#[inline]
+pub fn core_of<'py>(
+    library: &Library,
+    message: &Bound<'py, PyAny>,
+    at: Where<'_>,
+) -> Result<Bound<'py, MessageCore>, Failure> {
+    let kind = kind_of(library, message, at)?;
+    match library.core_slot.read(message) {
+        Ok(cached) => match cached.cast_into_exact::<MessageCore>() {
+            Ok(core) => Ok(core),
+            Err(_) => read_core(library, message, kind, at),
+        },
+        // Never set: a subclass's __init__ kept it from the slot.
+        Err(error) if error.is_instance_of::<PyAttributeError>(message.py()) => {
+            read_core(library, message, kind, at)
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn read_core<'py>(
+    library: &Library,
+    message: &Bound<'py, PyAny>,
+    kind: Kind,
+    at: Where<'_>,
+) -> Result<Bound<'py, MessageCore>, Failure> {
+    let py = message.py();
+    let visible = message.getattr(intern!(py, "model_visible"))?.is_truthy()?;
+    let message_id = identifier(
+        &message.getattr(intern!(py, "message_id"))?,
+        at,
+        "message_id",
+    )?;
+    let mut info = MessageInfo::new(kind, &message_id);
+    info.visible = visible;
+    let turn_id = message.getattr(intern!(py, "turn_id"))?;
+    info.turn_id = if turn_id.is_none() {
+        None
+    } else {
+        Some(identifier(&turn_id, at, "turn_id")?)
+    };
+    match kind {
+        Kind::Ai => {
+            let text = optional_text(&message.getattr(intern!(py, "text"))?, at, "text")?;
+            for (index, call) in message
+                .getattr(intern!(py, "tool_calls"))?
+                .try_iter()?
+                .enumerate()
+            {
+                let call = call?;
+                let call = tool_call(library, &call, at, index)?;
+                let place = format!("{at}.tool_calls[{index}]");
+                let place = Where::Named(&place);
+                info.call_ids
+                    .push(identifier(&call.getattr(intern!(py, "id"))?, place, "id")?);
+                info.call_names.push(identifier(
+                    &call.getattr(intern!(py, "name"))?,
+                    place,
+                    "name",
+                )?);
+            }
+            let has_text = text.is_some_and(|text| text_len(&text) > 0);
+            info.final_text = has_text && info.call_ids.is_empty();
+        }
+        Kind::Tool => {
+            info.tool_call_id = identifier(
+                &message.getattr(intern!(py, "tool_call_id"))?,
+                at,
+                "tool_call_id",
+            )?;
+        }
+        _ => {}
+    }
+    let core = Bound::new(
+        py,
+        MessageCore {
+            info,
+            tokens: AtomicU64::new(u64::MAX),
+        },
+    )?;
+    library.core_slot.write(message, core.as_any())?;
+    Ok(core)
+}
+
+/// `value` as a str (a str subclass's own methods never run), or `InvalidMessageTypeError`.
+pub fn text<'a, 'py>(
+    value: &'a Bound<'py, PyAny>,
+    at: Where<'_>,
+    field: &str,
+) -> Result<&'a Bound<'py, PyString>, Failure> {
+    value.cast::<PyString>().map_err(|_| {
+        invalid_message_type(
+            value.py(),
+            format!("{at}.{field} must be a str, got {}", type_name(value)),
+        )
+    })
+}
+
+fn optional_text<'py>(
+    value: &Bound<'py, PyAny>,
+    at: Where<'_>,
+    field: &str,
+) -> Result<Option<Bound<'py, PyString>>, Failure> {
+    if value.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(text(value, at, field)?.clone()))
+}
+
+/// An identifier: a str of valid Unicode (ids are compared exactly, as the reference's dict
+/// keys are).
+fn identifier(value: &Bound<'_, PyAny>, at: Where<'_>, field: &str) -> Result<String, Failure> {
+    let string = text(value, at, field)?;
+    match string.to_str() {
+        Ok(s) => Ok(s.to_owned()),
+        Err(_) => Err(invalid_argument(
+            value.py(),
+            format!("{at}.{field} holds a lone surrogate"),
+        )),
+    }
+}
+
+/// The number of code points of a str, whatever its class says its length is.
+fn text_len(text: &Bound<'_, PyString>) -> isize {
+    // SAFETY: `text` is a str (checked by its cast); PyUnicode_GetLength only reads it.
+    unsafe { pyo3::ffi::PyUnicode_GetLength(text.as_ptr()) }
+}
+
+fn tool_call<'a, 'py>(
+    library: &Library,
+    call: &'a Bound<'py, PyAny>,
+    at: Where<'_>,
+    index: usize,
+) -> Result<&'a Bound<'py, PyAny>, Failure> {
+    let py = call.py();
+    if call.get_type().is_subclass(library.tool_call.bind(py))? {
+        Ok(call)
+    } else {
+        Err(invalid_message_type(
+            py,
+            format!(
+                "{at}.tool_calls[{index}] is not a ToolCall: got {}",
+                type_name(call)
+            ),
+        ))
+    }
+}
+
+/// Heuristic tokens of a message, counted once per message and kept on its core.
+pub fn tokens(
+    library: &Library,
+    message: &Bound<'_, PyAny>,
+    core: &MessageCore,
+    at: Where<'_>,
+) -> Result<u64, Failure> {
+    let known = core.tokens.load(Ordering::Relaxed);
+    if known != u64::MAX {
+        return Ok(known);
+    }
+    let counted = count_message(library, message, core.info.kind, at)?;
+    core.tokens.store(counted, Ordering::Relaxed);
+    Ok(counted)
+}
+
+/// The heuristic formula of one message (`_reference/read.py::count_message`).
+fn count_message(
+    library: &Library,
+    message: &Bound<'_, PyAny>,
+    kind: Kind,
+    at: Where<'_>,
+) -> Result<u64, Failure> {
+    let py = message.py();
+    let text_attr = intern!(py, "text");
+    Ok(match kind {
+        Kind::User => {
+            let content = message.getattr(intern!(py, "content"))?;
+            if let Ok(content) = content.cast::<PyString>() {
+                MESSAGE_OVERHEAD + count_str(content)?
+            } else {
+                let mut total = MESSAGE_OVERHEAD;
+                for (index, part) in content.try_iter()?.enumerate() {
+                    let part = part?;
+                    total += if part.get_type().is_subclass(library.text_part.bind(py))? {
+                        let place = format!("{at}.content[{index}]");
+                        count_str(text(
+                            &part.getattr(text_attr)?,
+                            Where::Named(&place),
+                            "text",
+                        )?)?
+                    } else {
+                        MEDIA_PART_TOKENS
+                    };
+                }
+                total
+            }
+        }
+        Kind::Ai => {
+            let mut total = MESSAGE_OVERHEAD;
+            if let Some(text) = optional_text(&message.getattr(text_attr)?, at, "text")? {
+                total += count_str(&text)?;
+            }
+            for (index, call) in message
+                .getattr(intern!(py, "tool_calls"))?
+                .try_iter()?
+                .enumerate()
+            {
+                let call = call?;
+                let call = tool_call(library, &call, at, index)?;
+                let place = format!("{at}.tool_calls[{index}]");
+                let place = Where::Named(&place);
+                total += TOOL_CALL_OVERHEAD
+                    + count_str(text(&call.getattr(intern!(py, "name"))?, place, "name")?)?
+                    + count_str(text(
+                        &call.getattr(intern!(py, "arguments"))?,
+                        place,
+                        "arguments",
+                    )?)?;
+            }
+            total
+        }
+        Kind::Tool | Kind::System => {
+            MESSAGE_OVERHEAD + count_str(text(&message.getattr(text_attr)?, at, "text")?)?
+        }
+        Kind::Action | Kind::Form => 0,
+    })
+}

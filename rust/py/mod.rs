@@ -1,0 +1,38 @@
+//! The only code that knows PyO3: the binding of the core, one file per core concept (as
+//! huggingface tokenizers' bindings mirror its core). It uses PyO3's safe API and the stable
+//! ABI only, and never reads or writes the memory layout of objects defined in Python.
+//!
+//! - `library`: the Python classes the binding relies on, captured and checked on import;
+//! - `message`: a message's core (what the rules need of it), read once and kept on it;
+//! - `history`: a caller's history as the core's `Source`, each index read at most once;
+//! - `window`, `turns`, `protocol`, `tokens`: the entry points of each core concept;
+//! - `errors`: where core errors become the exceptions the pure-Python reference raises.
+
+mod errors;
+mod history;
+mod library;
+mod message;
+mod protocol;
+mod tokens;
+mod turns;
+mod window;
+
+use pyo3::prelude::*;
+
+/// The extension module. Its one-time setup runs here, on import: nothing is set up lazily
+/// inside a call, where Python code (a gc callback, a property) could re-enter it.
+#[pymodule(gil_used = true)]
+fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    library::Library::capture(module)?;
+    module.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    module.add_class::<message::MessageCore>()?;
+    module.add_function(wrap_pyfunction!(window::window, module)?)?;
+    module.add_function(wrap_pyfunction!(window::select, module)?)?;
+    module.add_function(wrap_pyfunction!(turns::segment, module)?)?;
+    module.add_function(wrap_pyfunction!(turns::count_turns, module)?)?;
+    module.add_function(wrap_pyfunction!(protocol::validate, module)?)?;
+    module.add_function(wrap_pyfunction!(tokens::count_text, module)?)?;
+    module.add_function(wrap_pyfunction!(tokens::count_texts, module)?)?;
+    module.add_function(wrap_pyfunction!(tokens::message_tokens, module)?)?;
+    Ok(())
+}

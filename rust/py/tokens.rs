@@ -1,0 +1,121 @@
+//! Heuristic token counting (`rust/tokens.rs`) for Python strs and messages.
+
+use super::errors::{invalid_message_type, type_name, Where};
+use super::history::sequence;
+use super::library::Library;
+use super::message::{core_of, tokens};
+use crate::tokens::count_utf8_bytes;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyString};
+
+/// Inputs at least this large are counted with the GIL released (below it, detaching costs
+/// more than it lets other threads gain).
+const DETACH_BYTES: usize = 64 * 1024;
+
+/// The UTF-8 bytes of a str; one with lone surrogates is encoded with `surrogatepass`
+/// (WTF-8), which the core counts as the reference does. No method of a str subclass runs.
+enum Utf8<'a, 'py> {
+    Str(&'a str),
+    Wtf8(Bound<'py, PyBytes>),
+}
+
+impl<'a, 'py> Utf8<'a, 'py> {
+    fn new(text: &'a Bound<'py, PyString>) -> PyResult<Self> {
+        match text.to_str() {
+            Ok(s) => Ok(Utf8::Str(s)),
+            Err(_) => {
+                let py = text.py();
+                // SAFETY: PyUnicode_AsEncodedString takes a str and two NUL-terminated C
+                // strings and returns a new reference to bytes, or NULL with an exception set.
+                let encoded = unsafe {
+                    Bound::from_owned_ptr_or_err(
+                        py,
+                        ffi::PyUnicode_AsEncodedString(
+                            text.as_ptr(),
+                            c"utf-8".as_ptr(),
+                            c"surrogatepass".as_ptr(),
+                        ),
+                    )?
+                };
+                Ok(Utf8::Wtf8(encoded.cast_into::<PyBytes>()?))
+            }
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Utf8::Str(s) => s.as_bytes(),
+            Utf8::Wtf8(b) => b.as_bytes(),
+        }
+    }
+}
+
+/// Heuristic tokens of a Python str.
+pub fn count_str(text: &Bound<'_, PyString>) -> PyResult<u64> {
+    let utf8 = Utf8::new(text)?;
+    let bytes = utf8.bytes();
+    if bytes.len() >= DETACH_BYTES {
+        Ok(text.py().detach(|| count_utf8_bytes(bytes)))
+    } else {
+        Ok(count_utf8_bytes(bytes))
+    }
+}
+
+/// Estimated tokens of `text` (the heuristic of `rust/tokens.rs`).
+#[pyfunction]
+pub fn count_text(py: Python<'_>, text: &Bound<'_, PyAny>) -> PyResult<u64> {
+    match text.cast::<PyString>() {
+        Ok(text) => count_str(text),
+        Err(_) => Err(invalid_message_type(
+            py,
+            format!("count_text needs a str, got {}", type_name(text)),
+        )
+        .into()),
+    }
+}
+
+/// Estimated tokens of every text.
+#[pyfunction]
+pub fn count_texts<'py>(
+    py: Python<'py>,
+    texts: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyList>> {
+    let mut strings = Vec::new();
+    for text in texts.try_iter()? {
+        let text = text?;
+        match text.cast_into::<PyString>() {
+            Ok(text) => strings.push(text),
+            Err(error) => {
+                let message = format!(
+                    "count_texts needs str items, got {}",
+                    type_name(error.into_inner().as_any())
+                );
+                return Err(invalid_message_type(py, message).into());
+            }
+        }
+    }
+    let mut counts = Vec::with_capacity(strings.len());
+    for text in &strings {
+        counts.push(count_str(text)?);
+    }
+    PyList::new(py, counts)
+}
+
+/// Heuristic tokens of every message.
+#[pyfunction]
+pub fn message_tokens<'py>(
+    py: Python<'py>,
+    messages: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyList>> {
+    let library = Library::get(py)?;
+    let items = sequence(library, messages)?;
+    let mut counts = Vec::with_capacity(items.len);
+    for index in 0..items.len {
+        let message = items.get(index)?;
+        let at = Where::Index(index);
+        let core = core_of(library, &message, at)?;
+        counts.push(tokens(library, &message, core.get(), at)?);
+    }
+    PyList::new(py, counts)
+}

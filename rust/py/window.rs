@@ -1,0 +1,274 @@
+//! `window` and `select` (SPEC §5): the caller's `WindowOptions` read into the core's, the
+//! core's window turned into Python objects.
+
+use super::errors::{invalid_argument, type_name, Failure};
+use super::history::{History, Reads};
+use super::library::Library;
+use crate::protocol::Violation;
+use crate::window::{self as core_window, CutBy, Window, WindowOptions};
+use pyo3::exceptions::PyOverflowError;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyInt, PyList, PyTuple};
+
+/// A limit as the core holds it: an exact int >= 0; one past the core's range is `max` (no
+/// history reaches it, so the window is the exact limit's).
+fn limit<T>(value: &Bound<'_, PyAny>, max: T) -> Option<T>
+where
+    T: for<'a, 'py> FromPyObject<'a, 'py, Error = PyErr>,
+{
+    if !value.is_exact_instance_of::<PyInt>() {
+        return None;
+    }
+    match value.extract::<T>() {
+        Ok(limit) => Some(limit),
+        Err(error) if error.is_instance_of::<PyOverflowError>(value.py()) => {
+            value.gt(0).ok()?.then_some(max)
+        }
+        Err(_) => None,
+    }
+}
+
+/// The core's options from the limits the caller's `WindowOptions` were checked into (its
+/// `_limits`), checked again as the reference does: a frozen value can still be changed with
+/// `object.__setattr__`.
+fn options(library: &Library, options: &Bound<'_, PyAny>) -> Result<WindowOptions, Failure> {
+    let py = options.py();
+    if !options.get_type().is(library.window_options.bind(py)) {
+        return Err(invalid_argument(
+            py,
+            format!(
+                "options must be a WindowOptions, got {}",
+                type_name(options)
+            ),
+        ));
+    }
+    let limits = options.getattr(intern!(py, "_limits"))?;
+    let read = || -> Option<WindowOptions> {
+        let limits = limits.cast_exact::<PyTuple>().ok()?;
+        if limits.len() != 5 {
+            return None;
+        }
+        let item = |index| limits.get_item(index).ok();
+        let budget = item(4)?;
+        let max_attached_tokens = if budget.is_none() {
+            None
+        } else {
+            // Most budgets fit in 64 bits, whose conversion is one call; a larger one is
+            // read whole (token sums can pass 2**64).
+            let small = budget
+                .is_exact_instance_of::<PyInt>()
+                .then(|| budget.extract::<u64>().ok());
+            match small.flatten() {
+                Some(small) => Some(u128::from(small)),
+                None => Some(limit(&budget, u128::MAX)?),
+            }
+        };
+        let compact = item(2)?;
+        Some(WindowOptions {
+            max_attached_turns: limit(&item(0)?, usize::MAX)?,
+            max_attached_messages: limit(&item(1)?, usize::MAX)?,
+            compact_completed_tool_turns: compact.cast_exact::<PyBool>().ok()?.is_true(),
+            compression_keep_recent_turns: limit(&item(3)?, usize::MAX)?,
+            max_attached_tokens,
+            has_system: false,
+        })
+    };
+    read().ok_or_else(|| {
+        invalid_argument(
+            py,
+            "options were not checked: make them with WindowOptions(...)".to_owned(),
+        )
+    })
+}
+
+/// The window's messages (system first) and how they were chosen.
+struct Chosen<'py> {
+    messages: Bound<'py, PyList>,
+    has_system: bool,
+    window: Window,
+}
+
+fn choose<'py>(
+    library: &Library,
+    messages: &Bound<'py, PyAny>,
+    system: Option<Bound<'py, PyAny>>,
+    use_leading_system: bool,
+    options: &Bound<'py, PyAny>,
+    count_tokens: Option<Bound<'py, PyAny>>,
+    turn_statuses: Option<Bound<'py, PyAny>>,
+) -> Result<Chosen<'py>, Failure> {
+    let options = self::options(library, options)?;
+    // A default window reads about fifty messages.
+    let reads = Reads::with_capacity(64);
+    let mut history = History::new(library, messages, &reads)?;
+    history.system = system;
+    if use_leading_system {
+        history.system = match core_window::leading_system(&mut history)? {
+            Some(index) => Some(history.read(index)?.object.clone()),
+            None => None,
+        };
+    }
+    history.count_tokens = count_tokens;
+    history.statuses = turn_statuses;
+    let options = WindowOptions {
+        has_system: history.system.is_some(),
+        ..options
+    };
+    let result = core_window::select(&mut history, &options)?;
+    // Every message exists before the list does: making a synthetic result runs Python code,
+    // which must never see a list that is not full.
+    let mut objects = Vec::with_capacity(result.items.len() + 1);
+    objects.extend(history.system.clone());
+    for item in &result.items {
+        objects.push(history.materialize(*item)?);
+    }
+    Ok(Chosen {
+        messages: PyList::new(messages.py(), objects)?,
+        has_system: options.has_system,
+        window: result,
+    })
+}
+
+/// A token count as a Python int (most fit in 64 bits, whose conversion is one call).
+fn tokens_int(py: Python<'_>, tokens: u128) -> PyResult<Bound<'_, PyAny>> {
+    Ok(match u64::try_from(tokens) {
+        Ok(small) => small.into_pyobject(py)?.into_any(),
+        Err(_) => tokens.into_pyobject(py)?.into_any(),
+    })
+}
+
+fn violation_tuple<'py>(py: Python<'py>, v: &Violation) -> PyResult<Bound<'py, PyTuple>> {
+    PyTuple::new(
+        py,
+        [
+            v.kind.name(),
+            v.message_id.as_str(),
+            v.tool_call_id.as_str(),
+        ],
+    )
+}
+
+fn cut_by_name<'py>(
+    py: Python<'py>,
+    library: &Library,
+    cut_by: Option<CutBy>,
+) -> Bound<'py, PyAny> {
+    let [turns, messages, tokens] = &library.cut_names;
+    let name = match cut_by {
+        Some(CutBy::Turns) => turns,
+        Some(CutBy::Messages) => messages,
+        Some(CutBy::Tokens) => tokens,
+        None => return py.None().into_bound(py),
+    };
+    name.bind(py).clone().into_any()
+}
+
+/// The whole window for options a core handles alone (no compressor, the default estimator):
+/// a `ContextWindow`, made as `_core_types.new_window` makes it. `system` None takes the
+/// history's leading system message.
+#[pyfunction]
+#[pyo3(signature = (messages, system, options, turn_statuses))]
+pub fn window<'py>(
+    py: Python<'py>,
+    messages: &Bound<'py, PyAny>,
+    system: Option<Bound<'py, PyAny>>,
+    options: &Bound<'py, PyAny>,
+    turn_statuses: Option<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let library = Library::get(py)?;
+    let use_leading_system = system.is_none();
+    let Chosen {
+        messages: list,
+        window: result,
+        ..
+    } = choose(
+        library,
+        messages,
+        system,
+        use_leading_system,
+        options,
+        None,
+        turn_statuses,
+    )?;
+    let repairs = PyList::empty(py);
+    for v in &result.repairs {
+        repairs.append(
+            library
+                .protocol_violation
+                .bind(py)
+                .call1(violation_tuple(py, v)?)?,
+        )?;
+    }
+    let unread: [Bound<'py, PyAny>; 4] = [
+        messages.clone(),
+        result.seen_history_turns.into_pyobject(py)?.into_any(),
+        result.unread_end.into_pyobject(py)?.into_any(),
+        library.engine.bind(py).clone().into_any(),
+    ];
+    let values: [Bound<'py, PyAny>; 7] = [
+        list.into_any(),
+        tokens_int(py, result.estimated_tokens)?,
+        result.attached_turns.into_pyobject(py)?.into_any(),
+        result.compacted_turns.into_pyobject(py)?.into_any(),
+        cut_by_name(py, library, result.cut_by),
+        repairs.into_any(),
+        PyTuple::new(py, unread)?.into_any(),
+    ];
+    let window = library
+        .object_new
+        .bind(py)
+        .call1((library.context_window.bind(py),))?;
+    for (name, value) in library.window_fields.iter().zip(values) {
+        window.setattr(name.bind(py), value)?;
+    }
+    Ok(window)
+}
+
+/// Rules 1-7 of SPEC §5, for the shared layer to finish (compressor, estimator): the
+/// `WindowCore` tuple of `_reference/window.py`.
+#[pyfunction]
+#[pyo3(signature = (messages, system, use_leading_system, options, count_tokens, turn_statuses))]
+pub fn select<'py>(
+    py: Python<'py>,
+    messages: &Bound<'py, PyAny>,
+    system: Option<Bound<'py, PyAny>>,
+    use_leading_system: bool,
+    options: &Bound<'py, PyAny>,
+    count_tokens: Option<Bound<'py, PyAny>>,
+    turn_statuses: Option<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let library = Library::get(py)?;
+    let Chosen {
+        messages,
+        has_system,
+        window: result,
+    } = choose(
+        library,
+        messages,
+        system,
+        use_leading_system,
+        options,
+        count_tokens,
+        turn_statuses,
+    )?;
+    let repairs: PyResult<Vec<_>> = result
+        .repairs
+        .iter()
+        .map(|v| violation_tuple(py, v))
+        .collect();
+    let values: [Bound<'py, PyAny>; 11] = [
+        messages.into_any(),
+        has_system.into_pyobject(py)?.to_owned().into_any(),
+        result.older_count.into_pyobject(py)?.into_any(),
+        tokens_int(py, result.older_tokens)?,
+        tokens_int(py, result.estimated_tokens)?,
+        result.attached_turns.into_pyobject(py)?.into_any(),
+        result.compacted_turns.into_pyobject(py)?.into_any(),
+        cut_by_name(py, library, result.cut_by),
+        PyList::new(py, repairs?)?.into_any(),
+        result.seen_history_turns.into_pyobject(py)?.into_any(),
+        result.unread_end.into_pyobject(py)?.into_any(),
+    ];
+    PyTuple::new(py, values)
+}
