@@ -1,7 +1,12 @@
 """The I/O ports of the Redis store: its one implementation awaits them, blocking or async.
 
 Every write is one Lua script (atomic on the server); reads are single commands. Scripts are
-registered once per port and run by ``EVALSHA`` (redis-py loads them again after a restart).
+registered once per port and run by ``EVALSHA`` (redis-py loads them again after a restart,
+and on a cluster on every master when a node answers ``NOSCRIPT``).
+
+On Redis Cluster a script may only touch keys of one hash slot, so every key of a conversation
+carries the same hash tag (`conversation_tag`), and redis-py's cluster clients route each
+``EVALSHA`` and each single-key read to the master of that slot.
 """
 
 from __future__ import annotations
@@ -17,18 +22,28 @@ from agentctx_fast.stores._extras import missing_dependency
 try:
     import redis
     from redis import exceptions as redis_exc
+    from redis.cluster import RedisCluster
 except ImportError as _error:
     raise missing_dependency("redis", _error) from _error
 
 
+_UNAVAILABLE = (
+    redis_exc.ConnectionError,
+    redis_exc.TimeoutError,
+    redis_exc.ClusterDownError,
+    redis_exc.SlotNotCoveredError,
+)
+
+
 @contextmanager
 def translated(action: str) -> Iterator[None]:
-    """Redis errors become typed store errors."""
+    """Redis errors become typed store errors (a cluster that is down or has a slot without a
+    master is unavailable too)."""
     try:
         yield
-    except (redis_exc.ConnectionError, redis_exc.TimeoutError) as error:
+    except _UNAVAILABLE as error:
         raise StoreUnavailableError(f"Redis unavailable while {action}: {error}") from error
-    except redis_exc.RedisError as error:
+    except (redis_exc.RedisError, redis_exc.RedisClusterException) as error:
         raise StoreError(f"Redis error while {action}: {error}") from error
 
 
@@ -46,9 +61,32 @@ def text(value: Any) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
+def conversation_tag(conversation_id: str) -> str:
+    """The ``{…}`` hash tag of a conversation's keys: the id with ``%``, ``{`` and ``}``
+    percent-encoded, so a brace inside an id cannot end the tag early (Redis hashes the text
+    between the first ``{`` and the next ``}``) and two ids never share a tag.
+
+    >>> conversation_tag("conv-1"), conversation_tag("a}b{c%")
+    ('{conv-1}', '{a%7Db%7Bc%25}')
+    """
+    encoded = conversation_id.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
+    return "{" + encoded + "}"
+
+
+def conversation_key(prefix: str, kind: str, conversation_id: str, *parts: str) -> str:
+    """The key ``{prefix}{kind}:{tag}[:part…]``; every key of one conversation hashes to the
+    slot of its tag (the prefix holds no brace, `check_key_prefix` sees to it).
+
+    >>> conversation_key("agent:", "turn", "c1", "t1")
+    'agent:turn:{c1}:t1'
+    """
+    return ":".join((prefix + kind, conversation_tag(conversation_id), *parts))
+
+
 class RedisPort:
-    """The port over a Redis client: a blocking `redis.Redis`, whose replies come back as they
-    are, or a `redis.asyncio.Redis`, whose replies are awaited."""
+    """The port over a Redis client: a blocking `redis.Redis` or `redis.cluster.RedisCluster`,
+    whose replies come back as they are, or a `redis.asyncio.Redis` or
+    `redis.asyncio.cluster.RedisCluster`, whose replies are awaited."""
 
     def __init__(self, client: Any) -> None:
         self.client = client
@@ -72,4 +110,13 @@ async def _reply(reply: Any) -> Any:
     return await reply if inspect.isawaitable(reply) else reply
 
 
-__all__ = ["RedisPort", "raw", "redis", "text", "translated"]
+__all__ = [
+    "RedisCluster",
+    "RedisPort",
+    "conversation_key",
+    "conversation_tag",
+    "raw",
+    "redis",
+    "text",
+    "translated",
+]
