@@ -3,6 +3,13 @@
 A port runs one statement in its own connection (in a transaction when it writes) and hands
 back what the statement returned, already fetched: the rows, or the number of rows changed.
 Database errors become typed store errors; the transaction has rolled back by then.
+
+A connection is held for one statement only, so one pooled engine serves every thread (blocking
+store) or task (async store) of a process: a store made from a PostgreSQL URL keeps up to
+`POOL_SIZE` connections open and opens at most `MAX_OVERFLOW` more under load; a caller past
+that waits up to `POOL_TIMEOUT` seconds for a free one, then gets `StoreUnavailableError`.
+Connections are checked with a ping when taken from the pool (a restarted server costs one
+failed ping, not a failed call).
 """
 
 from __future__ import annotations
@@ -27,6 +34,10 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
 __all__ = [
+    "MAX_OVERFLOW",
+    "POOL_OPTIONS",
+    "POOL_SIZE",
+    "POOL_TIMEOUT",
     "AsyncSqlPort",
     "BlockingSqlPort",
     "SqlPort",
@@ -38,6 +49,20 @@ __all__ = [
 ]
 
 SUPPORTED_DIALECTS = ("sqlite", "postgresql")
+
+POOL_SIZE = 5
+"""Connections a store's own PostgreSQL engine keeps open (SQLAlchemy's ``pool_size``)."""
+MAX_OVERFLOW = 10
+"""Connections it may open beyond `POOL_SIZE` under load, closed when returned."""
+POOL_TIMEOUT = 30.0
+"""Seconds a caller waits for a connection when all ``POOL_SIZE + MAX_OVERFLOW`` are in use."""
+POOL_OPTIONS: dict[str, Any] = {
+    "pool_size": POOL_SIZE,
+    "max_overflow": MAX_OVERFLOW,
+    "pool_timeout": POOL_TIMEOUT,
+    "pool_pre_ping": True,
+}
+"""The pool of an engine a store makes from a PostgreSQL URL, blocking or async."""
 
 
 @contextmanager
@@ -132,7 +157,7 @@ def blocking_engine(url: str) -> Engine:
     """The engine a blocking store creates for ``url``."""
     parsed = sa.engine.make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        return sa.create_engine(url, pool_pre_ping=True)
+        return sa.create_engine(url, **POOL_OPTIONS)
     if parsed.database in (None, "", ":memory:"):
         # One shared connection, or every connection would see its own empty database.
         return sa.create_engine(
@@ -163,7 +188,7 @@ def async_engine(url: str) -> AsyncEngine:
         require("psycopg", "postgresql")
         if parsed.drivername in ("postgresql", "postgresql+psycopg2"):
             parsed = parsed.set(drivername="postgresql+psycopg")
-        return create_async_engine(parsed, pool_pre_ping=True)
+        return create_async_engine(parsed, **POOL_OPTIONS)
     return create_async_engine(parsed)
 
 
