@@ -16,7 +16,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    contextmanager,
+    nullcontext,
+)
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agentctx_fast.errors import InvalidArgumentError, StoreError, StoreUnavailableError
@@ -31,7 +36,7 @@ except ImportError as _error:
     raise missing_dependency("sql", _error) from _error
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncEngine
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 __all__ = [
     "MAX_OVERFLOW",
@@ -105,20 +110,28 @@ def check_dialect(name: str) -> str:
 
 class BlockingSqlPort:
     """The port over a blocking `Engine`; an engine with one shared connection (in-memory
-    SQLite) is used by one thread at a time."""
+    SQLite) is used by one thread at a time.
+
+    On PostgreSQL every statement runs on its own in autocommit: a single statement is atomic
+    by itself, and skipping ``BEGIN`` and ``COMMIT`` halves the round trips of each call."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.dialect = check_dialect(engine.dialect.name)
         shared = isinstance(engine.pool, StaticPool)
         self._serial: AbstractContextManager[Any] = threading.RLock() if shared else nullcontext()
+        self._single: Engine | None = (
+            engine.execution_options(isolation_level="AUTOCOMMIT")
+            if self.dialect == "postgresql"
+            else None
+        )
 
     async def rows(self, action: str, statement: Any, *, write: bool = False) -> Sequence[Any]:
         with translated(action), self._serial, self._open(write) as connection:
             return connection.execute(statement).all()
 
     async def changed(self, action: str, statement: Any) -> int:
-        with translated(action), self._serial, self.engine.begin() as connection:
+        with translated(action), self._serial, self._open(True) as connection:
             return int(connection.execute(statement).rowcount)
 
     async def run(self, action: str, work: Callable[[Connection], Any]) -> None:
@@ -126,26 +139,38 @@ class BlockingSqlPort:
             work(connection)
 
     def _open(self, write: bool) -> AbstractContextManager[Connection]:
+        if self._single is not None:
+            return self._single.connect()
         return self.engine.begin() if write else self.engine.connect()
 
 
 class AsyncSqlPort:
-    """The port over an SQLAlchemy `AsyncEngine` (aiosqlite, psycopg's async mode)."""
+    """The port over an SQLAlchemy `AsyncEngine` (aiosqlite, psycopg's async mode); on
+    PostgreSQL each statement runs on its own in autocommit, as in `BlockingSqlPort`."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         self.dialect = check_dialect(engine.dialect.name)
+        self._single: AsyncEngine | None = (
+            engine.execution_options(isolation_level="AUTOCOMMIT")
+            if self.dialect == "postgresql"
+            else None
+        )
 
     async def rows(self, action: str, statement: Any, *, write: bool = False) -> Sequence[Any]:
         with translated(action):
-            opened = self.engine.begin() if write else self.engine.connect()
-            async with opened as connection:
+            async with self._open(write) as connection:
                 return (await connection.execute(statement)).all()
 
     async def changed(self, action: str, statement: Any) -> int:
         with translated(action):
-            async with self.engine.begin() as connection:
+            async with self._open(True) as connection:
                 return int((await connection.execute(statement)).rowcount)
+
+    def _open(self, write: bool) -> AbstractAsyncContextManager[AsyncConnection]:
+        if self._single is not None:
+            return self._single.connect()
+        return self.engine.begin() if write else self.engine.connect()
 
     async def run(self, action: str, work: Callable[[Connection], Any]) -> None:
         with translated(action):
