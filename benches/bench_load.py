@@ -4,13 +4,16 @@
         [--backends postgresql,redis-cluster] [--postgres URL] [--redis-cluster URL] [--json]
 
 For each backend, ``--workers`` processes (service instances) each run the turns of their own
-``--conversations`` conversations concurrently on one event loop (`AsyncAgentRunner` over the
-async store, one pooled engine or one cluster client per process). The model waits
+``--conversations`` conversations concurrently, with one pooled engine or one cluster client per
+process: on PostgreSQL on one event loop (`AsyncAgentRunner` over `AsyncSqlAgentStore`), on
+Redis Cluster in one thread per conversation (`AgentRunner` over `RedisAgentStore`; see
+`DRIVERS` for why, and ``--driver async`` to run the async store there too). The model waits
 ``--model-ms`` per call and asks for one or two tools on each request; the tools return results
 of a few KB. Once worker 0 has done ``--kill-at`` of its turns, it is SIGKILLed in the middle of
-its turns and a replacement takes over its conversations: it waits for each dead lease to
-expire, cancels the interrupted turn (its unanswered calls get error results) and carries on
-from the first request the store does not hold.
+its turns and a replacement takes over its conversations: it carries on from the first request
+the store does not hold; its first `run` on a conversation meets the dead worker's lease, waits
+for it to expire and then closes the interrupted turn `FAILED` (its unanswered calls get error
+results); an interrupted last request is cancelled instead.
 
 Afterwards the stored conversations are audited against the workers' logs: acknowledged
 messages lost, requests or messages duplicated, histories whose tool protocol is invalid,

@@ -13,6 +13,8 @@ import pytest
 
 from bench_load import LoadConfig, format_report, run_load
 
+pytestmark = pytest.mark.servers  # the servers come from fixtures looked up by name
+
 SMALL = LoadConfig(
     workers=2,
     conversations=3,
