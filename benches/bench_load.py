@@ -1,6 +1,6 @@
 """Many service instances on one database, with a crash (SPEC §19, issue 15).
 
-    python3 benches/bench_load.py [--workers 4] [--conversations 40] [--turns 10]
+    python3 benches/bench_load.py [--workers 4] [--conversations 40] [--turns 6]
         [--backends postgresql,redis-cluster] [--postgres URL] [--redis-cluster URL] [--json]
 
 For each backend, ``--workers`` processes (service instances) each run the turns of their own
@@ -68,7 +68,7 @@ class LoadConfig:
 
     workers: int = 4
     conversations: int = 40  # per worker, all in flight at once
-    turns: int = 10  # requests per conversation
+    turns: int = 6  # requests per conversation
     model_seconds: float = 0.005
     tool_result_bytes: int = 3000
     lease_seconds: float = 3.0
