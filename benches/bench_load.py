@@ -4,10 +4,10 @@
         [--backends postgresql,redis-cluster] [--postgres URL] [--redis-cluster URL] [--json]
 
 For each backend, ``--workers`` processes (service instances) each run the turns of their own
-``--conversations`` conversations concurrently, with one pooled engine or one cluster client per
-process: on PostgreSQL on one event loop (`AsyncAgentRunner` over `AsyncSqlAgentStore`), on
-Redis Cluster in one thread per conversation (`AgentRunner` over `RedisAgentStore`; see
-`DRIVERS` for why, and ``--driver async`` to run the async store there too). The model waits
+``--conversations`` conversations concurrently on one event loop (`AsyncAgentRunner` over
+`AsyncSqlAgentStore` or `AsyncRedisAgentStore`, one pooled engine or one cluster client per
+process; ``--driver threads`` runs `AgentRunner` on the blocking store, a thread per
+conversation, instead). The model waits
 ``--model-ms`` per call and asks for one or two tools on each request; the tools return results
 of a few KB. Once worker 0 has done ``--kill-at`` of its turns, it is SIGKILLed in the middle of
 its turns and a replacement takes over its conversations: it carries on from the first request
@@ -74,16 +74,9 @@ class LoadConfig:
     lease_seconds: float = 3.0
     kill_at: float = 0.4  # share of its turns worker 0 has done when it is killed
     timeout_seconds: float = 600.0
-    # "async": AsyncAgentRunner on the async store; "threads": AgentRunner on the blocking store,
-    # one thread per conversation; "auto": async, except threads on Redis Cluster (see DRIVERS).
-    driver: str = "auto"
-
-
-DRIVERS = {"postgresql": "async", "redis-cluster": "threads"}
-"""What ``driver="auto"`` runs. redis-py's asyncio cluster client (7.4.1, 8.0.1 and 8.1.0 here,
-not 6.4.0) mixed up replies under this load: MOVED answers from the slot's owner, connections
-closed while in use, and a script run twice by the client's retry ("turn … already exists").
-The blocking cluster client with threads ran clean; ``--driver async`` measures the other."""
+    # "async": AsyncAgentRunner on the async store; "threads": AgentRunner on the blocking
+    # store, one thread per conversation.
+    driver: str = "async"
 
 
 @dataclass
@@ -198,10 +191,7 @@ def open_async_store(backend: str, url: str, prefix: str) -> Any:
 
     from agentctx_fast.stores.redis import AsyncRedisAgentStore
 
-    # No CLIENT SETINFO: see the README's note on redis-py's asyncio cluster client.
-    return AsyncRedisAgentStore(
-        RedisCluster.from_url(url, lib_name=None, lib_version=None), key_prefix=prefix
-    )
+    return AsyncRedisAgentStore(RedisCluster.from_url(url), key_prefix=prefix)
 
 
 def open_store(backend: str, url: str, prefix: str) -> Any:
@@ -418,7 +408,7 @@ def run_load(backend: str, url: str, config: LoadConfig, workdir: Path) -> LoadR
         index: [f"c{index}-{n}" for n in range(config.conversations)]
         for index in range(config.workers)
     }
-    driver = DRIVERS[backend] if config.driver == "auto" else config.driver
+    driver = config.driver
     base = {
         "backend": backend,
         "url": url,
@@ -595,7 +585,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model-ms", type=float, default=defaults.model_seconds * 1e3)
     parser.add_argument("--lease-seconds", type=float, default=defaults.lease_seconds)
     parser.add_argument("--kill-at", type=float, default=defaults.kill_at)
-    parser.add_argument("--driver", choices=("auto", "async", "threads"), default="auto")
+    parser.add_argument("--driver", choices=("async", "threads"), default=defaults.driver)
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--postgres", help="a PostgreSQL URL (else a server is started)")
     parser.add_argument("--redis-cluster", help="a startup node's redis:// URL")

@@ -148,11 +148,7 @@ def cluster_store(url: str, **options: Any) -> Any:
 
 def async_cluster_store(url: str, **options: Any) -> Any:
     """`cluster_store` for asyncio: an `AsyncRedisAgentStore` on redis.asyncio's cluster
-    client, closed by ``aclose``; make it on the loop that uses it.
-
-    The client sends no ``CLIENT SETINFO``: with it, redis-py 8.1's asyncio cluster client
-    failed about one run in two with ``AttributeError`` (``_writer`` None) when many tasks
-    opened connections to a node at once (see the README's Redis Cluster section)."""
+    client, closed by ``aclose``; make it on the loop that uses it."""
     from redis.asyncio.cluster import RedisCluster
 
     from agentctx_fast.stores.redis import AsyncRedisAgentStore
@@ -161,8 +157,7 @@ def async_cluster_store(url: str, **options: Any) -> Any:
         async def aclose(self) -> None:
             await self.client.aclose()
 
-    client = RedisCluster.from_url(url, lib_name=None, lib_version=None)
-    return AsyncClusterStore(client, **options)
+    return AsyncClusterStore(RedisCluster.from_url(url), **options)
 
 
 @pytest.fixture(scope="session")

@@ -138,3 +138,44 @@ def test_conversations_spread_over_every_master(cluster: Any, redis_cluster: Any
             node.close()
     assert sum(per_master) == 60 * 5  # five keys per conversation (records … visible ids)
     assert all(count > 0 for count in per_master), per_master
+
+
+def _moved_replies(ports: list[int]) -> int:
+    """How many MOVED errors the masters have answered (INFO errorstats)."""
+    total = 0
+    for port in ports:
+        node = redis.Redis(port=port)
+        try:
+            total += int(node.info("errorstats").get("errorstat_MOVED", {}).get("count", 0))
+        finally:
+            node.close()
+    return total
+
+
+def test_a_fresh_async_cluster_client_routes_its_first_concurrent_commands(
+    redis_cluster: Any,
+) -> None:
+    """Tasks that start at once on a new client: the store loads the slot map before the first
+    command, so none goes to the wrong master (redis-py closes every connection, in-flight
+    commands' too, after five MOVED replies, and retries them)."""
+    import asyncio
+
+    from redis.asyncio.cluster import RedisCluster
+
+    from agentctx_fast.stores.redis import AsyncRedisAgentStore
+
+    async def main() -> list[str | None]:
+        client = RedisCluster.from_url(redis_cluster.url)
+        try:
+            turns = AsyncRedisAgentStore(client).turn_store()
+            conversations = [new_conversation_id() for _ in range(32)]
+            return await asyncio.gather(
+                *(turns.acquire_conversation(cid, "t", "o", 30.0, 1.0) for cid in conversations)
+            )
+        finally:
+            await client.aclose()
+
+    before = _moved_replies(redis_cluster.ports)
+    for _ in range(5):
+        assert asyncio.run(main()) == [None] * 32  # every lease taken, none taken twice
+    assert _moved_replies(redis_cluster.ports) == before

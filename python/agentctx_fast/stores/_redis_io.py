@@ -11,6 +11,7 @@ carries the same hash tag (`conversation_tag`), and redis-py's cluster clients r
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +23,7 @@ from agentctx_fast.stores._extras import missing_dependency
 try:
     import redis
     from redis import exceptions as redis_exc
+    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
     from redis.cluster import RedisCluster
 except ImportError as _error:
     raise missing_dependency("redis", _error) from _error
@@ -91,6 +93,12 @@ class RedisPort:
     def __init__(self, client: Any) -> None:
         self.client = client
         self._scripts: dict[str, Any] = {}
+        # An asyncio cluster client learns the slot map on its first command. Commands sent
+        # concurrently before that went to the wrong masters; after five MOVED replies redis-py
+        # closes every connection, those of commands in flight too, and retries them (a script
+        # could then run twice). So the map is loaded once, before any command.
+        self._initialized = not isinstance(client, AsyncRedisCluster)
+        self._initializing: asyncio.Lock | None = None
 
     async def script(self, action: str, lua: str, keys: list[str], args: list[Any]) -> Any:
         """Run the Lua script ``lua`` atomically on the server."""
@@ -98,12 +106,24 @@ class RedisPort:
         if handle is None:
             handle = self._scripts[lua] = self.client.register_script(lua)
         with translated(action):
+            await self._initialize()
             return await _reply(handle(keys=keys, args=args))
 
     async def command(self, action: str, name: str, *args: Any) -> Any:
         """Run one Redis command (a client method by name: ``hget``, ``llen``, …)."""
         with translated(action):
+            await self._initialize()
             return await _reply(getattr(self.client, name)(*args))
+
+    async def _initialize(self) -> None:
+        if self._initialized:
+            return
+        if self._initializing is None:
+            self._initializing = asyncio.Lock()
+        async with self._initializing:
+            if not self._initialized:
+                await self.client.initialize()
+                self._initialized = True
 
 
 async def _reply(reply: Any) -> Any:
