@@ -92,7 +92,8 @@ class LoadReport:
     overhead_p50_ms: float = 0.0
     overhead_p99_ms: float = 0.0
     interrupted_turns: int = 0  # started by the killed worker, never ended there
-    recovered_turns: int = 0  # turns closed FAILED or CANCELLED after the kill
+    requests_completed: int = 0  # stored requests whose turn is COMPLETED
+    requests_interrupted: int = 0  # stored requests whose turn the kill ended (FAILED, CANCELLED)
     messages_lost: int = 0
     messages_duplicated: int = 0
     invalid_protocol_histories: int = 0
@@ -311,6 +312,8 @@ async def serve(spec: dict[str, Any]) -> None:
         finally:
             await runner.aclose()
             await store.aclose()
+            if hasattr(store, "client"):
+                await store.client.aclose()  # the store did not make it, so it leaves it open
         log.write("done")
 
 
@@ -516,14 +519,18 @@ def audit_conversation(
     lease = turns.open_turn(cid)
     if lease is not None and lease.status is TurnStatus.RUNNING and lease.expired(time.time()):
         report.dead_leases_after_expiry += 1
+    statuses = {}
     for turn_id in started | {m.turn_id for m in stored if m.turn_id}:
         snapshot = turns.load_turn(cid, turn_id)
-        if snapshot is None:
-            continue
-        if snapshot.status is TurnStatus.RUNNING:
+        statuses[turn_id] = None if snapshot is None else snapshot.status
+        if snapshot is not None and snapshot.status is TurnStatus.RUNNING:
             report.running_turns_without_owner += 1  # every worker has exited
-        elif snapshot.status is not TurnStatus.COMPLETED:
-            report.recovered_turns += 1  # the model never fails: only the kill ends a turn so
+    for message in stored:
+        if request_index(message) is not None:
+            if statuses.get(message.turn_id) is TurnStatus.COMPLETED:
+                report.requests_completed += 1
+            else:  # the model never fails: only the kill ends a turn otherwise
+                report.requests_interrupted += 1
 
 
 # -- servers and the command line ---------------------------------------------------------------
@@ -562,8 +569,9 @@ def format_report(report: LoadReport) -> str:
         f"turns per second           {report.turns_per_second:.1f}",
         f"runner overhead per turn   p50 {report.overhead_p50_ms:.1f} ms, "
         f"p99 {report.overhead_p99_ms:.1f} ms (model waits excluded)",
-        f"killed mid-turn            {report.interrupted_turns} turns in flight, of which "
-        f"{report.recovered_turns} had reached the store (closed FAILED or CANCELLED later)",
+        f"killed mid-turn            {report.interrupted_turns} turns in flight; "
+        f"{report.requests_interrupted} stored requests closed FAILED or CANCELLED after it, "
+        f"{report.requests_completed} completed",
         f"messages lost              {report.messages_lost}",
         f"messages duplicated        {report.messages_duplicated}",
         f"requests missing           {report.requests_missing}",

@@ -45,7 +45,8 @@ def test_a_killed_worker_loses_and_duplicates_nothing(
     assert report.dead_leases_after_expiry == 0, summary
     assert report.running_turns_without_owner == 0, summary
     requests = SMALL.workers * SMALL.conversations * SMALL.turns
-    # every request was answered once, except those whose turn the kill interrupted after it
-    # reached the store (closed FAILED or CANCELLED by the replacement; a request whose user
-    # message was not stored yet is asked again)
-    assert requests - report.recovered_turns <= report.completed_turns <= requests, summary
+    # every request is stored once, and its turn completed unless the kill interrupted it (then
+    # the replacement closed it FAILED or CANCELLED; a request not stored yet is asked again)
+    assert report.requests_completed + report.requests_interrupted == requests, summary
+    assert report.requests_interrupted <= report.interrupted_turns, summary
+    assert report.completed_turns <= report.requests_completed, summary  # acknowledged ones
