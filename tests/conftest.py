@@ -82,7 +82,13 @@ def native_or_skip() -> Any:
     return _backend.native
 
 
-_SERVER_FIXTURES = {"postgres_server", "redis_server", "server_store_kind", "own_server"}
+_SERVER_FIXTURES = {
+    "postgres_server",
+    "redis_server",
+    "redis_cluster",
+    "server_store_kind",
+    "own_server",
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

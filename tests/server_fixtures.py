@@ -16,11 +16,17 @@ from typing import TypeVar
 
 import pytest
 
-from servers import PostgresServer, RedisServer, Server, ServerUnavailable
+from servers import PostgresServer, RedisClusterServer, RedisServer, Server, ServerUnavailable
 
-__all__ = ["postgres_server", "redis_server", "require_module", "require_server"]
+__all__ = [
+    "postgres_server",
+    "redis_cluster",
+    "redis_server",
+    "require_module",
+    "require_server",
+]
 
-S = TypeVar("S", bound=Server)
+S = TypeVar("S", bound=Server | RedisClusterServer)
 
 
 def _in_ci() -> bool:
@@ -76,3 +82,14 @@ def redis_server() -> Iterator[RedisServer]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterServer]:
+    """A Redis Cluster of three masters for the session: ``.url`` is a startup node's
+    ``redis://127.0.0.1:PORT/0`` (for ``redis.cluster.RedisCluster.from_url``)."""
+    cluster = require_server(RedisClusterServer)
+    try:
+        yield cluster
+    finally:
+        cluster.close()

@@ -2,10 +2,11 @@
 
 Each server runs on 127.0.0.1 on a free port, with its data in a temporary directory::
 
-    with PostgresServer() as pg, RedisServer() as rd:
+    with PostgresServer() as pg, RedisServer() as rd, RedisClusterServer() as cluster:
         engine = sqlalchemy.create_engine(pg.url)   # postgresql+psycopg://...
         conn = psycopg.connect(pg.dsn)              # postgresql://...
         client = redis.Redis.from_url(rd.url)       # redis://127.0.0.1:PORT/0
+        nodes = redis.cluster.RedisCluster.from_url(cluster.url)  # three masters
 
 ``start()`` starts it and waits until it takes connections; ``stop()`` stops it and keeps the
 data; ``restart()`` is both, on the same port and data directory; ``close()`` (or leaving the
@@ -44,6 +45,7 @@ from typing import IO, Any, ClassVar, Self
 
 __all__ = [
     "PostgresServer",
+    "RedisClusterServer",
     "RedisServer",
     "Server",
     "ServerUnavailable",
@@ -717,3 +719,165 @@ def _redis_ping(port: int, timeout: float = 2.0) -> bool:
             return reply.startswith(b"+PONG")
     except OSError:
         return False
+
+
+# --- Redis Cluster -----------------------------------------------------------------------------
+
+CLUSTER_SLOTS = 16384
+
+
+class RedisClusterServer:
+    """A Redis Cluster of ``masters`` masters and no replicas: one `RedisServer` per master in
+    cluster mode (client and bus ports free on 127.0.0.1, no persistence), the hash slots split
+    evenly, joined with ``CLUSTER MEET`` and waited for until every node says
+    ``cluster_state:ok``. Same life cycle as a `Server` (``start``, ``close``, ``with``).
+
+    ``url`` is the first master's ``redis://127.0.0.1:PORT/0``, enough for
+    ``redis.cluster.RedisCluster.from_url`` to discover the others; ``nodes`` are the masters.
+    """
+
+    name = "redis-cluster"
+
+    def __init__(self, *, masters: int = 3, start_timeout: float = START_TIMEOUT) -> None:
+        if masters < 1:
+            raise ValueError("a cluster needs at least one master")
+        self.masters = masters
+        self.start_timeout = start_timeout
+        self.nodes: list[RedisServer] = []
+        self._bus_ports: list[int] = []
+        self._closed = False
+        self.last_start_seconds: float | None = None
+
+    @property
+    def running(self) -> bool:
+        return bool(self.nodes) and all(node.running for node in self.nodes)
+
+    @property
+    def url(self) -> str:
+        """``redis://127.0.0.1:PORT/0`` of the first master (a startup node)."""
+        if not self.nodes:
+            raise RuntimeError("the cluster has no nodes yet: call start() first")
+        return self.nodes[0].url
+
+    @property
+    def ports(self) -> list[int]:
+        return [node.port for node in self.nodes]
+
+    def start(self) -> Self:
+        """Start the masters, assign the slots, join them and wait for ``cluster_state:ok``."""
+        if self._closed:
+            raise RuntimeError("the cluster was closed; make a new one")
+        if self.running:
+            return self
+        began = time.monotonic()
+        try:
+            if not self.nodes:
+                for _ in range(self.masters):
+                    self.nodes.append(self._node())
+                for node in self.nodes:
+                    node.start()
+                self._join()
+            else:  # stopped nodes keep their nodes.conf: they find each other again
+                for node in self.nodes:
+                    node.start()
+            self._wait_ok()
+        except BaseException:
+            for node in self.nodes:
+                node.stop(kill=True)
+            raise
+        self.last_start_seconds = time.monotonic() - began
+        return self
+
+    def stop(self, *, kill: bool = False) -> None:
+        for node in self.nodes:
+            node.stop(kill=kill)
+
+    def close(self) -> None:
+        """Stop every master for good and remove their directories."""
+        self._closed = True
+        for node in self.nodes:
+            node.close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"<RedisClusterServer {HOST}:{self.ports if self.nodes else '?'} {state}>"
+
+    def _node(self) -> RedisServer:
+        # The bus port is chosen too: the default, port + 10000, may be taken or out of range.
+        self._bus_ports.append(free_port())
+        args = [
+            "--cluster-enabled", "yes",
+            "--cluster-port", str(self._bus_ports[-1]),
+            "--cluster-config-file", "nodes.conf",
+            "--cluster-node-timeout", "5000",
+            "--cluster-require-full-coverage", "yes",
+            "--appendonly", "no",
+        ]  # fmt: skip
+        return RedisServer(args=args, start_timeout=self.start_timeout)
+
+    def _join(self) -> None:
+        share, extra = divmod(CLUSTER_SLOTS, len(self.nodes))
+        first = 0
+        for index, node in enumerate(self.nodes):
+            count = share + (1 if index < extra else 0)
+            slots = [str(slot) for slot in range(first, first + count)]
+            _redis_call(node.port, "CLUSTER", "ADDSLOTS", *slots)
+            first += count
+        for node, bus_port in zip(self.nodes[1:], self._bus_ports[1:], strict=True):
+            meet = ("CLUSTER", "MEET", HOST, str(node.port), str(bus_port))
+            _redis_call(self.nodes[0].port, *meet)
+
+    def _wait_ok(self) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        want = {"cluster_state": "ok", "cluster_slots_ok": str(CLUSTER_SLOTS)}
+        want["cluster_known_nodes"] = str(len(self.nodes))
+        infos: list[dict[str, str]] = []
+        while True:
+            infos = [_cluster_info(node.port) for node in self.nodes]
+            if all(want.items() <= info.items() for info in infos):
+                return
+            if time.monotonic() > deadline:
+                raise ServerUnavailable(
+                    f"the Redis cluster on ports {self.ports} did not reach cluster_state:ok "
+                    f"within {self.start_timeout:.0f} s: {infos}"
+                )
+            time.sleep(0.05)
+
+
+def _cluster_info(port: int) -> dict[str, str]:
+    reply = _redis_call(port, "CLUSTER", "INFO")
+    text = reply.decode() if isinstance(reply, bytes) else str(reply)
+    return dict(line.split(":", 1) for line in text.split("\r\n") if ":" in line)
+
+
+def _redis_call(port: int, *args: str, timeout: float = 5.0) -> bytes | int | str | None:
+    """One command to Redis on 127.0.0.1:port in RESP; an error reply is `ServerUnavailable`."""
+    payload = f"*{len(args)}\r\n".encode() + b"".join(
+        f"${len(arg.encode())}\r\n{arg}\r\n".encode() for arg in args
+    )
+    with socket.create_connection((HOST, port), timeout=timeout) as sock:
+        sock.sendall(payload)
+        reader = sock.makefile("rb")
+        line = reader.readline().rstrip(b"\r\n")
+        kind, rest = line[:1], line[1:]
+        if kind == b"-":
+            raise ServerUnavailable(f"Redis on port {port} refused {args[:2]}: {rest.decode()}")
+        if kind == b"+":
+            return rest.decode()
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            size = int(rest)
+            return None if size < 0 else reader.read(size + 2)[:size]
+        raise ServerUnavailable(f"unexpected reply from Redis on port {port}: {line!r}")

@@ -1,4 +1,5 @@
-"""Store fixtures: one parametrised ``store`` over memory, SQLite, PostgreSQL and Redis."""
+"""Store fixtures: one parametrised ``store`` over memory, SQLite, PostgreSQL, Redis and a Redis
+Cluster of three masters (``redis-cluster``: the store on a `redis.cluster.RedisCluster`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ __all__ = [
     "ASYNC_STORE_KINDS",
     "SERVER_KINDS",
     "STORE_KINDS",
+    "async_cluster_store",
+    "cluster_store",
     "make_async_store",
     "make_store",
     "new_conversation_id",
@@ -26,9 +29,22 @@ __all__ = [
     "store_url",
 ]
 
-STORE_KINDS = ("memory", "sqlite", "postgresql", "redis")
-ASYNC_STORE_KINDS = ("async-memory", "async-sqlite", "async-postgresql", "async-redis")
-SERVER_KINDS = ("postgresql", "redis", "async-postgresql", "async-redis")
+STORE_KINDS = ("memory", "sqlite", "postgresql", "redis", "redis-cluster")
+ASYNC_STORE_KINDS = (
+    "async-memory",
+    "async-sqlite",
+    "async-postgresql",
+    "async-redis",
+    "async-redis-cluster",
+)
+SERVER_KINDS = (
+    "postgresql",
+    "redis",
+    "redis-cluster",
+    "async-postgresql",
+    "async-redis",
+    "async-redis-cluster",
+)
 
 
 def new_conversation_id() -> str:
@@ -61,6 +77,8 @@ def make_store(kind: str, request: pytest.FixtureRequest, **options: Any) -> Any
 
         redis_server: RedisServer = request.getfixturevalue("redis_server")
         return RedisAgentStore(redis_server.url, **options)
+    if kind == "redis-cluster":
+        return cluster_store(str(store_url(kind, request)), **options)
     raise ValueError(f"unknown store kind {kind!r}")
 
 
@@ -87,6 +105,8 @@ def store_url(kind: str, request: pytest.FixtureRequest) -> str | None:
         return str(request.getfixturevalue("postgres_server").url)
     if kind == "redis":
         return str(request.getfixturevalue("redis_server").url)
+    if kind == "redis-cluster":
+        return str(request.getfixturevalue("redis_cluster").url)
     return None
 
 
@@ -107,7 +127,37 @@ async def make_async_store(kind: str, url: str | None, **options: Any) -> Any:
         from agentctx_fast.stores.redis import AsyncRedisAgentStore
 
         return AsyncRedisAgentStore(url, **options)
+    if kind == "redis-cluster":
+        return async_cluster_store(url, **options)
     raise ValueError(f"unknown store kind {kind!r}")
+
+
+def cluster_store(url: str, **options: Any) -> Any:
+    """A `RedisAgentStore` on a `RedisCluster` client made from a startup node's ``url``; its
+    ``close`` closes that client too (a store closes only clients it made itself)."""
+    from redis.cluster import RedisCluster
+
+    from agentctx_fast.stores.redis import RedisAgentStore
+
+    class ClusterStore(RedisAgentStore):
+        def close(self) -> None:
+            self.client.close()
+
+    return ClusterStore(RedisCluster.from_url(url), **options)
+
+
+def async_cluster_store(url: str, **options: Any) -> Any:
+    """`cluster_store` for asyncio: an `AsyncRedisAgentStore` on redis.asyncio's cluster
+    client, closed by ``aclose``; make it on the loop that uses it."""
+    from redis.asyncio.cluster import RedisCluster
+
+    from agentctx_fast.stores.redis import AsyncRedisAgentStore
+
+    class AsyncClusterStore(AsyncRedisAgentStore):
+        async def aclose(self) -> None:
+            await self.client.aclose()
+
+    return AsyncClusterStore(RedisCluster.from_url(url), **options)
 
 
 @pytest.fixture(scope="session")

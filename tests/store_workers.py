@@ -10,6 +10,10 @@ from agentctx_fast.coordinator import AgentContextCompressionState
 
 
 def open_store(kind: str, url: str) -> Any:
+    if kind == "redis-cluster":
+        from store_fixtures import cluster_store
+
+        return cluster_store(url)
     if kind == "redis":
         from agentctx_fast.stores.redis import RedisAgentStore
 

@@ -50,7 +50,9 @@ def store_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-@pytest.fixture(params=("async-sqlite", "async-postgresql", "async-redis"))
+@pytest.fixture(
+    params=("async-sqlite", "async-postgresql", "async-redis", "async-redis-cluster")
+)
 def db_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 

@@ -32,6 +32,7 @@ MODULES = [
     "agentctx_fast.tokens",
     "agentctx_fast.turns",
     "agentctx_fast.stores.memory",
+    "agentctx_fast.stores._redis_io",
     "agentctx_fast.stores.serializer",
     "agentctx_fast.stores.sql",
     "agentctx_fast.stores.turns",

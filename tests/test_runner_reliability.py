@@ -33,24 +33,18 @@ from agentctx_fast import (
 from async_bridge import runner_for
 from runner_helpers import ConcurrencyProbe, check_memory, ids, results_by_call
 from runner_workers import REFUND_ARGUMENTS, crash_in_turn, race_turns, resume_turn, suspend_turn
-from store_fixtures import make_store, new_conversation_id
+from store_fixtures import make_store, new_conversation_id, store_url
 
 SPAWN = multiprocessing.get_context("spawn")
 REFUSED = "refused by the user"  # SPEC §11
 
 
-@pytest.fixture(params=("sqlite", "postgresql", "redis"))
+@pytest.fixture(params=("sqlite", "postgresql", "redis", "redis-cluster"))
 def process_store(request: pytest.FixtureRequest) -> Iterator[tuple[str, str, Any]]:
     """``(kind, url, store)`` of a store child processes can open too (SQLite on a file)."""
     kind = str(request.param)
     store = make_store(kind, request)  # creates the SQL tables before any child starts
-    if kind == "sqlite":
-        url = f"sqlite:///{request.getfixturevalue('sqlite_path')}"
-    else:
-        server = request.getfixturevalue(
-            "postgres_server" if kind == "postgresql" else "redis_server"
-        )
-        url = str(server.url)
+    url = str(store_url(kind, request))
     try:
         yield kind, url, store
     finally:

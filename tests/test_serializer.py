@@ -1157,7 +1157,7 @@ def raw_message(store: Any, conversation_id: str, message_id: str) -> bytes:
                     )
                 ).scalar_one()
             )
-    data = store.client.hget(f"{store.key_prefix}conv:{conversation_id}:m", message_id)
+    data = store.client.hget(f"{store.key_prefix}conv:{{{conversation_id}}}:m", message_id)
     return bytes(data)
 
 
@@ -1381,7 +1381,7 @@ def test_corrupt_redis_message_is_a_serialization_error(redis_store: Any, garbag
     memory = redis_store.chat_memory(conversation_id)
     memory.add_message(UserMessage("fine", message_id="u0"))
     memory.add_message(UserMessage("soon corrupt", message_id="bad"))
-    records = f"{redis_store.key_prefix}conv:{conversation_id}:m"
+    records = f"{redis_store.key_prefix}conv:{{{conversation_id}}}:m"
     assert redis_store.client.hexists(records, "bad")  # the documented key layout
     redis_store.client.hset(records, "bad", garbage)
     assert memory.get_message("u0") == UserMessage("fine", message_id="u0")
@@ -1407,7 +1407,7 @@ def test_corrupt_redis_state_is_a_serialization_error(
     redis_store: Any, version: bytes, data: bytes
 ) -> None:
     conversation_id = new_conversation_id()
-    key = f"{redis_store.key_prefix}compression:{conversation_id}"
+    key = f"{redis_store.key_prefix}compression:{{{conversation_id}}}"
     redis_store.client.hset(key, mapping={"version": version, "data": data})
     with pytest.raises(SerializationError):
         redis_store.compression_state_store().load(conversation_id)

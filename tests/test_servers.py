@@ -1,4 +1,5 @@
-"""The server harness against real PostgreSQL and Redis: connect, restart, crash, stop."""
+"""The server harness against real PostgreSQL, Redis and a Redis Cluster: connect, restart,
+crash, stop."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from server_fixtures import require_module, require_server
-from servers import PostgresServer, RedisServer, ServerUnavailable, port_open
+from servers import (
+    PostgresServer,
+    RedisClusterServer,
+    RedisServer,
+    ServerUnavailable,
+    port_open,
+)
 
 psycopg = require_module("psycopg")
 redis = require_module("redis")
@@ -194,6 +201,40 @@ def test_stopped_port_refuses_and_close_cleans_up(kind: type[PostgresServer | Re
     assert not tmpdir.exists(), "close() removes the directory"
     with pytest.raises(RuntimeError):
         server.start()
+
+
+def test_redis_cluster_has_three_masters_covering_every_slot(
+    redis_cluster: RedisClusterServer,
+) -> None:
+    from redis.cluster import RedisCluster
+
+    client = RedisCluster.from_url(redis_cluster.url)
+    try:
+        masters = client.get_primaries()
+        assert sorted(node.port for node in masters) == sorted(redis_cluster.ports)
+        info = client.cluster_info(target_nodes=RedisCluster.ALL_NODES)
+        states = info.values() if isinstance(next(iter(info.values())), dict) else [info]
+        assert all(state["cluster_state"] == "ok" for state in states)
+        assert all(int(state["cluster_slots_ok"]) == 16384 for state in states)
+        for i in range(30):  # keys land on the master of their slot, whichever that is
+            client.set(f"harness-{i}", i)
+        assert [int(client.get(f"harness-{i}")) for i in range(30)] == list(range(30))
+    finally:
+        client.close()
+
+
+def test_redis_cluster_close_stops_every_master_and_cleans_up() -> None:
+    cluster = require_server(RedisClusterServer)
+    try:
+        ports = cluster.ports
+        dirs = [node.tmpdir for node in cluster.nodes]
+        assert len(ports) == 3 and all(port_open(port) for port in ports)
+    finally:
+        cluster.close()
+    assert not any(port_open(port) for port in ports)
+    assert not any(directory.exists() for directory in dirs)
+    with pytest.raises(RuntimeError):
+        cluster.start()
 
 
 def test_missing_binaries_raise_server_unavailable(tmp_path: Path) -> None:

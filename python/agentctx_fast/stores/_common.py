@@ -10,7 +10,8 @@ from agentctx_fast.errors import InvalidArgumentError
 __all__ = ["check_conversation_id", "check_key_prefix", "check_table_prefix"]
 
 _TABLE_PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_KEY_PREFIX_FORBIDDEN = re.compile(r"[\s*?\[\]\\]|[\x00-\x1f\x7f]")
+# Braces too: Redis Cluster hashes a key by its first {…}, which must be the conversation's tag.
+_KEY_PREFIX_FORBIDDEN = re.compile(r"[\s*?\[\]\\{}]|[\x00-\x1f\x7f]")
 MAX_TABLE_PREFIX = 40  # leaves room for the table and index names under PostgreSQL's 63 bytes
 
 
@@ -29,7 +30,8 @@ def check_table_prefix(prefix: object) -> str:
 
 
 def check_key_prefix(prefix: object) -> str:
-    """A Redis key prefix: 1 to 128 characters, no whitespace, wildcards or control characters."""
+    """A Redis key prefix: 1 to 128 characters, no whitespace, wildcards, braces or control
+    characters."""
     if (
         not isinstance(prefix, str)
         or not 1 <= len(prefix) <= 128
@@ -37,6 +39,7 @@ def check_key_prefix(prefix: object) -> str:
     ):
         raise InvalidArgumentError(
             f"key_prefix must be 1-128 characters without whitespace, wildcards (* ? [ ]), "
-            f"backslashes or control characters, got {prefix!r}"
+            f"braces (the conversation's cluster hash tag), backslashes or control characters, "
+            f"got {prefix!r}"
         )
     return prefix

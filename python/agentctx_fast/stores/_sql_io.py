@@ -3,13 +3,25 @@
 A port runs one statement in its own connection (in a transaction when it writes) and hands
 back what the statement returned, already fetched: the rows, or the number of rows changed.
 Database errors become typed store errors; the transaction has rolled back by then.
+
+A connection is held for one statement only, so one pooled engine serves every thread (blocking
+store) or task (async store) of a process: a store made from a PostgreSQL URL keeps up to
+`POOL_SIZE` connections open and opens at most `MAX_OVERFLOW` more under load; a caller past
+that waits up to `POOL_TIMEOUT` seconds for a free one, then gets `StoreUnavailableError`.
+Connections are checked with a ping when taken from the pool (a restarted server costs one
+failed ping, not a failed call).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    contextmanager,
+    nullcontext,
+)
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agentctx_fast.errors import InvalidArgumentError, StoreError, StoreUnavailableError
@@ -24,9 +36,13 @@ except ImportError as _error:
     raise missing_dependency("sql", _error) from _error
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncEngine
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 __all__ = [
+    "MAX_OVERFLOW",
+    "POOL_OPTIONS",
+    "POOL_SIZE",
+    "POOL_TIMEOUT",
     "AsyncSqlPort",
     "BlockingSqlPort",
     "SqlPort",
@@ -39,6 +55,20 @@ __all__ = [
 ]
 
 SUPPORTED_DIALECTS = ("sqlite", "postgresql")
+
+POOL_SIZE = 5
+"""Connections a store's own PostgreSQL engine keeps open (SQLAlchemy's ``pool_size``)."""
+MAX_OVERFLOW = 10
+"""Connections it may open beyond `POOL_SIZE` under load, closed when returned."""
+POOL_TIMEOUT = 30.0
+"""Seconds a caller waits for a connection when all ``POOL_SIZE + MAX_OVERFLOW`` are in use."""
+POOL_OPTIONS: dict[str, Any] = {
+    "pool_size": POOL_SIZE,
+    "max_overflow": MAX_OVERFLOW,
+    "pool_timeout": POOL_TIMEOUT,
+    "pool_pre_ping": True,
+}
+"""The pool of an engine a store makes from a PostgreSQL URL, blocking or async."""
 
 
 @contextmanager
@@ -85,20 +115,28 @@ def check_dialect(name: str) -> str:
 
 class BlockingSqlPort:
     """The port over a blocking `Engine`; an engine with one shared connection (in-memory
-    SQLite) is used by one thread at a time."""
+    SQLite) is used by one thread at a time.
+
+    On PostgreSQL every statement runs on its own in autocommit: a single statement is atomic
+    by itself, and skipping ``BEGIN`` and ``COMMIT`` halves the round trips of each call."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.dialect = check_dialect(engine.dialect.name)
         shared = isinstance(engine.pool, StaticPool)
         self._serial: AbstractContextManager[Any] = threading.RLock() if shared else nullcontext()
+        self._single: Engine | None = (
+            engine.execution_options(isolation_level="AUTOCOMMIT")
+            if self.dialect == "postgresql"
+            else None
+        )
 
     async def rows(self, action: str, statement: Any, *, write: bool = False) -> Sequence[Any]:
         with translated(action), self._serial, self._open(write) as connection:
             return connection.execute(statement).all()
 
     async def changed(self, action: str, statement: Any) -> int:
-        with translated(action), self._serial, self.engine.begin() as connection:
+        with translated(action), self._serial, self._open(True) as connection:
             return int(connection.execute(statement).rowcount)
 
     async def run(self, action: str, work: Callable[[Connection], Any]) -> None:
@@ -110,26 +148,38 @@ class BlockingSqlPort:
             return [connection.execute(statement).all() for statement in statements]
 
     def _open(self, write: bool) -> AbstractContextManager[Connection]:
+        if self._single is not None:
+            return self._single.connect()
         return self.engine.begin() if write else self.engine.connect()
 
 
 class AsyncSqlPort:
-    """The port over an SQLAlchemy `AsyncEngine` (aiosqlite, psycopg's async mode)."""
+    """The port over an SQLAlchemy `AsyncEngine` (aiosqlite, psycopg's async mode); on
+    PostgreSQL each statement runs on its own in autocommit, as in `BlockingSqlPort`."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         self.dialect = check_dialect(engine.dialect.name)
+        self._single: AsyncEngine | None = (
+            engine.execution_options(isolation_level="AUTOCOMMIT")
+            if self.dialect == "postgresql"
+            else None
+        )
 
     async def rows(self, action: str, statement: Any, *, write: bool = False) -> Sequence[Any]:
         with translated(action):
-            opened = self.engine.begin() if write else self.engine.connect()
-            async with opened as connection:
+            async with self._open(write) as connection:
                 return (await connection.execute(statement)).all()
 
     async def changed(self, action: str, statement: Any) -> int:
         with translated(action):
-            async with self.engine.begin() as connection:
+            async with self._open(True) as connection:
                 return int((await connection.execute(statement)).rowcount)
+
+    def _open(self, write: bool) -> AbstractAsyncContextManager[AsyncConnection]:
+        if self._single is not None:
+            return self._single.connect()
+        return self.engine.begin() if write else self.engine.connect()
 
     async def run(self, action: str, work: Callable[[Connection], Any]) -> None:
         with translated(action):
@@ -146,7 +196,7 @@ def blocking_engine(url: str) -> Engine:
     """The engine a blocking store creates for ``url``."""
     parsed = sa.engine.make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        return sa.create_engine(url, pool_pre_ping=True)
+        return sa.create_engine(url, **POOL_OPTIONS)
     if parsed.database in (None, "", ":memory:"):
         # One shared connection, or every connection would see its own empty database.
         return sa.create_engine(
@@ -177,7 +227,7 @@ def async_engine(url: str) -> AsyncEngine:
         require("psycopg", "postgresql")
         if parsed.drivername in ("postgresql", "postgresql+psycopg2"):
             parsed = parsed.set(drivername="postgresql+psycopg")
-        return create_async_engine(parsed, pool_pre_ping=True)
+        return create_async_engine(parsed, **POOL_OPTIONS)
     return create_async_engine(parsed)
 
 

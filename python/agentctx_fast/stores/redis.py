@@ -1,10 +1,14 @@
 """`RedisAgentStore` and `AsyncRedisAgentStore` on redis-py: every write is one Lua script,
-atomic on the server.
+atomic on the server. A single server or Redis Cluster (`redis.cluster.RedisCluster` and its
+asyncio twin).
 
-Keys of a conversation ``c`` under prefix ``p``: ``p conv:c:m`` (hash id → record),
-``…:v`` (hash id → version), ``…:k`` (hash id → message class), ``…:o`` (list of ids in append
-order) and ``…:vis`` (list of model-visible ids). Pages are ``LRANGE`` from the tail, which
-costs the page, not the conversation. Compression states live in ``p compression:c``.
+Keys of a conversation ``c`` under prefix ``p``, all tagged ``{c}`` (the id with ``%``, ``{``
+and ``}`` percent-encoded, see `conversation_tag`) so that on a cluster they share one hash slot
+and each script touches one node: ``p conv:{c}:m`` (hash id → record), ``…:v`` (hash id →
+version), ``…:k`` (hash id → message class), ``…:o`` (list of ids in append order) and
+``…:vis`` (list of model-visible ids). Pages are ``LRANGE`` from the tail, which costs the page,
+not the conversation. Compression states live in ``p compression:{c}``; turns and leases in
+``p turn:{c}:t`` and ``p lease:{c}`` (see `agentctx_fast.stores.redis_turns`).
 
 The rules are written once, as coroutines over a `RedisPort`: `AsyncRedisAgentStore` awaits
 redis.asyncio, and `RedisAgentStore` drives the same code over a blocking client. Both write the
@@ -43,7 +47,13 @@ from agentctx_fast.stores._loader import (
     MessageCacheInfo,
     MessageLoader,
 )
-from agentctx_fast.stores._redis_io import RedisPort, raw, redis
+from agentctx_fast.stores._redis_io import (
+    RedisCluster,
+    RedisPort,
+    conversation_key,
+    raw,
+    redis,
+)
 from agentctx_fast.stores.redis_turns import AsyncRedisAgentTurnStore, RedisAgentTurnStore
 from agentctx_fast.stores.serializer import (
     AgentStoreSerializer,
@@ -138,44 +148,51 @@ class _RedisStoreBase:
         service should watch: a low one means the cache is too small for its conversations)."""
         return self._load_message.info()
 
-    def _key(self, *parts: str) -> str:
-        return self.key_prefix + ":".join(parts)
+    def _key(self, kind: str, conversation_id: str, *parts: str) -> str:
+        """The key of one of ``conversation_id``'s records (all in the slot of its tag)."""
+        return conversation_key(self.key_prefix, kind, conversation_id, *parts)
 
 
-def _client_argument(client_or_url: object, client_type: type, from_url: Any) -> tuple[Any, bool]:
+def _client_argument(
+    client_or_url: object, client_types: tuple[type, ...], from_url: Any
+) -> tuple[Any, bool]:
     """The client a store uses and whether it owns it (it does when it made it from a URL)."""
     if isinstance(client_or_url, str):
         try:
             return from_url(client_or_url), True
         except ValueError as error:
             raise InvalidArgumentError(f"cannot use Redis URL: {error}") from error
-    if isinstance(client_or_url, client_type):
+    if isinstance(client_or_url, client_types):
         return client_or_url, False
+    names = " or ".join(f"{t.__module__}.{t.__name__}" for t in client_types)
     raise InvalidArgumentError(
-        f"client_or_url must be a {client_type.__module__}.{client_type.__name__} client or a "
-        f"URL, got {type(client_or_url).__name__}"
+        f"client_or_url must be a {names} client or a URL, got {type(client_or_url).__name__}"
     )
 
 
 class RedisAgentStore(_RedisStoreBase):
     """Chat memories, compression states, turns and leases in Redis under ``key_prefix``.
 
-    ``client_or_url`` is a `redis.Redis` client (the caller closes it) or a URL such as
-    ``redis://127.0.0.1:6379/0`` (the store creates the client and `close` closes it).
+    ``client_or_url`` is a `redis.Redis` or `redis.cluster.RedisCluster` client (the caller
+    closes it) or a URL such as ``redis://127.0.0.1:6379/0`` (the store creates a `redis.Redis`
+    client and `close` closes it). On a cluster, each conversation lives on the master of its
+    hash tag's slot.
     """
 
     def __init__(
         self,
-        client_or_url: redis.Redis | str,
+        client_or_url: redis.Redis | RedisCluster | str,
         key_prefix: str = "agent:",
         serializer: AgentStoreSerializer | None = None,
         *,
         message_cache_size: int = DEFAULT_MESSAGE_CACHE_SIZE,
     ) -> None:
         check_key_prefix(key_prefix)
-        client, owns = _client_argument(client_or_url, redis.Redis, redis.Redis.from_url)
+        client, owns = _client_argument(
+            client_or_url, (redis.Redis, RedisCluster), redis.Redis.from_url
+        )
         super().__init__(client, owns, key_prefix, serializer, message_cache_size)
-        self.client: redis.Redis = client
+        self.client: redis.Redis | RedisCluster = client
         self._turn_store: RedisAgentTurnStore | None = None
 
     def chat_memory(self, conversation_id: str) -> RedisChatMemory:
@@ -206,8 +223,9 @@ class AsyncRedisAgentStore(_RedisStoreBase):
     """`RedisAgentStore` for asyncio programs, on redis.asyncio: the same keys and records, so a
     conversation written by one is read, continued and resumed by the other.
 
-    ``client_or_url`` is a `redis.asyncio.Redis` client (the caller closes it) or a URL (the
-    store creates the client and `aclose` closes it).
+    ``client_or_url`` is a `redis.asyncio.Redis` or `redis.asyncio.cluster.RedisCluster`
+    client (the caller closes it) or a URL (the store creates a `redis.asyncio.Redis` client and
+    `aclose` closes it).
     """
 
     def __init__(
@@ -220,8 +238,11 @@ class AsyncRedisAgentStore(_RedisStoreBase):
     ) -> None:
         check_key_prefix(key_prefix)
         import redis.asyncio as aioredis
+        from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
-        client, owns = _client_argument(client_or_url, aioredis.Redis, aioredis.Redis.from_url)
+        client, owns = _client_argument(
+            client_or_url, (aioredis.Redis, AsyncRedisCluster), aioredis.Redis.from_url
+        )
         super().__init__(client, owns, key_prefix, serializer, message_cache_size)
         self._turn_store: AsyncRedisAgentTurnStore | None = None
 
@@ -256,12 +277,11 @@ class AsyncRedisChatMemory(AsyncChatMemory):
     def __init__(self, store: _RedisStoreBase, conversation_id: str) -> None:
         self._store = store
         self.conversation_id = conversation_id
-        base = store._key("conv", conversation_id)
-        self._records = base + ":m"
-        self._versions = base + ":v"
-        self._kinds = base + ":k"
-        self._order = base + ":o"
-        self._visible = base + ":vis"
+        self._records = store._key("conv", conversation_id, "m")
+        self._versions = store._key("conv", conversation_id, "v")
+        self._kinds = store._key("conv", conversation_id, "k")
+        self._order = store._key("conv", conversation_id, "o")
+        self._visible = store._key("conv", conversation_id, "vis")
 
     async def add_message_if_absent(self, message: Message) -> bool:
         check_message(message)

@@ -1,7 +1,9 @@
 """Turn snapshots and conversation leases in Redis: every decision is one Lua script.
 
-Keys under prefix ``p``: ``p turn:c:t`` (hash: version, data) and ``p lease:c`` (hash: turn_id,
-status, owner, expires_at, cancel_requested). Times are the caller's wall-clock seconds.
+Keys under prefix ``p`` for conversation ``c`` and turn ``t``: ``p turn:{c}:t`` (hash: version,
+data) and ``p lease:{c}`` (hash: turn_id, status, owner, expires_at, cancel_requested), tagged
+like the conversation's messages (`agentctx_fast.stores._redis_io.conversation_tag`), so on a
+cluster they live in its slot. Times are the caller's wall-clock seconds.
 """
 
 from __future__ import annotations

@@ -1,0 +1,181 @@
+"""PostgreSQL through one pooled engine (SPEC §19): many threads share one `SqlAgentStore` and
+many tasks one `AsyncSqlAgentStore`; the server never sees more connections than the pool
+allows, and compare-and-set stays exact under that contention."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from agentctx_fast import UserMessage
+from agentctx_fast.coordinator import AgentContextCompressionState
+from agentctx_fast.stores._sql_io import MAX_OVERFLOW, POOL_SIZE
+from agentctx_fast.stores.sql import AsyncSqlAgentStore, SqlAgentStore
+from servers import PostgresServer
+
+WORKERS = 32
+INCREMENTS = 8  # successful compare-and-set saves per worker
+
+
+@pytest.fixture
+def database(postgres_server: PostgresServer) -> tuple[str, str]:
+    """``(url, dsn)`` of a database of this test's own, so only its connections are counted."""
+    name = f"pool_{uuid.uuid4().hex[:12]}"
+    postgres_server.create_database(name)
+    return postgres_server.url_for(name), postgres_server.dsn_for(name)
+
+
+class ConnectionCounter:
+    """Samples, from its own connection, how many others the server has on the database busy
+    with a statement or a transaction. (An overflow connection the pool has just closed can
+    stay listed a moment, idle, while its backend exits; `_peak_open` counts the open ones on
+    the client side.)"""
+
+    def __init__(self, dsn: str) -> None:
+        import psycopg
+
+        self._connection = psycopg.connect(dsn, autocommit=True)
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        query = (
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle'"
+        )
+        while not self._stop.is_set():
+            row = self._connection.execute(query).fetchone()
+            self.peak = max(self.peak, int(row[0]) if row else 0)
+            self._stop.wait(0.002)
+
+    def __enter__(self) -> ConnectionCounter:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self._connection.close()
+
+
+def _peak(engine: Any, up: str, down: str) -> Callable[[], int]:
+    """The highest count of pool events ``up`` not yet matched by ``down``."""
+    from sqlalchemy import event
+
+    state = {"now": 0, "peak": 0}
+    lock = threading.Lock()
+
+    def rise(*_: Any) -> None:
+        with lock:
+            state["now"] += 1
+            state["peak"] = max(state["peak"], state["now"])
+
+    def fall(*_: Any) -> None:
+        with lock:
+            state["now"] -= 1
+
+    event.listen(engine, up, rise)
+    event.listen(engine, down, fall)
+    return lambda: state["peak"]
+
+
+def _peak_checkouts(engine: Any) -> Callable[[], int]:
+    """The most connections the engine's pool handed out at once."""
+    return _peak(engine, "checkout", "checkin")
+
+
+def _peak_open(engine: Any) -> Callable[[], int]:
+    """The most database connections the engine's pool had open at once."""
+    return _peak(engine, "connect", "close")
+
+
+def test_the_pool_settings_are_the_documented_ones(database: tuple[str, str]) -> None:
+    store = SqlAgentStore(database[0])
+    try:
+        pool: Any = store.engine.pool
+        assert (pool.size(), pool._max_overflow, pool._pre_ping) == (POOL_SIZE, MAX_OVERFLOW, True)
+    finally:
+        store.close()
+
+
+def test_threads_share_one_store_within_the_pool(database: tuple[str, str]) -> None:
+    url, dsn = database
+    store = SqlAgentStore(url)
+    store.schema().initialize()
+    peak_checkouts = _peak_checkouts(store.engine)
+    peak_open = _peak_open(store.engine)
+    conversation_id = "shared"
+    states = store.compression_state_store()
+    memory = store.chat_memory(conversation_id)
+
+    def work(worker: int) -> int:
+        conflicts = 0
+        for step in range(INCREMENTS):
+            memory.add_message_if_absent(UserMessage(f"{worker}/{step}", message_id=f"m{step}"))
+            while True:
+                state = states.load(conversation_id) or AgentContextCompressionState(
+                    conversation_id
+                )
+                bumped = replace(state, covered_tokens=state.covered_tokens + 1)
+                if states.save(bumped, state.version):
+                    break
+                conflicts += 1
+        return conflicts
+
+    try:
+        with ConnectionCounter(dsn) as counter, ThreadPoolExecutor(WORKERS) as pool:
+            conflicts = sum(pool.map(work, range(WORKERS)))
+        final = states.load(conversation_id)
+        assert final is not None
+        assert final.covered_tokens == final.version == WORKERS * INCREMENTS
+        assert [m.message_id for m in memory.get_messages()] == [
+            f"m{step}" for step in range(INCREMENTS)
+        ]
+        assert 2 <= peak_checkouts() <= POOL_SIZE + MAX_OVERFLOW
+        assert peak_open() <= POOL_SIZE + MAX_OVERFLOW
+        assert counter.peak <= POOL_SIZE + MAX_OVERFLOW
+        assert conflicts > 0  # the threads did contend for the same row
+    finally:
+        store.close()
+
+
+def test_tasks_share_one_async_store_within_the_pool(database: tuple[str, str]) -> None:
+    url, dsn = database
+    tasks = 40
+
+    async def main() -> tuple[AgentContextCompressionState | None, int, int]:
+        store = AsyncSqlAgentStore(url)
+        await store.schema().initialize()
+        peak_checkouts = _peak_checkouts(store.engine.sync_engine)
+        peak_open = _peak_open(store.engine.sync_engine)
+        states = store.compression_state_store()
+
+        async def work(task: int) -> None:
+            for _ in range(INCREMENTS // 4):
+                while True:
+                    state = await states.load("shared") or AgentContextCompressionState("shared")
+                    bumped = replace(state, covered_tokens=state.covered_tokens + 1)
+                    if await states.save(bumped, state.version):
+                        break
+
+        try:
+            await asyncio.gather(*(work(task) for task in range(tasks)))
+            return await states.load("shared"), peak_checkouts(), peak_open()
+        finally:
+            await store.aclose()
+
+    with ConnectionCounter(dsn) as counter:
+        final, peak, opened = asyncio.run(main())
+    assert final is not None
+    assert final.covered_tokens == final.version == tasks * (INCREMENTS // 4)
+    assert 2 <= peak <= POOL_SIZE + MAX_OVERFLOW
+    assert opened <= POOL_SIZE + MAX_OVERFLOW
+    assert counter.peak <= POOL_SIZE + MAX_OVERFLOW
