@@ -14,6 +14,7 @@ once, see `agentctx_fast._sync`); `AsyncAgentRunner` with async stores and a por
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
 from collections import OrderedDict
@@ -77,6 +78,7 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
         self._status_cache = OrderedDict()
         self._summaries = OrderedDict()
         self._reach = OrderedDict()
+        self._caches_lock = threading.Lock()
         self._keeper = keeper
         self._lease_seconds = lease_seconds
         self._clock = clock
@@ -133,9 +135,7 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
             if not await self.turn_store.save_turn(snapshot, 0):
                 raise TurnStateError(f"turn {turn_id!r} already exists")
             run.snapshot = replace(snapshot, version=1)
-            run.history = await self._history(
-                agent, memory, conversation_id, current_stored=False
-            )
+            run.history = await self._history(agent, memory, conversation_id, current_stored=False)
             if not await memory.add_message_if_absent(user):
                 raise DuplicateMessageError(
                     f"message {user.message_id!r} is already stored in conversation "
@@ -201,6 +201,17 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
             conversation_id, turn_id, owner, self._lease_seconds, self._clock()
         )
         stale = None if stale == turn_id else stale
+        current = await self.turn_store.load_turn(conversation_id, turn_id)
+        if (
+            current is None
+            or current.status is not TurnStatus.RUNNING
+            or (current.version != snapshot.version)
+        ):
+            # Another process closed or continued it between our read and our lease.
+            await self.turn_store.release_conversation(
+                conversation_id, turn_id, owner, self._clock()
+            )
+            raise TurnStateError(f"turn {turn_id!r} changed while it was being resumed")
         run = await self._reopened(io, agent, memory, snapshot, owner, stale)
         # Messages stored after the last snapshot count: a reply is one step.
         replies = sum(isinstance(message, AiMessage) for message in run.messages)
@@ -279,6 +290,7 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
         return turn
 
     async def turn(self, conversation_id: str, turn_id: str) -> AgentTurn:
+        check_conversation_id(conversation_id)
         return view(await self._load(conversation_id, turn_id))
 
     # -- the loop ---------------------------------------------------------------------------
@@ -309,12 +321,13 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
                 return await self._finish(run, TurnStatus.CANCELLED, error="cancelled")
         except asyncio.CancelledError:
             # The task awaiting an async model or tool was cancelled: end the turn cancelled,
-            # its open calls answered, the lease freed, then let the cancellation go on.
+            # its open calls answered, the lease freed, then let the cancellation go on. A
+            # second cancellation during that cleanup still frees the lease.
             run.io.cancelled = True
             try:
                 await self._finish(run, TurnStatus.CANCELLED, error="cancelled")
-            except Exception:
-                await self._abandon(run)
+            except BaseException:
+                await asyncio.shield(self._release(run))
             raise
         except BaseException:
             await self._abandon(run)

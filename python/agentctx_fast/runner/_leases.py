@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agentctx_fast._sync import run_sync
-from agentctx_fast.errors import AgentCtxError
 from agentctx_fast.stores.turns import AsyncAgentTurnStore, LeaseRenewal
 
 log = logging.getLogger("agentctx_fast.runner")
@@ -126,7 +125,7 @@ class ThreadLeaseKeeper(LeaseKeeper):
             for lease in self._due():
                 try:
                     run_sync(self.renew(lease))
-                except AgentCtxError as error:  # the next round tries again
+                except Exception as error:  # a custom store's failure too: try next round
                     _renewal_failed(lease, error)
         with self._lock:
             self._thread = None
@@ -162,11 +161,11 @@ class TaskLeaseKeeper(LeaseKeeper):
             for lease in self._due():
                 try:
                     await self.renew(lease)
-                except AgentCtxError as error:  # the next round tries again
+                except Exception as error:  # a custom store's failure too: try next round
                     _renewal_failed(lease, error)
 
 
-def _renewal_failed(lease: HeldLease, error: AgentCtxError) -> None:
+def _renewal_failed(lease: HeldLease, error: Exception) -> None:
     log.warning(
         "conversation %r, turn %r: renewing the lease failed (%s: %s); retrying",
         lease.conversation_id, lease.turn_id, type(error).__name__, error,

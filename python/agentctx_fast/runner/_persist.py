@@ -10,6 +10,7 @@ from agentctx_fast.agent import Agent, AgentTurn
 from agentctx_fast.errors import TurnStateError
 from agentctx_fast.memory import AsyncChatMemory
 from agentctx_fast.messages import AiMessage, Message, ToolMessage
+from agentctx_fast.runner._io import AsyncTurnIO, BlockingTurnIO
 from agentctx_fast.runner._reads import read_history, unanswered_calls
 from agentctx_fast.runner._state import TurnIO, TurnRun, agent_stub
 from agentctx_fast.runner._tools import ToolSteps
@@ -123,7 +124,8 @@ class Persistence(ToolSteps):
 
     async def _abandon(self, run: TurnRun) -> None:
         """An unexpected error (a store failure) left the loop: stop renewing the lease, so it
-        expires and the next run closes this turn; try to close it now if the store answers."""
+        expires and the next run closes this turn; try to close it now if the store answers,
+        and free the conversation even when closing the record fails."""
         if run.lease is not None:
             self._keeper.drop(run.lease)
         try:
@@ -131,11 +133,21 @@ class Persistence(ToolSteps):
                 await self._finish(
                     run, TurnStatus.FAILED, error="the runner stopped on a store error"
                 )
-            elif run.lease is not None:
-                await self.turn_store.release_conversation(
-                    run.lease.conversation_id, run.turn_id, run.lease.owner, self._clock()
-                )
-        except Exception:  # the store is still failing; the lease expiry recovers the turn
+        except Exception:
+            pass  # the record stays open; the freed lease lets the next run close it
+        await self._release(run)
+
+    async def _release(self, run: TurnRun) -> None:
+        """Stop renewing this runner's lease and free the conversation, if the store answers
+        (otherwise the lease expires)."""
+        if run.lease is None:
+            return
+        self._keeper.drop(run.lease)
+        try:
+            await self.turn_store.release_conversation(
+                run.lease.conversation_id, run.turn_id, run.lease.owner, self._clock()
+            )
+        except Exception:
             pass
 
     async def _recover(
@@ -156,7 +168,10 @@ class Persistence(ToolSteps):
                 conversation_id, stale_id, agent.name, TurnStatus.RUNNING,
                 created_at=self._clock(),
             )  # fmt: skip
-        run = TurnRun(io, agent_stub(snapshot), conversation_id, stale_id, memory, [], [], snapshot)
+        quiet = BlockingTurnIO() if isinstance(io, BlockingTurnIO) else AsyncTurnIO()
+        run = TurnRun(
+            quiet, agent_stub(snapshot), conversation_id, stale_id, memory, [], [], snapshot
+        )  # another turn's closing results are not events of the turn being streamed
         run.steps = snapshot.step_count
         tail = await _turn_tail(memory, snapshot)
         run.messages = [msg for msg in tail if msg.turn_id == stale_id]

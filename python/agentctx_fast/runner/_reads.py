@@ -157,10 +157,11 @@ class HistoryReads(EngineState):
             current_stored=current_stored,
             first_page=None if known is None else known + _REACH_MARGIN,
         )
-        self._reach[conversation_id] = len(history)
-        self._reach.move_to_end(conversation_id)
-        if len(self._reach) > _REMEMBERED_REACHES:
-            self._reach.popitem(last=False)
+        with self._caches_lock:  # the blocking runner serves many threads
+            self._reach[conversation_id] = len(history)
+            self._reach.move_to_end(conversation_id)
+            if len(self._reach) > _REMEMBERED_REACHES:
+                self._reach.popitem(last=False)
         return history
 
     async def _split_turn(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -54,6 +55,7 @@ class EngineState:
     _clock: Callable[[], float]
     _metrics: AgentMetrics | None
     _reach: OrderedDict[str, int]  # per conversation: messages its last history read needed
+    _caches_lock: threading.Lock  # guards the bounded caches above and in `WindowBuilding`
 
 
 class LeaseLost(Exception):

@@ -140,9 +140,10 @@ class WindowBuilding(EngineState):
                 # never changes again. Both are kept; an open one is asked again next time.
                 status = None if snapshot is None else snapshot.status
                 if status not in OPEN_STATUSES:
-                    cache[key] = status
-                    if len(cache) > _CACHED_STATUSES:
-                        cache.popitem(last=False)
+                    with self._caches_lock:
+                        cache[key] = status
+                        if len(cache) > _CACHED_STATUSES:
+                            cache.popitem(last=False)
             if status is not None:
                 statuses[turn_id] = status
         return statuses
@@ -171,14 +172,15 @@ class WindowBuilding(EngineState):
         else:
             key_id = run.conversation_id
         key = (compressor, key_id)
-        own = self._summaries.get(key)
-        if own is None:
-            own = self._summaries[key] = compressor.fork()
-            if len(self._summaries) > _CACHED_SUMMARIES:
-                self._summaries.popitem(last=False)
-        else:
-            self._summaries.move_to_end(key)
-        return own
+        with self._caches_lock:  # the blocking runner serves many threads
+            own = self._summaries.get(key)
+            if own is None:
+                own = self._summaries[key] = compressor.fork()
+                if len(self._summaries) > _CACHED_SUMMARIES:
+                    self._summaries.popitem(last=False)
+            else:
+                self._summaries.move_to_end(key)
+            return own
 
     async def _coordinated(self, run: TurnRun, timeline: list[Message]) -> list[Message]:
         """The saved summary, the older messages it does not cover yet and the protected

@@ -14,6 +14,7 @@ failed ping, not a failed call).
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import (
@@ -160,6 +161,10 @@ class AsyncSqlPort:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         self.dialect = check_dialect(engine.dialect.name)
+        # One shared connection (in-memory SQLite): one operation at a time, or the tasks'
+        # transactions would interleave on it.
+        shared = isinstance(engine.sync_engine.pool, StaticPool)
+        self._serial: AbstractAsyncContextManager[Any] = asyncio.Lock() if shared else nullcontext()
         self._single: AsyncEngine | None = (
             engine.execution_options(isolation_level="AUTOCOMMIT")
             if self.dialect == "postgresql"
@@ -168,12 +173,12 @@ class AsyncSqlPort:
 
     async def rows(self, action: str, statement: Any, *, write: bool = False) -> Sequence[Any]:
         with translated(action):
-            async with self._open(write) as connection:
+            async with self._serial, self._open(write) as connection:
                 return (await connection.execute(statement)).all()
 
     async def changed(self, action: str, statement: Any) -> int:
         with translated(action):
-            async with self._open(True) as connection:
+            async with self._serial, self._open(True) as connection:
                 return int((await connection.execute(statement)).rowcount)
 
     def _open(self, write: bool) -> AbstractAsyncContextManager[AsyncConnection]:
@@ -183,12 +188,12 @@ class AsyncSqlPort:
 
     async def run(self, action: str, work: Callable[[Connection], Any]) -> None:
         with translated(action):
-            async with self.engine.begin() as connection:
+            async with self._serial, self.engine.begin() as connection:
                 await connection.run_sync(work)
 
     async def batch(self, action: str, statements: Sequence[Any]) -> list[Sequence[Any]]:
         with translated(action):
-            async with self.engine.begin() as connection:
+            async with self._serial, self.engine.begin() as connection:
                 return [(await connection.execute(statement)).all() for statement in statements]
 
 
