@@ -19,6 +19,7 @@ from agentctx_fast import (
     AsyncAgentRunner,
     AsyncScriptedChatModel,
     CompressionTriggerInput,
+    InMemoryAgentStore,
     InMemoryChatMemory,
     InMemoryMetrics,
     InvalidArgumentError,
@@ -368,3 +369,29 @@ def test_the_history_read_fetches_little_more_than_the_window() -> None:
     before_reply = memory.get_messages()[:-1]  # what the last model call's window came from
     expected = build_window(before_reply, max_attached_turns=5, compact_completed_tool_turns=True)
     assert ids(model.calls[-1].messages) == ids(expected.messages)
+
+
+def test_an_incremental_summary_survives_a_window_that_moves_past_it() -> None:
+    """A heavy turn makes the window attach fewer older turns, so the running summary's last
+    message leaves them: the runner starts a new summary instead of failing every turn."""
+    summary_model = ScriptedSummaryModel(echo_identifiers)
+    calls = [ToolCall(f"c{i}", "look", "{}") for i in range(8)]
+
+    def reply(messages: Sequence[Message], tools: Sequence[Any]) -> AiMessage:
+        question = next(m.text for m in reversed(messages) if isinstance(m, UserMessage))
+        last = messages[-1]
+        if question == "q6 heavy" and isinstance(last, UserMessage):
+            return AiMessage(tool_calls=tuple(calls))
+        return AiMessage(f"answer to {question}")
+
+    agent = Agent(
+        "a", ScriptedChatModel([reply], cycle=True),
+        tools=[Tool("look", lambda: "looked")],
+        context_compressor=IncrementalCompressor(summary_model, require_identifiers=False),
+        max_attached_messages=14, compression_keep_recent_turns=2,
+    )  # fmt: skip
+    runner = AgentRunner(InMemoryAgentStore())
+    questions = [f"q{n}" if n != 6 else "q6 heavy" for n in range(1, 41)]
+    statuses = [runner.run(agent, "c1", question).status for question in questions]
+    assert statuses == [TurnStatus.COMPLETED] * 40
+    assert len(summary_model.calls) > 1

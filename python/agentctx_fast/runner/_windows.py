@@ -72,7 +72,16 @@ class WindowBuilding(EngineState):
                 window = _build(agent, coordinated, None, statuses)
             else:
                 compressor = self._compressor_for(run, self._summary_keeper)
-                window = await run.io.offload(_build, agent, timeline, compressor, statuses)
+                try:
+                    window = await run.io.offload(_build, agent, timeline, compressor, statuses)
+                except CompressionError as error:
+                    if not isinstance(error.__cause__, CoveredMessageNotFoundError):
+                        raise
+                    # The window's older turns moved past this conversation's running summary
+                    # (a heavy turn attached fewer of them): start a new summary of them.
+                    self._forget_summary(run)
+                    compressor = self._compressor_for(run, self._summary_keeper)
+                    window = await run.io.offload(_build, agent, timeline, compressor, statuses)
         except COMPRESSION_FAILURES as error:
             if self._metrics is not None:
                 self._metrics.record(m.COMPRESSOR_FAILURES, 1, labels)
@@ -162,6 +171,12 @@ class WindowBuilding(EngineState):
         if self._metrics is not None:
             compressor = counted(compressor, self._metrics, {"agent": run.agent.name})
         return compressor
+
+    def _forget_summary(self, run: TurnRun) -> None:
+        compressor = run.agent.context_compressor
+        key_id = run.conversation_id or f"turn:{run.turn_id}"
+        with self._caches_lock:
+            self._summaries.pop((compressor, key_id), None)  # type: ignore[arg-type]
 
     def _summary_keeper(
         self, compressor: IncrementalCompressor, run: TurnRun
