@@ -21,6 +21,7 @@ from agentctx_fast import (
     TurnStatus,
     UserMessage,
 )
+from agentctx_fast.window import WindowOptions
 from server_fixtures import *  # noqa: F403  (session servers)
 from store_fixtures import *  # noqa: F403  (the parametrised store)
 from store_fixtures import SERVER_KINDS
@@ -95,7 +96,27 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Marks tests that need a real server ``servers`` (``-m "not servers"`` leaves them out)."""
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        if _SERVER_FIXTURES & set(getattr(item, "fixturenames", ())) or params.get(
-            "store_kind"
-        ) in SERVER_KINDS:
+        if (
+            _SERVER_FIXTURES & set(getattr(item, "fixturenames", ()))
+            or params.get("store_kind") in SERVER_KINDS
+        ):
             item.add_marker(pytest.mark.servers)
+
+
+def select_args(history: list[Any], options: dict[str, Any]) -> tuple[Any, ...]:
+    """The arguments of a core's ``select`` for a compact options dict (parity tests)."""
+    system = options.get("system")
+    return (
+        history,
+        SystemMessage(system, message_id="system") if system else None,
+        system is None,
+        WindowOptions(
+            max_attached_turns=options.get("max_attached_turns", 10),
+            max_attached_messages=options.get("max_attached_messages", 100),
+            compact_completed_tool_turns=options.get("compact_completed_tool_turns", False),
+            compression_keep_recent_turns=options.get("compression_keep_recent_turns", 2),
+            max_attached_tokens=options.get("max_attached_tokens"),
+        ),
+        None,
+        options.get("turn_statuses"),
+    )

@@ -21,6 +21,7 @@ from agentctx_fast import (
     CompressionTriggerInput,
     InMemoryAgentStore,
     InMemoryChatMemory,
+    InMemoryCompressionStateStore,
     InMemoryMetrics,
     InvalidArgumentError,
     Message,
@@ -395,3 +396,27 @@ def test_an_incremental_summary_survives_a_window_that_moves_past_it() -> None:
     statuses = [runner.run(agent, "c1", question).status for question in questions]
     assert statuses == [TurnStatus.COMPLETED] * 40
     assert len(summary_model.calls) > 1
+
+
+def test_the_coordinator_reads_the_saved_state_once_per_model_call() -> None:
+    class CountingStates(InMemoryCompressionStateStore):
+        loads = 0
+
+        def load(self, conversation_id: str) -> Any:
+            CountingStates.loads += 1
+            return super().load(conversation_id)
+
+    class Store(InMemoryAgentStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.states = CountingStates()
+
+        def compression_state_store(self) -> Any:
+            return self.states
+
+    model = ScriptedChatModel([_answers], cycle=True)
+    runner = AgentRunner(Store())
+    for turn in range(1, 6):
+        runner.run(_coordinated_agent(CountingCompressor(), model), "c1", f"q{turn}")
+    # turns 1-2 have nothing older than the protected turns; turns 3-5 read the state once each
+    assert CountingStates.loads == 3 and len(model.calls) == 5

@@ -22,8 +22,7 @@ from agentctx_fast import (
     build_window,
 )
 from agentctx_fast._reference import api as reference
-from agentctx_fast.window import WindowOptions
-from conftest import native_or_skip
+from conftest import native_or_skip, select_args
 from strategies import histories
 
 
@@ -54,21 +53,7 @@ def _select(core: Any, history: list[Any], options: dict[str, Any]) -> Any:
 
 
 def _call_select(core: Any, history: list[Any], options: dict[str, Any]) -> Any:
-    system = options.get("system")
-    return core.select(
-        history,
-        SystemMessage(system, message_id="system") if system else None,
-        system is None,
-        WindowOptions(
-            max_attached_turns=options.get("max_attached_turns", 10),
-            max_attached_messages=options.get("max_attached_messages", 100),
-            compact_completed_tool_turns=options.get("compact_completed_tool_turns", False),
-            compression_keep_recent_turns=options.get("compression_keep_recent_turns", 2),
-            max_attached_tokens=options.get("max_attached_tokens"),
-        ),
-        None,
-        options.get("turn_statuses"),
-    )
+    return core.select(*select_args(history, options))
 
 
 @settings(max_examples=300, deadline=None)

@@ -10,9 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentctx_fast import SystemMessage, WindowOptions
 from agentctx_fast._reference import api as reference
-from conftest import native_or_skip
+from conftest import native_or_skip, select_args
 from strategies import histories, window_options
 
 SETTINGS = settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -35,30 +34,12 @@ def _outcome(fn: Callable[[], Any]) -> Any:
     return result
 
 
-def _select_args(history: list[Any], options: dict[str, Any]) -> tuple[Any, ...]:
-    system = options.get("system")
-    return (
-        history,
-        SystemMessage(system, message_id="system") if system else None,
-        system is None,
-        WindowOptions(
-            max_attached_turns=options.get("max_attached_turns", 10),
-            max_attached_messages=options.get("max_attached_messages", 100),
-            compact_completed_tool_turns=options.get("compact_completed_tool_turns", False),
-            compression_keep_recent_turns=options.get("compression_keep_recent_turns", 2),
-            max_attached_tokens=options.get("max_attached_tokens"),
-        ),
-        None,
-        options.get("turn_statuses"),
-    )
-
-
 @SETTINGS
 @given(st.data())
 def test_select_parity(native: Any, data: st.DataObject) -> None:
     history = data.draw(histories())
     options = data.draw(window_options(history))
-    args = _select_args(history, options)
+    args = select_args(history, options)
     assert _outcome(lambda: native.select(*args)) == _outcome(lambda: reference.select(*args))
 
 
@@ -90,7 +71,7 @@ def test_bad_elements_give_the_same_error(native: Any, data: st.DataObject) -> N
     )
     history.insert(data.draw(st.integers(0, len(history))), junk)
     options = data.draw(window_options([m for m in history if hasattr(m, "turn_id")]))
-    args = _select_args(history, options)
+    args = select_args(history, options)
     got = _outcome(lambda: native.select(*args))
     assert got == _outcome(lambda: reference.select(*args))
     for name in ("segment", "validate", "message_tokens"):
@@ -115,7 +96,7 @@ def test_estimator_callback_is_used_the_same_way(native: Any) -> None:
 
         return count
 
-    a = list(_select_args(history, {"max_attached_tokens": 30}))
+    a = list(select_args(history, {"max_attached_tokens": 30}))
     a[4] = counter(seen_native)
     b = list(a)
     b[4] = counter(seen_reference)

@@ -195,6 +195,13 @@ class AgentContextCompressionResult:
     compressed: bool = False
 
 
+class _NotLoaded:
+    """`compress_with` reads the state itself."""
+
+
+_NOT_LOADED = _NotLoaded()
+
+
 class AgentContextCompressionCoordinator:
     """Compresses a conversation's compressible history when a trigger says so.
 
@@ -269,16 +276,20 @@ class AgentContextCompressionCoordinator:
         compressor: AgentContextCompressor | None = None,
         call: CompressorCall | None = None,
         allow_compression: bool = True,
+        loaded: AgentContextCompressionState | _NotLoaded | None = _NOT_LOADED,
     ) -> AgentContextCompressionResult:
         """`compress` over an async view of a state store (the one implementation).
 
         ``compressor`` replaces this coordinator's for this call (the runner gives each
         conversation its own incremental compressor); ``call`` runs the compressor (the async
         runner runs a blocking one in a worker thread); ``allow_compression=False`` only reads
-        the saved state (after a compare-and-set conflict, the winner's summary is used).
+        the saved state (after a compare-and-set conflict, the winner's summary is used);
+        ``loaded`` is the state (or None) the caller just loaded, saving a second read.
         """
         history = check_messages(compressible_history, "compressible_history")
-        state = await states.load(conversation_id) or AgentContextCompressionState(conversation_id)
+        if isinstance(loaded, _NotLoaded):  # the caller may have loaded it (the runner does)
+            loaded = await states.load(conversation_id)
+        state = loaded or AgentContextCompressionState(conversation_id)
         pending = _pending(history, state)
         if (
             not allow_compression

@@ -226,7 +226,7 @@ class WindowBuilding(EngineState):
 
         try:
             result = await coordinator.compress_with(
-                self._states, conversation_id, compressible, call=call
+                self._states, conversation_id, compressible, call=call, loaded=state
             )
         except CompressionStateConflictError:
             # Another process saved first: reload once and use the winner's summary.
