@@ -530,3 +530,96 @@ def test_turn_checks_its_ids() -> None:
         AgentRunner(InMemoryAgentStore()).turn(123, "t")  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError):
         asyncio.run(AsyncAgentRunner(AsyncInMemoryAgentStore()).turn([], "t"))  # type: ignore[arg-type]
+
+
+def _gate_after(
+    monkeypatch: pytest.MonkeyPatch, owner: type, name: str, when: Callable[..., bool]
+) -> tuple[asyncio.Event, asyncio.Event]:
+    """``owner.name`` does its work, then (when ``when(*args)``) waits for ``release``: a
+    cancellation arriving then finds the store write done but not yet seen by the runner."""
+    original = getattr(owner, name)
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def gated(self: Any, *args: Any) -> Any:
+        result = await original(self, *args)
+        if when(*args):
+            entered.set()
+            await release.wait()
+        return result
+
+    monkeypatch.setattr(owner, name, gated)
+    return entered, release
+
+
+def test_a_cancellation_during_a_store_write_loses_nothing(
+    store_kind: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reply with a tool call is stored when the caller is cancelled: the turn still
+    knows it, answers the call as cancelled and frees the conversation."""
+    conversation = new_conversation_id()
+    calls: list[str] = []
+    model = AsyncScriptedChatModel([_call("c1", "lookup"), AiMessage("never used")])
+    agent = Agent("a", model, tools=[Tool("lookup", lambda: calls.append("ran") or "found")])
+
+    async def body(store: Any) -> Any:
+        memory = store.chat_memory(conversation)
+        entered, release = _gate_after(
+            monkeypatch, type(memory), "add_message_if_absent",
+            lambda message: isinstance(message, AiMessage) and bool(message.tool_calls),
+        )  # fmt: skip
+        runner = AsyncAgentRunner(store)
+        task = asyncio.ensure_future(runner.run(agent, conversation, "look it up"))
+        await entered.wait()
+        task.cancel()
+        await asyncio.sleep(0.05)
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        stored = await memory.get_messages()
+        turn = await runner.turn(conversation, stored[0].turn_id)
+        nxt = await runner.run(
+            Agent("a", AsyncScriptedChatModel([AiMessage("second")])), conversation, "again"
+        )
+        return turn, stored, nxt
+
+    turn, stored, nxt = with_store(store_kind, request, body)
+    assert turn.status is TurnStatus.CANCELLED
+    assert calls == []  # the cancelled reply's call never ran
+    assert validate_tool_protocol(stored) == []
+    answers = [m for m in stored if getattr(m, "tool_call_id", None) == "c1"]
+    assert len(answers) == 1 and answers[0].is_error
+    assert nxt.status is TurnStatus.COMPLETED
+
+
+def test_a_cancellation_while_the_lease_is_taken_frees_it(
+    store_kind: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancelled while the store grants the lease: the turn holds it, ends cancelled and
+    frees it at once (it is not left to expire)."""
+    conversation = new_conversation_id()
+
+    async def body(store: Any) -> Any:
+        runner = AsyncAgentRunner(store, lease_seconds=600)
+        entered, release = _gate_after(
+            monkeypatch, type(runner.turn_store), "acquire_conversation", lambda *_: True
+        )
+        model = AsyncScriptedChatModel([AiMessage("never used")])
+        task = asyncio.ensure_future(runner.run(Agent("a", model), conversation, "first"))
+        await entered.wait()
+        task.cancel()
+        await asyncio.sleep(0.05)
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        stored = await store.chat_memory(conversation).get_messages()
+        turn = await runner.turn(conversation, stored[0].turn_id)
+        monkeypatch.undo()
+        nxt = await runner.run(
+            Agent("a", AsyncScriptedChatModel([AiMessage("second")])), conversation, "again"
+        )
+        return turn, model.remaining, nxt
+
+    turn, remaining, nxt = with_store(store_kind, request, body)
+    assert turn.status is TurnStatus.CANCELLED
+    assert remaining == 1  # the model was never called
+    assert nxt.status is TurnStatus.COMPLETED

@@ -33,11 +33,11 @@ from agentctx_fast.errors import (
 from agentctx_fast.memory import AsyncChatMemory
 from agentctx_fast.messages import AiMessage, Message, UserMessage
 from agentctx_fast.metrics import AgentMetrics
+from agentctx_fast.runner._io import Cancelled
 from agentctx_fast.runner._leases import LeaseKeeper
 from agentctx_fast.runner._persist import Persistence
 from agentctx_fast.runner._reads import HistoryReads
 from agentctx_fast.runner._state import (
-    Cancelled,
     LeaseLost,
     TurnIO,
     TurnRun,
@@ -320,9 +320,10 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
             except Cancelled:
                 return await self._finish(run, TurnStatus.CANCELLED, error="cancelled")
         except asyncio.CancelledError:
-            # The task awaiting an async model or tool was cancelled: end the turn cancelled,
-            # its open calls answered, the lease freed, then let the cancellation go on. A
-            # second cancellation during that cleanup still frees the lease.
+            # The task driving the turn was cancelled (the loop shutting down; a caller's
+            # cancellation arrives as `Cancelled`): end the turn cancelled, its open calls
+            # answered, the lease freed, then let the cancellation go on. A second
+            # cancellation during that cleanup still frees the lease.
             run.io.cancelled = True
             try:
                 await self._finish(run, TurnStatus.CANCELLED, error="cancelled")
@@ -393,6 +394,8 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
             started = time.perf_counter()
             try:
                 reply = await run.io.chat(agent.chat_model, window.messages, agent.tools)
+            except Cancelled:
+                raise
             except Exception as error:  # any model failure ends the turn, typed in `error`
                 await self._checkpoint(run)
                 return await self._finish(

@@ -2,15 +2,20 @@
 
 The loop (`agentctx_fast.runner._engine`) is written once and awaits these. The blocking port
 calls the model and tools directly (its coroutines never suspend); the async port awaits async
-models and tools, runs plain ones in a worker thread so the event loop never blocks, streams
-the model's text when someone listens, and remembers a cancellation that came while a plain
-tool was running (the tool finishes and keeps its result; the turn then ends cancelled).
+models and tools, runs plain ones in a worker thread so the event loop never blocks, and streams
+the model's text when someone listens.
+
+A cancellation of the caller of an async turn reaches the turn as a request (`interrupt`), not
+as an exception thrown wherever the turn happens to wait: an awaited model call or async tool
+is cut off, a plain tool finishes and keeps its result, and a store read or write always runs
+to its end, so what the store holds is what the turn knows (no reply stored but not recorded,
+no lease taken but not held). The turn then stops at its next check and ends cancelled.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from agentctx_fast.messages import AiMessage, Message
@@ -18,6 +23,10 @@ from agentctx_fast.runner.events import StreamEvent, TextDelta
 from agentctx_fast.tools import Tool, ToolOutcome, is_async_callable
 
 T = TypeVar("T")
+
+
+class Cancelled(Exception):
+    """The turn was cancelled (here, or elsewhere through the store)."""
 
 
 class BlockingTurnIO:
@@ -45,29 +54,69 @@ class AsyncTurnIO:
     def __init__(self, sink: Callable[[StreamEvent], None] | None = None) -> None:
         self._sink = sink
         self.cancelled = False
+        self._task: asyncio.Task[Any] | None = None  # the task driving the turn
+        self._cuttable = False  # it awaits a model call or an async tool
+        self._cut = False  # `interrupt` cancelled that await
+
+    def bind(self, task: asyncio.Task[Any]) -> None:
+        """``task`` drives the turn (before it first runs)."""
+        self._task = task
+
+    def interrupt(self) -> None:
+        """The caller was cancelled: cut off the model call or async tool being awaited, if
+        any; otherwise the turn stops at its next check. Idempotent."""
+        self.cancelled = True
+        if self._cuttable and not self._cut and self._task is not None:
+            self._cut = True
+            self._task.cancel()
+
+    async def _cuttable_call(self, call: Awaitable[T]) -> T:
+        """``await call``, which `interrupt` may cut off: then `Cancelled`."""
+        if self.cancelled:
+            close = getattr(call, "close", None)
+            if callable(close):
+                close()  # a coroutine never started: no "never awaited" warning
+            raise Cancelled
+        self._cuttable = True
+        try:
+            return await call
+        except asyncio.CancelledError:
+            if not self._cut:
+                raise  # not ours: the loop is shutting down, or the model cancelled itself
+            raise Cancelled from None
+        finally:
+            if self._cut and self._task is not None:
+                self._task.uncancel()  # our cancellation is spent (even if the call ignored it)
+            self._cuttable = False
+            self._cut = False
 
     async def chat(self, model: Any, messages: Sequence[Message], tools: Sequence[Tool]) -> object:
         stream = getattr(model, "stream", None)
         if self._sink is not None and callable(stream):
-            reply: object = None
-            async for item in stream(messages, tools):
-                if isinstance(item, str):
-                    if item:
-                        await self.emit(TextDelta(item))
-                else:
-                    reply = item
-            return reply
+            return await self._cuttable_call(self._streamed(stream, messages, tools))
         if is_async_callable(model.chat):
-            reply = await model.chat(messages, tools)
+            reply = await self._cuttable_call(model.chat(messages, tools))
         else:
             reply = await self._in_thread(model.chat, messages, tools)
         if isinstance(reply, AiMessage) and reply.text:
             await self.emit(TextDelta(reply.text))  # a model that does not stream: one delta
         return reply
 
+    async def _streamed(
+        self, stream: Callable[..., Any], messages: Sequence[Message], tools: Sequence[Tool]
+    ) -> object:
+        reply: object = None
+        async for item in stream(messages, tools):
+            if isinstance(item, str):
+                if item:
+                    await self.emit(TextDelta(item))
+            else:
+                reply = item
+        return reply
+
     async def invoke(self, tool: Tool, arguments: str) -> ToolOutcome:
         if tool.is_async:
-            return await tool.ainvoke(arguments)
+            return await self._cuttable_call(tool.ainvoke(arguments))
         outcome: ToolOutcome = await self._in_thread(tool.invoke, arguments)
         return outcome
 
@@ -80,8 +129,9 @@ class AsyncTurnIO:
             self._sink(event)
 
     async def _in_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)`` in a worker thread. A cancellation meanwhile lets it finish (its side
-        effect happens either way) and is remembered, so the turn keeps the result and ends."""
+        """``fn(*args)`` in a worker thread, which is never cut off (its side effect happens
+        either way): even a cancellation of the turn's own task (the loop shutting down) lets
+        it finish and is remembered, so the turn keeps the result and ends."""
         future = asyncio.get_running_loop().run_in_executor(None, fn, *args)
         try:
             return await asyncio.shield(future)

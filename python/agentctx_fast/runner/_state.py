@@ -62,10 +62,6 @@ class LeaseLost(Exception):
     """Another process took this turn's expired lease over: stop writing."""
 
 
-class Cancelled(Exception):
-    """The turn was cancelled (here, or elsewhere through the store)."""
-
-
 def check_agent(agent: object) -> Agent:
     if not isinstance(agent, Agent):
         raise InvalidArgumentError(f"agent must be an Agent, got {type(agent).__name__}")

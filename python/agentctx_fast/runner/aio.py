@@ -134,9 +134,8 @@ class AsyncAgentRunner:
         agent = check_agent(agent)
         queue: asyncio.Queue[StreamEvent | None] = asyncio.Queue()
         io = AsyncTurnIO(queue.put_nowait)
-        task = asyncio.ensure_future(
-            self._engine.run(io, agent, conversation_id, message, turn_id, metadata)
-        )
+        turn = self._engine.run(io, agent, conversation_id, message, turn_id, metadata)
+        task = _started(io, turn)
         task.add_done_callback(lambda _: queue.put_nowait(None))
         try:
             while (event := await queue.get()) is not None:
@@ -144,15 +143,37 @@ class AsyncAgentRunner:
             yield TurnEnded(await _ended(io, task))
         finally:
             if not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(task)  # the turn closes itself before we go on
+                io.interrupt()
+                while not task.done():  # the turn closes itself before we go on
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.wait((task,))
+                if not task.cancelled():
+                    task.exception()  # the consumer left: its failure is not reported
 
 
-async def _ended(io: AsyncTurnIO, turn: Coroutine[Any, Any, AgentTurn] | Any) -> AgentTurn:
-    """The turn's result; a cancellation that came while a plain tool ran (the turn kept the
-    tool's result and ended cancelled) goes on to the caller."""
-    result: AgentTurn = await turn
+def _started(io: AsyncTurnIO, turn: Coroutine[Any, Any, AgentTurn]) -> asyncio.Task[AgentTurn]:
+    """The turn in a task of its own, so that a cancellation of its caller is handed to it as
+    a request (`AsyncTurnIO.interrupt`) and never cuts a store write in the middle."""
+    task = asyncio.ensure_future(turn)
+    io.bind(task)
+    return task
+
+
+async def _ended(
+    io: AsyncTurnIO, turn: Coroutine[Any, Any, AgentTurn] | asyncio.Task[AgentTurn]
+) -> AgentTurn:
+    """The turn's result. Cancelling the caller meanwhile (once or more) interrupts the turn,
+    waits for it to close itself (its calls answered, its lease freed) and then goes on to
+    the caller as `asyncio.CancelledError`."""
+    task = turn if isinstance(turn, asyncio.Task) else _started(io, turn)
+    while True:
+        try:
+            result = await asyncio.shield(task)
+            break
+        except asyncio.CancelledError:
+            if task.done():
+                raise
+            io.interrupt()
     if io.cancelled:
         raise asyncio.CancelledError
     return result
