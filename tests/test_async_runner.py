@@ -444,6 +444,26 @@ def test_stream_of_a_non_streaming_plain_model_gives_one_delta(
     assert events[0].text == "All done."
 
 
+def test_a_blocking_models_own_stream_method_is_not_used(request: pytest.FixtureRequest) -> None:
+    """A plain model whose ``stream`` is a blocking generator is called through ``chat`` in a
+    worker thread; its generator is never iterated on the loop."""
+
+    class BlockingStreamer(ScriptedChatModel):
+        def stream(self, messages: Sequence[Message], tools: Sequence[Any]) -> Any:
+            raise AssertionError("the async runner must not call a blocking stream")
+            yield "never"
+
+    agent = Agent("a", BlockingStreamer([AiMessage("Plain reply.")]))
+
+    async def body(store: Any) -> list[Any]:
+        return [e async for e in AsyncAgentRunner(store).stream(agent, new_conversation_id(), "hi")]
+
+    events = with_store("async-memory", request, body)
+    assert [type(e) for e in events] == [TextDelta, TurnEnded]
+    assert events[1].turn.status is TurnStatus.COMPLETED
+    assert events[0].text == "Plain reply."
+
+
 def test_one_runner_serves_turns_on_successive_event_loops() -> None:
     """A runner kept across ``asyncio.run`` calls renews leases on each new loop."""
     from agentctx_fast import AsyncInMemoryAgentStore

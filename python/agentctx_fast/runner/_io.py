@@ -15,6 +15,7 @@ no lease taken but not held). The turn then stops at its next check and ends can
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -92,9 +93,14 @@ class AsyncTurnIO:
 
     async def chat(self, model: Any, messages: Sequence[Message], tools: Sequence[Tool]) -> object:
         stream = getattr(model, "stream", None)
-        if self._sink is not None and callable(stream):
+        asynchronous = is_async_callable(model.chat)
+        if (
+            self._sink is not None
+            and callable(stream)
+            and (asynchronous or inspect.isasyncgenfunction(stream))
+        ):  # a blocking model's own ``stream`` (a plain generator, say) is not ours to use
             return await self._cuttable_call(self._streamed(stream, messages, tools))
-        if is_async_callable(model.chat):
+        if asynchronous:
             reply = await self._cuttable_call(model.chat(messages, tools))
         else:
             reply = await self._in_thread(model.chat, messages, tools)
