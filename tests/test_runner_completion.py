@@ -35,6 +35,7 @@ from agentctx_fast import (
 )
 from agentctx_fast import metrics as m
 from agentctx_fast.compressors import IncrementalCompressor
+from agentctx_fast.stores.turns import AgentTurnSnapshot
 from async_bridge import runner_for
 from runner_helpers import ids
 from store_fixtures import (
@@ -420,3 +421,32 @@ def test_the_coordinator_reads_the_saved_state_once_per_model_call() -> None:
         runner.run(_coordinated_agent(CountingCompressor(), model), "c1", f"q{turn}")
     # turns 1-2 have nothing older than the protected turns; turns 3-5 read the state once each
     assert CountingStates.loads == 3 and len(model.calls) == 5
+
+
+@pytest.mark.parametrize("kind", STORE_KINDS)
+def test_a_turn_stopped_before_its_user_message_was_stored_can_be_cancelled(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    """Its process recorded the turn and died before storing the user message: ``cancel``
+    closes it (nothing to answer) and frees the conversation."""
+    conversation = new_conversation_id()
+    store = make_store(kind, request)
+    try:
+        turns = store.turn_store()
+        assert turns.acquire_conversation(conversation, "t1", "dead", 1.0, 1_000.0) is None
+        snapshot = AgentTurnSnapshot(
+            conversation, "t1", "a", TurnStatus.RUNNING, message_ids=("t1:user",),
+            created_at=1_000.0, updated_at=1_000.0,
+        )  # fmt: skip
+        assert turns.save_turn(snapshot, 0)
+        runner = AgentRunner(store)
+        cancelled = runner.cancel(conversation, "t1")
+        recorded = runner.turn(conversation, "t1")
+        after = runner.run(Agent("a", ScriptedChatModel([AiMessage("hi")])), conversation, "next")
+        stored = ids(store.chat_memory(conversation).get_messages())
+    finally:
+        store.close()
+    assert cancelled.status is TurnStatus.CANCELLED
+    assert recorded.status is TurnStatus.CANCELLED
+    assert after.status is TurnStatus.COMPLETED
+    assert stored == [f"{after.turn_id}:user", f"{after.turn_id}:ai:1"]

@@ -280,7 +280,9 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
         run.steps = snapshot.step_count
         try:
             if owner:
-                run.history, run.messages = await self._split_turn(None, memory, snapshot)
+                run.history, run.messages = await self._split_turn(
+                    None, memory, snapshot, missing_ok=True
+                )
             turn = await self._finish(
                 run, TurnStatus.CANCELLED, error="cancelled", close_calls=bool(owner)
             )

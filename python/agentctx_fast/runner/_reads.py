@@ -165,9 +165,16 @@ class HistoryReads(EngineState):
         return history
 
     async def _split_turn(
-        self, agent: Agent | None, memory: AsyncChatMemory, snapshot: AgentTurnSnapshot
+        self,
+        agent: Agent | None,
+        memory: AsyncChatMemory,
+        snapshot: AgentTurnSnapshot,
+        *,
+        missing_ok: bool = False,
     ) -> tuple[list[Message], list[Message]]:
-        """The history before a stored turn, and the turn's own messages (its tail)."""
+        """The history before a stored turn, and the turn's own messages (its tail). A turn
+        whose first message is not stored (its process stopped between recording the turn
+        and storing the user message) has none when ``missing_ok``."""
         first = snapshot.message_ids[0] if snapshot.message_ids else None
         collected = (
             await self._history(agent, memory, snapshot.conversation_id, first)
@@ -178,6 +185,8 @@ class HistoryReads(EngineState):
             )
         )  # fmt: skip
         start = next((i for i, msg in enumerate(collected) if msg.message_id == first), None)
+        if start is None and missing_ok and all(m.turn_id != snapshot.turn_id for m in collected):
+            return collected, []
         if start is None:
             raise TurnStateError(
                 f"turn {snapshot.turn_id!r}: its first message {first!r} is not in chat memory"
