@@ -679,7 +679,7 @@ pub fn base64(encoded: &[u8]) -> Option<Vec<u8>> {
             _ => return None,
         } as u32)
     }
-    if encoded.len() % 4 != 0 {
+    if !encoded.len().is_multiple_of(4) {
         return None;
     }
     let mut out = Vec::with_capacity(encoded.len() / 4 * 3);

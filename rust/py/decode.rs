@@ -132,6 +132,7 @@ pub fn capture(py: Python<'_>) -> PyResult<()> {
 /// The message a record holds when it is well formed, else None (decode it on the checked
 /// path: `JsonAgentStoreSerializer.loads` does).
 #[pyfunction]
+#[pyo3(signature = (data, /))]
 pub fn decode_message<'py>(
     py: Python<'py>,
     data: &Bound<'py, PyBytes>,

@@ -23,7 +23,7 @@ import math
 import re
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from agentctx_fast._backend import backend, native
 from agentctx_fast._ids import MAX_VERSION, is_unicode_text
@@ -384,6 +384,7 @@ _MESSAGE_LOADERS: dict[str, Callable[[_Reader, dict[str, Any]], Message]] = {
 # record gets the same typed error whichever path saw it first. `_native.decode_message` is this
 # function in Rust (with the JSON parse); both build objects the same way.
 
+_T = TypeVar("_T")
 _new = object.__new__
 _set = object.__setattr__
 _SLOTS: dict[type, tuple[str, ...]] = {
@@ -406,7 +407,7 @@ _CALL_KEYS = frozenset(("id", "name", "arguments"))
 _USAGE_KEYS = frozenset(("prompt_tokens", "completion_tokens", "total_tokens"))
 
 
-def _build(cls: type, *values: object) -> Any:
+def _build(cls: type[_T], *values: object) -> _T:
     """An instance of the frozen dataclass ``cls`` holding ``values`` (every field, `_SLOTS`
     order), as its ``__init__`` would set them: the values are already checked."""
     obj = _new(cls)
@@ -425,8 +426,12 @@ def _optional_str(value: object) -> bool:
 
 
 def _participant_name(value: object) -> bool:
-    return value is None or (
-        _identifier(value) and _PARTICIPANT_NAME.fullmatch(value) is not None  # type: ignore[arg-type]
+    if value is None:
+        return True
+    return (
+        type(value) is str
+        and "\x00" not in value
+        and _PARTICIPANT_NAME.fullmatch(value) is not None
     )
 
 
@@ -531,7 +536,7 @@ def _fast_part(fields: object) -> Part | None:
     if tag == "text":
         text = fields.get("text")
         if fields.keys() <= _TEXT_KEYS and type(text) is str:
-            return _build(TextPart, text)  # type: ignore[no-any-return]
+            return _build(TextPart, text)
         return None
     if tag not in ("image", "audio", "file") or not fields.keys() <= (
         _IMAGE_KEYS if tag == "image" else _MEDIA_KEYS
@@ -568,8 +573,8 @@ def _fast_part(fields: object) -> Part | None:
         detail = get("detail")
         if detail is not None and (type(detail) is not str or detail not in IMAGE_DETAILS):
             return None
-        return _build(ImagePart, *values, detail)  # type: ignore[no-any-return]
-    return _build(_PART_CLASSES[tag], *values)  # type: ignore[no-any-return]
+        return _build(ImagePart, *values, detail)
+    return _build(_PART_CLASSES[tag], *values)
 
 
 def _dump_state(state: AgentContextCompressionState) -> dict[str, Any]:
