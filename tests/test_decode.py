@@ -16,6 +16,7 @@ import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import fields, replace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -174,19 +175,25 @@ def encodings(fields: object) -> tuple[bytes, bytes]:
 @contextmanager
 def decoder(kind: str) -> Iterator[None]:
     """``SERIALIZER.loads`` as the ``rust`` or ``python`` backend decodes, or ``checked``:
-    the checked path alone (the decoder before the fast paths)."""
-    saved = serializer_module._decode_message, serializer_module._fast_message
+    the decoder before the fast paths (the checked path alone, ``json.loads`` for the parse)."""
+    module = serializer_module
+    saved = module._decode_message, module._fast_message, module._JSON
     if kind == "rust":
         assert native is not None
-        serializer_module._decode_message = native.decode_message
+        module._decode_message = native.decode_message
     else:
-        serializer_module._decode_message = None
+        module._decode_message = None
     if kind == "checked":
-        serializer_module._fast_message = lambda fields: None
+        module._fast_message = lambda fields: None
+        module._JSON = SimpleNamespace(  # the parse as the decoder before the fast paths made it
+            decode=lambda text: json.loads(
+                text, parse_constant=module._refuse_constant, parse_float=module._finite_float
+            )
+        )
     try:
         yield
     finally:
-        serializer_module._decode_message, serializer_module._fast_message = saved
+        module._decode_message, module._fast_message, module._JSON = saved
 
 
 def outcome(kind: str, data: bytes) -> object:
@@ -515,6 +522,17 @@ def test_structured_mutations_give_the_same_outcome(
 )
 def test_edge_records_give_the_same_outcome(data: bytes) -> None:
     assert_same_outcomes(data)
+
+
+def test_a_byte_order_mark_is_refused_as_json_loads_refuses_it() -> None:
+    data = b"\xef\xbb\xbf" + SERIALIZER.dumps(BASE["ai"])
+    with pytest.raises(json.JSONDecodeError) as expected:
+        json.loads(data.decode("utf-8"))
+    for kind in DECODERS:
+        assert outcome(kind, data) == (
+            SerializationError,
+            f"stored record is not valid UTF-8 JSON: {expected.value}",
+        )
 
 
 @needs_native

@@ -125,6 +125,9 @@ def _finite_float(literal: str) -> float:
     return value
 
 
+# `json.loads(text, parse_constant=..., parse_float=...)` without a new decoder on every call.
+_JSON = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
+
 # Raw UTF-8 cannot hold a surrogate, so a lone one can only come from a \uD800-\uDFFF escape;
 # records without such an escape (everything `dumps` writes) skip the walk below.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
@@ -648,7 +651,9 @@ class JsonAgentStoreSerializer:
                 return message
         try:
             text = data.decode("utf-8")
-            fields = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+            if text.startswith("\ufeff"):  # what `json.loads` says of it
+                raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+            fields = _JSON.decode(text)
         except (UnicodeDecodeError, ValueError, RecursionError) as error:
             raise SerializationError(f"stored record is not valid UTF-8 JSON: {error}") from error
         if not isinstance(fields, dict):
