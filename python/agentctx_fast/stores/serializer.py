@@ -389,9 +389,10 @@ _MESSAGE_LOADERS: dict[str, Callable[[_Reader, dict[str, Any]], Message]] = {
 
 _T = TypeVar("_T")
 _new = object.__new__
-_set = object.__setattr__
-_SLOTS: dict[type, tuple[str, ...]] = {
-    cls: tuple(f.name for f in dataclasses.fields(cls))
+# Each field's slot descriptor setter (`object.__setattr__` would find the same descriptor by
+# name on every call), by class, in `dataclasses.fields` order.
+_SETTERS: dict[type, tuple[Callable[[object, object], None], ...]] = {
+    cls: tuple(getattr(cls, f.name).__set__ for f in dataclasses.fields(cls))
     for cls in (*_MESSAGE_TAGS, ToolCall, Usage, TextPart, *_PART_CLASSES.values())
 }
 _COMMON_KEYS = frozenset(("type", "message_id", "metadata", "version", "turn_id"))
@@ -411,11 +412,11 @@ _USAGE_KEYS = frozenset(("prompt_tokens", "completion_tokens", "total_tokens"))
 
 
 def _build(cls: type[_T], *values: object) -> _T:
-    """An instance of the frozen dataclass ``cls`` holding ``values`` (every field, `_SLOTS`
+    """An instance of the frozen dataclass ``cls`` holding ``values`` (every field, `_SETTERS`
     order), as its ``__init__`` would set them: the values are already checked."""
     obj = _new(cls)
-    for name, value in zip(_SLOTS[cls], values, strict=True):
-        _set(obj, name, value)
+    for setter, value in zip(_SETTERS[cls], values, strict=True):
+        setter(obj, value)
     return obj
 
 
