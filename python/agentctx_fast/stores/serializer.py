@@ -385,7 +385,8 @@ _MESSAGE_LOADERS: dict[str, Callable[[_Reader, dict[str, Any]], Message]] = {
 # without running the classes' checks a second time. Anything this path is not sure of gives
 # None, and the checked path above decodes the record again: it alone writes the error, so a bad
 # record gets the same typed error whichever path saw it first. `_native.decode_message` is this
-# function in Rust (with the JSON parse); both build objects the same way.
+# function in Rust (with the JSON parse); both build the library class itself, every dataclass
+# field set directly (``_core`` to None), never through its ``__init__``.
 
 _T = TypeVar("_T")
 _new = object.__new__
