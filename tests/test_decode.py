@@ -57,7 +57,6 @@ from test_serializer import (
     _paths,
     mutated,
     record,
-    same_json,
 )
 
 SERIALIZER = JsonAgentStoreSerializer()
@@ -209,8 +208,8 @@ DECODERS = ["checked", "python", *(["rust"] if native is not None else [])]
 
 
 def assert_identical(got: object, want: object) -> None:
-    """Same class, equal, and every field of the same type, deeply (``==`` alone says
-    ``1 == 1.0 == True`` and ``(1,) != [1]`` only sometimes matters)."""
+    """Same class, equal, and every field and JSON value of the same type, deeply (``==``
+    alone says ``1 == 1.0 == True`` and ``0.0 == -0.0``)."""
     assert type(got) is type(want)
     if isinstance(want, (Message, ToolCall, Usage, TextPart, ImagePart, AudioPart, FilePart)):
         for field in fields(want):  # type: ignore[arg-type]
@@ -223,8 +222,14 @@ def assert_identical(got: object, want: object) -> None:
         assert isinstance(got, tuple) and len(got) == len(want)
         for a, b in zip(got, want, strict=True):
             assert_identical(a, b)
-    elif isinstance(want, (dict, list)):
-        assert same_json(got, want)
+    elif isinstance(want, dict):
+        assert isinstance(got, dict) and list(got) == list(want)
+        for key in want:
+            assert_identical(got[key], want[key])
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want)
+        for a, b in zip(got, want, strict=True):
+            assert_identical(a, b)
     elif isinstance(want, float):
         assert repr(got) == repr(want)  # -0.0 and 0.0 differ
     else:
