@@ -581,3 +581,22 @@ def test_replacing_library_names_after_import_changes_neither_decoder() -> None:
             assert type(outcome(kind, data)) is AiMessage
     finally:
         messages_module.AiMessage = saved  # type: ignore[misc]
+
+
+def test_patched_class_checks_change_neither_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A valid record is built from its checked fields on both fast paths, never through the
+    # class's __init__: a caller patching a class's checks sees the same objects on both.
+    calls: list[str] = []
+
+    def spy(self: Any) -> None:
+        calls.append(type(self).__name__)
+
+    for cls in (AiMessage, ToolCall, UserMessage, ImagePart):
+        monkeypatch.setattr(cls, "__post_init__", spy)
+    records = [SERIALIZER.dumps(BASE[name]) for name in ("ai", "user_parts")]
+    for kind in [k for k in DECODERS if k != "checked"]:
+        for data in records:
+            assert_identical(outcome(kind, data), SERIALIZER.loads(data))
+    assert calls == []
+    outcome("checked", records[0])  # the checked path builds through the classes
+    assert calls == ["ToolCall", "ToolCall", "AiMessage"]
