@@ -13,6 +13,7 @@ __all__ = [
     "count_text",
     "count_texts",
     "count_turns",
+    "decode_message",
     "message_tokens",
     "segment",
     "select",
@@ -63,3 +64,6 @@ def validate(messages: Sequence[object]) -> list[tuple[str, str, str]]: ...
 def count_text(text: str) -> int: ...
 def count_texts(texts: Iterable[str]) -> list[int]: ...
 def message_tokens(messages: Sequence[object]) -> list[int]: ...
+def decode_message(data: bytes, /) -> Message | None:
+    """The message a stored record holds when it is well formed, else None (the caller decodes
+    it on the checked path, which names the error)."""

@@ -8,6 +8,7 @@
 //! - `window`, `turns`, `protocol`, `tokens`: the entry points of each core concept;
 //! - `errors`: where core errors become the exceptions the pure-Python reference raises.
 
+mod decode;
 mod errors;
 mod history;
 mod library;
@@ -24,6 +25,7 @@ use pyo3::prelude::*;
 #[pymodule(gil_used = true)]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     library::Library::capture(module)?;
+    decode::capture(module.py())?;
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     module.add_class::<message::MessageCore>()?;
     module.add_function(wrap_pyfunction!(window::window, module)?)?;
@@ -34,5 +36,6 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(tokens::count_text, module)?)?;
     module.add_function(wrap_pyfunction!(tokens::count_texts, module)?)?;
     module.add_function(wrap_pyfunction!(tokens::message_tokens, module)?)?;
+    module.add_function(wrap_pyfunction!(decode::decode_message, module)?)?;
     Ok(())
 }

@@ -17,17 +17,23 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import json
 import math
 import re
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from agentctx_fast._ids import is_unicode_text
+from agentctx_fast._backend import backend, native
+from agentctx_fast._ids import MAX_VERSION, is_unicode_text
 from agentctx_fast.coordinator import AgentContextCompressionState
 from agentctx_fast.errors import AgentCtxError, SerializationError
 from agentctx_fast.messages import (
+    _PARTICIPANT_NAME,
+    IMAGE_DETAILS,
+    MAX_INLINE_BYTES,
+    SYSTEM_ROLES,
     AgentActionMessage,
     AgentFormMessage,
     AiMessage,
@@ -118,6 +124,9 @@ def _finite_float(literal: str) -> float:
         raise ValueError(f"number {literal} is out of range")
     return value
 
+
+# `json.loads(text, parse_constant=..., parse_float=...)` without a new decoder on every call.
+_JSON = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
 
 # Raw UTF-8 cannot hold a surrogate, so a lone one can only come from a \uD800-\uDFFF escape;
 # records without such an escape (everything `dumps` writes) skip the walk below.
@@ -370,6 +379,209 @@ _MESSAGE_LOADERS: dict[str, Callable[[_Reader, dict[str, Any]], Message]] = {
 }
 
 
+# -- the fast path -------------------------------------------------------------------------------
+# A well-formed record (everything `dumps` writes) is checked here once, field by field, with
+# every rule `_load_message` and the message classes apply, and built from the checked values
+# without running the classes' checks a second time. Anything this path is not sure of gives
+# None, and the checked path above decodes the record again: it alone writes the error, so a bad
+# record gets the same typed error whichever path saw it first. `_native.decode_message` is this
+# function in Rust (with the JSON parse); both build the library class itself, every dataclass
+# field set directly (``_core`` to None), never through its ``__init__``.
+
+_T = TypeVar("_T")
+_new = object.__new__
+# Each field's slot descriptor setter (`object.__setattr__` would find the same descriptor by
+# name on every call), by class, in `dataclasses.fields` order.
+_SETTERS: dict[type, tuple[Callable[[object, object], None], ...]] = {
+    cls: tuple(getattr(cls, f.name).__set__ for f in dataclasses.fields(cls))
+    for cls in (*_MESSAGE_TAGS, ToolCall, Usage, TextPart, *_PART_CLASSES.values())
+}
+_COMMON_KEYS = frozenset(("type", "message_id", "metadata", "version", "turn_id"))
+_FAST_KEYS = {
+    "system": _COMMON_KEYS | {"text", "role", "name"},
+    "user": _COMMON_KEYS | {"content", "name"},
+    "ai": _COMMON_KEYS | {"text", "tool_calls", "refusal", "name", "usage"},
+    "tool": _COMMON_KEYS | {"tool_call_id", "text", "tool_name", "is_error"},
+    "action": _COMMON_KEYS | {"payload"},
+    "form": _COMMON_KEYS | {"payload", "status"},
+}
+_MEDIA_KEYS = frozenset(("type", "uri", "mime_type", "name", "size_bytes", "data"))
+_IMAGE_KEYS = _MEDIA_KEYS | {"detail"}
+_TEXT_KEYS = frozenset(("type", "text"))
+_CALL_KEYS = frozenset(("id", "name", "arguments"))
+_USAGE_KEYS = frozenset(("prompt_tokens", "completion_tokens", "total_tokens"))
+
+
+def _build(cls: type[_T], *values: object) -> _T:
+    """An instance of the frozen dataclass ``cls`` holding ``values`` (every field, `_SETTERS`
+    order), as its ``__init__`` would set them: the values are already checked."""
+    obj = _new(cls)
+    for setter, value in zip(_SETTERS[cls], values, strict=True):
+        setter(obj, value)
+    return obj
+
+
+def _identifier(value: object) -> bool:
+    # Lone surrogates were refused for the whole record before this path runs.
+    return type(value) is str and "\x00" not in value
+
+
+def _optional_str(value: object) -> bool:
+    return value is None or type(value) is str
+
+
+def _participant_name(value: object) -> bool:
+    if value is None:
+        return True
+    return (
+        type(value) is str
+        and "\x00" not in value
+        and _PARTICIPANT_NAME.fullmatch(value) is not None
+    )
+
+
+def _fast_message(fields: dict[str, Any]) -> Message | None:
+    """The message ``fields`` (a parsed record, lone surrogates refused) holds, or None to
+    leave it to the checked path."""
+    tag = fields.get("type")
+    if type(tag) is not str:
+        return None
+    keys = _FAST_KEYS.get(tag)
+    if keys is None or not fields.keys() <= keys:
+        return None
+    message_id = fields.get("message_id")
+    metadata = fields.get("metadata")
+    version = fields.get("version")
+    turn_id = fields.get("turn_id")
+    if not (
+        _identifier(message_id)
+        and type(metadata) is dict
+        and type(version) is int
+        and 0 <= version <= MAX_VERSION
+        and (turn_id is None or _identifier(turn_id))
+    ):
+        return None
+    common = (message_id, metadata, version, turn_id, None)
+    get = fields.get
+    if tag == "ai":
+        return _fast_ai(fields, common)
+    if tag == "user":
+        content = get("content")
+        if type(content) is list:
+            parts = tuple(map(_fast_part, content))
+            if None in parts:
+                return None
+            content = parts
+        elif type(content) is not str:
+            return None
+        name = get("name")
+        return _build(UserMessage, *common, content, name) if _participant_name(name) else None
+    if tag == "tool":
+        call_id, text, tool_name, is_error = (
+            get("tool_call_id"),
+            get("text"),
+            get("tool_name"),
+            get("is_error"),
+        )
+        if not (
+            _identifier(call_id)
+            and type(text) is str
+            and (tool_name is None or _identifier(tool_name))
+            and type(is_error) is bool
+        ):
+            return None
+        return _build(ToolMessage, *common, call_id, text, tool_name, is_error)
+    if tag == "system":
+        text, role, name = get("text"), get("role", "system"), get("name")
+        if not (type(text) is str and type(role) is str and role in SYSTEM_ROLES):
+            return None
+        return _build(SystemMessage, *common, text, role, name) if _participant_name(name) else None
+    payload = get("payload")
+    if payload is not None and type(payload) is not dict:
+        return None
+    if tag == "action":
+        return _build(AgentActionMessage, *common, payload)
+    status = get("status")
+    return _build(AgentFormMessage, *common, payload, status) if _optional_str(status) else None
+
+
+def _fast_ai(fields: dict[str, Any], common: tuple[object, ...]) -> Message | None:
+    get = fields.get
+    calls = get("tool_calls")
+    text, refusal, name, usage = get("text"), get("refusal"), get("name"), get("usage")
+    if not (
+        type(calls) is list
+        and _optional_str(text)
+        and _optional_str(refusal)
+        and _participant_name(name)
+    ):
+        return None
+    built = []
+    for call in calls:
+        if type(call) is not dict or call.keys() != _CALL_KEYS:
+            return None
+        call_id, call_name, arguments = call["id"], call["name"], call["arguments"]
+        if not (_identifier(call_id) and _identifier(call_name) and type(arguments) is str):
+            return None
+        built.append(_build(ToolCall, call_id, call_name, arguments))
+    if usage is not None:
+        if type(usage) is not dict or usage.keys() != _USAGE_KEYS:
+            return None
+        counts = (usage["prompt_tokens"], usage["completion_tokens"], usage["total_tokens"])
+        if not all(type(count) is int and count >= 0 for count in counts):
+            return None
+        usage = _build(Usage, *counts)
+    return _build(AiMessage, *common, text, tuple(built), refusal, name, usage)
+
+
+def _fast_part(fields: object) -> Part | None:
+    if type(fields) is not dict:
+        return None
+    tag = fields.get("type")
+    if tag == "text":
+        text = fields.get("text")
+        if fields.keys() <= _TEXT_KEYS and type(text) is str:
+            return _build(TextPart, text)
+        return None
+    if tag not in ("image", "audio", "file") or not fields.keys() <= (
+        _IMAGE_KEYS if tag == "image" else _MEDIA_KEYS
+    ):
+        return None
+    get = fields.get
+    uri, mime_type, name, size, data = (
+        get("uri"),
+        get("mime_type"),
+        get("name"),
+        get("size_bytes"),
+        get("data"),
+    )
+    if not (
+        _optional_str(uri)
+        and _optional_str(mime_type)
+        and _optional_str(name)
+        and (size is None or type(size) is int)
+    ):
+        return None
+    if data is not None:
+        if type(data) is not str:
+            return None
+        try:
+            data = base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError):
+            return None
+        if len(data) > MAX_INLINE_BYTES:
+            return None
+    elif uri is None:
+        return None
+    values = (uri, mime_type, name, size, data)
+    if tag == "image":
+        detail = get("detail")
+        if detail is not None and (type(detail) is not str or detail not in IMAGE_DETAILS):
+            return None
+        return _build(ImagePart, *values, detail)
+    return _build(_PART_CLASSES[tag], *values)
+
+
 def _dump_state(state: AgentContextCompressionState) -> dict[str, Any]:
     return {
         "type": "compression_state",
@@ -435,9 +647,15 @@ class JsonAgentStoreSerializer:
             data = bytes(data)
         if not isinstance(data, bytes):
             raise SerializationError(f"expected bytes, got {type(data).__name__}")
+        if _decode_message is not None:
+            message = _decode_message(data)
+            if message is not None:
+                return message
         try:
             text = data.decode("utf-8")
-            fields = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+            if text.startswith("\ufeff"):  # what `json.loads` says of it
+                raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+            fields = _JSON.decode(text)
         except (UnicodeDecodeError, ValueError, RecursionError) as error:
             raise SerializationError(f"stored record is not valid UTF-8 JSON: {error}") from error
         if not isinstance(fields, dict):
@@ -447,11 +665,18 @@ class JsonAgentStoreSerializer:
         try:
             if fields.get("type") == "compression_state":
                 return _load_state(fields)
-            return _load_message(fields)
+            message = _fast_message(fields)
+            return _load_message(fields) if message is None else message
         except SerializationError:
             raise
         except AgentCtxError as error:  # a field value the message classes refuse
             raise SerializationError(f"stored record is invalid: {error}") from error
+
+
+_decode_message: Callable[[bytes], Message | None] | None = (
+    native.decode_message if backend == "rust" and native is not None else None
+)
+"""The Rust fast path (`_fast_message` with the JSON parse) when the Rust backend is in use."""
 
 
 def load_message(serializer: AgentStoreSerializer, data: bytes) -> Message:
