@@ -103,6 +103,7 @@ def _langchain_history(size: int) -> list[Any]:
     entries = to_openai(conversation(size))
     for entry in entries:
         entry.pop("id", None)
+        entry.setdefault("content", "")  # LangChain's converter needs the key (tool-call turns)
     return list(convert_to_messages(entries))
 
 
