@@ -21,12 +21,13 @@ import importlib.metadata
 import importlib.util
 import json
 import math
+import os
 import re
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -118,7 +119,8 @@ class Run:
     machine: dict[str, Any]
     versions: dict[str, str]
     date: str
-    notes: list[str] = field(default_factory=list)
+    load: float | None = None  # the machine's 1-minute load average around the run
+    quick: bool = False
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -155,6 +157,8 @@ def load(path: Path) -> Run:
         machine=dict(data.get("machine_info") or {}),
         versions={str(k): str(v) for k, v in versions.items()},
         date=str(data.get("datetime", ""))[:10],
+        load=float(extra["load"]) if isinstance(extra.get("load"), int | float) else None,
+        quick=extra.get("quick") is True,
     )
 
 
@@ -187,37 +191,72 @@ def installed_versions() -> dict[str, str]:
 
 WINDOW_ROWS: list[tuple[str, str, dict[str, Any], Role, str | None]] = [
     # label, test, params to match, role, compared with
-    ("build_window, Rust", "test_build_window", {"engine": "rust", "options": "default"},
-     "ours", None),
-    ("build_window, Rust, compact + 8,000-token cap", "test_build_window",
-     {"engine": "rust", "options": "compact+tokens8000"}, "ours", None),
-    ("build_window, pure-Python reference", "test_build_window",
-     {"engine": "python", "options": "default"}, "ours", "build_window, Rust"),
-    ("LangChain trim_messages, 100 messages", "test_peer_langchain_trim_messages",
-     {"counter": "len"}, "peer", "build_window, Rust"),
-    ("LangChain trim_messages, 8,000 approx. tokens", "test_peer_langchain_trim_messages",
-     {"counter": "approx"}, "peer", "build_window, Rust, compact + 8,000-token cap"),
-    ("minimal scan (turn/message caps only)", "test_floor_minimal_scan", {}, "floor",
-     "build_window, Rust"),
+    (
+        "build_window, Rust",
+        "test_build_window",
+        {"engine": "rust", "options": "default"},
+        "ours",
+        None,
+    ),
+    (
+        "build_window, Rust, compact + 8,000-token cap",
+        "test_build_window",
+        {"engine": "rust", "options": "compact+tokens8000"},
+        "ours",
+        None,
+    ),
+    (
+        "build_window, pure-Python reference",
+        "test_build_window",
+        {"engine": "python", "options": "default"},
+        "ours",
+        "build_window, Rust",
+    ),
+    (
+        "LangChain trim_messages, 100 messages",
+        "test_peer_langchain_trim_messages",
+        {"counter": "len"},
+        "peer",
+        "build_window, Rust",
+    ),
+    (
+        "LangChain trim_messages, 8,000 approx. tokens",
+        "test_peer_langchain_trim_messages",
+        {"counter": "approx"},
+        "peer",
+        "build_window, Rust, compact + 8,000-token cap",
+    ),
+    (
+        "minimal scan (turn/message caps only)",
+        "test_floor_minimal_scan",
+        {},
+        "floor",
+        "build_window, Rust",
+    ),
     ("list slice (the copy alone)", "test_floor_list_slice", {}, "floor", "build_window, Rust"),
-]  # fmt: skip
+]
 
 
 def window_chart(results: list[Result]) -> Chart | None:
     sizes = sorted(
-        {int(r.params["size"]) for r in results if r.test in {row[1] for row in WINDOW_ROWS}
-         and isinstance(r.params.get("size"), int)}
-    )  # fmt: skip
+        {
+            int(r.params["size"])
+            for r in results
+            if r.test in {row[1] for row in WINDOW_ROWS} and isinstance(r.params.get("size"), int)
+        }
+    )
     panels = []
     for size in sizes:
         rows: list[Row] = []
         missing = []
         for label, test, match, role, versus in WINDOW_ROWS:
             found = [
-                r for r in results
-                if r.test == test and r.params.get("size") == size
+                r
+                for r in results
+                if r.test == test
+                and r.params.get("size") == size
                 and all(r.params.get(k) == v for k, v in match.items())
-            ]  # fmt: skip
+            ]
             if found:
                 rows.append(Row(label, found[0].median, role, versus or label))
             else:
@@ -404,16 +443,23 @@ def plan(suites: Sequence[Suite], benches: Path) -> tuple[list[Path], list[str]]
 def run_benchmarks(files: list[Path], json_path: Path, quick: bool) -> list[str]:
     """One pytest run over every file, so all rows run side by side; returns notes."""
     command = [
-        sys.executable, "-m", "pytest", *[str(f.relative_to(ROOT)) for f in files],
-        "--benchmark-enable", f"--benchmark-json={json_path}",
-        "--benchmark-columns=median,rounds", *(QUICK if quick else []),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "pytest",
+        *[str(f.relative_to(ROOT)) for f in files],
+        "--benchmark-enable",
+        f"--benchmark-json={json_path}",
+        "--benchmark-columns=median,rounds",
+        *(QUICK if quick else []),
+    ]
     print("running:", " ".join(command[1:]), flush=True)
+    load_before = os.getloadavg()[0]
     code = subprocess.run(command, cwd=ROOT, check=False).returncode
+    load = max(load_before, os.getloadavg()[0])
     if not json_path.is_file():
         raise ReportError(f"pytest exited with status {code} and wrote no benchmark JSON")
     data = json.loads(json_path.read_text(encoding="utf-8"))
-    data["agentctx_report"] = {"versions": installed_versions(), "quick": quick}
+    data["agentctx_report"] = {"versions": installed_versions(), "quick": quick, "load": load}
     json_path.write_text(json.dumps(data), encoding="utf-8")
     if code != 0:
         return [f"pytest exited with status {code}: the charts show the rows that ran"]
@@ -460,6 +506,10 @@ def caption(run: Run, chart: Chart) -> str:
         str(run.machine.get(k, "")) for k in ("python_implementation", "python_version")
     ).strip()
     machine = f"{brand}, {count} cores" if count else str(brand)
+    if run.load is not None:
+        machine += f" (load average {run.load:.1f} during the run)"
+    if run.quick:
+        machine += " [quick run: rough figures]"
     system = " ".join(str(run.machine.get(k, "")) for k in ("system", "machine")).strip()
     versions = [f"agentctx_fast {run.versions.get('agentctx-fast', '?')}"]
     backend = run.versions.get("agentctx_fast backend")
@@ -527,8 +577,15 @@ def render(chart: Chart, run: Run, path: Path) -> None:
             start = top * 0.02
         for missing in panel.missing:
             if missing in order:
-                axes.text(start, order.index(missing), "not run", va="center", fontsize=8,
-                          style="italic", color="#666666")  # fmt: skip
+                axes.text(
+                    start,
+                    order.index(missing),
+                    "not run",
+                    va="center",
+                    fontsize=8,
+                    style="italic",
+                    color="#666666",
+                )
         unit = panel.unit
         axes.xaxis.set_major_formatter(
             FuncFormatter(lambda v, _, unit=unit: format_value(v, unit) if v > 0 else "0")
@@ -541,8 +598,11 @@ def render(chart: Chart, run: Run, path: Path) -> None:
     roles = [role for role in COLORS if any(r.role == role for p in chart.panels for r in p.rows)]
     figure.legend(
         handles=[Patch(color=COLORS[role], label=LEGEND[role]) for role in roles],
-        loc="outside lower right", ncols=len(roles), fontsize=8.5, frameon=False,
-    )  # fmt: skip
+        loc="outside lower right",
+        ncols=len(roles),
+        fontsize=8.5,
+        frameon=False,
+    )
     figure.suptitle(chart.title, fontsize=12, x=0.01, ha="left")
     figure.supxlabel(caption(run, chart), fontsize=7.5, color="#444444", x=0.01, ha="left")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -574,8 +634,11 @@ def table(charts: Sequence[Chart], roles: Sequence[Role] = ("peer", "floor")) ->
 
 
 def markdown(charts: Sequence[Chart], run: Run) -> str:
-    parts = ["# Benchmarks\n", "Generated by `python benches/report.py` from one pytest-benchmark "
-             "run; medians, rows side by side.\n"]  # fmt: skip
+    parts = [
+        "# Benchmarks\n",
+        "Generated by `python benches/report.py` from one pytest-benchmark "
+        "run; medians, rows side by side.\n",
+    ]
     for chart in charts:
         parts.append(f"![{chart.title}](bench-{chart.key}.png)\n")
     parts.append(table(charts))
@@ -584,17 +647,43 @@ def markdown(charts: Sequence[Chart], run: Run) -> str:
     return "\n".join(parts)
 
 
+README_START = "<!-- benchmark table: written by python benches/report.py --readme -->"
+README_END = "<!-- end of the benchmark table -->"
+
+
+def update_readme(path: Path, charts: Sequence[Chart]) -> None:
+    """Replace the table between the README's two markers with this run's peer rows."""
+    text = path.read_text(encoding="utf-8")
+    start, end = text.find(README_START), text.find(README_END)
+    if start < 0 or end < start:
+        raise ReportError(
+            f"{path} has no benchmark table markers ({README_START} ... {README_END})"
+        )
+    head = text[: start + len(README_START)]
+    path.write_text(f"{head}\n{table(charts, ('peer',))}{text[end:]}", encoding="utf-8")
+
+
 # -- main ------------------------------------------------------------------------------------
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--charts", default=",".join(s.key for s in SUITES),
-                        help="comma-separated charts to make (default: all)")  # fmt: skip
+    parser.add_argument(
+        "--charts",
+        default=",".join(s.key for s in SUITES),
+        help="comma-separated charts to make (default: all)",
+    )
     parser.add_argument("--quick", action="store_true", help="a short benchmark run")
     parser.add_argument("--from-json", type=Path, help="draw this saved run instead of running")
     parser.add_argument("--save-json", type=Path, help="keep the run's JSON here")
     parser.add_argument("--out", type=Path, default=ROOT / "docs", help="where the PNGs go")
+    parser.add_argument(
+        "--readme",
+        type=Path,
+        nargs="?",
+        const=ROOT / "README.md",
+        help="also rewrite the peer table between the README's markers",
+    )
     args = parser.parse_args(argv)
     keys = [key.strip() for key in args.charts.split(",") if key.strip()]
     unknown = sorted(set(keys) - {s.key for s in SUITES})
@@ -630,6 +719,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if charts:
             (args.out / "benchmarks.md").write_text(markdown(charts, run), encoding="utf-8")
             print(f"wrote {args.out / 'benchmarks.md'}\n\n{table(charts)}")
+            if args.readme is not None:
+                update_readme(args.readme, charts)
+                print(f"wrote the table in {args.readme}")
         for note in notes:
             print("note:", note)
         return 0 if charts else 1

@@ -135,7 +135,7 @@ def write_run(path: Path, rows: list[dict[str, Any]], versions: bool = True) -> 
         "version": "5.3.1",
     }
     if versions:
-        data["agentctx_report"] = {"versions": VERSIONS, "quick": False}
+        data["agentctx_report"] = {"versions": VERSIONS, "quick": False, "load": 3.31}
     path.write_text(json.dumps(data), encoding="utf-8")
     return path
 
@@ -248,6 +248,7 @@ def test_caption_names_machine_versions_and_date(tmp_path: Path) -> None:
         "Test CPU 9000, 2 cores",
         "Linux x86_64",
         "CPython 3.11.7",
+        "(load average 3.3 during the run)",
         "agentctx_fast 0.1.0 (rust backend)",
         "langchain-core 1.8.3",
         "2026-12-03",
@@ -322,3 +323,20 @@ def test_formats() -> None:
     assert report.compare(27_506.0) == "27,500x slower"
     assert report.compare(1.03) == "1.03x slower"
     assert report.compare(0.25) == "4.0x faster"
+
+
+def test_readme_table_is_rewritten_between_its_markers(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "run.json", window_rows())
+    readme = tmp_path / "README.md"
+    before = f"# Title\n\n{report.README_START}\n| old | table |\n{report.README_END}\n\nAfter.\n"
+    readme.write_text(before, encoding="utf-8")
+    argv = ["--from-json", str(run), "--out", str(tmp_path / "docs"), "--readme", str(readme)]
+    assert report.main([*argv, "--charts", "window"]) == 0
+    text = readme.read_text(encoding="utf-8")
+    assert "| old | table |" not in text
+    assert text.startswith(f"# Title\n\n{report.README_START}\n| Comparison |")
+    assert text.endswith(f"| 4 ms | 1,000x slower |\n{report.README_END}\n\nAfter.\n")
+    assert "minimal scan" not in text  # the README table has the peers only
+    readme.write_text("# No markers\n", encoding="utf-8")
+    assert report.main([*argv, "--charts", "window"]) == 2
+    assert readme.read_text(encoding="utf-8") == "# No markers\n"
