@@ -26,6 +26,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +46,7 @@ LEGEND: dict[str, str] = {
     "ours": "agentctx_fast",
     "peer": "peer library",
     "floor": "floor (does less work)",
-    "other": "other",
+    "other": "estimate (not exact)",
 }
 
 
@@ -62,6 +63,8 @@ class Result:
     params: dict[str, Any]
     median: float
     extra_info: dict[str, Any]
+    q1: float = 0.0  # the quartiles of the rounds (the median when the JSON has none)
+    q3: float = 0.0
 
     @property
     def test(self) -> str:
@@ -74,6 +77,7 @@ class Row:
     value: float  # seconds (time) or MB/s (throughput)
     role: Role
     versus: str | None = None  # the label of the agentctx_fast row this one is compared with
+    spread: tuple[float, float] | None = None  # the middle half of the rounds, in value's unit
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,7 @@ def load(path: Path) -> Run:
         median = stats.get("median")
         if not isinstance(median, int | float):
             continue
+        q1, q3 = stats.get("q1"), stats.get("q3")
         results.append(
             Result(
                 name=str(entry.get("name", "")),
@@ -146,6 +151,8 @@ def load(path: Path) -> Run:
                 params=dict(entry.get("params") or {}),
                 median=float(median),
                 extra_info=dict(entry.get("extra_info") or {}),
+                q1=float(q1) if isinstance(q1, int | float) else float(median),
+                q3=float(q3) if isinstance(q3, int | float) else float(median),
             )
         )
     extra = data.get("agentctx_report") or {}
@@ -258,7 +265,8 @@ def window_chart(results: list[Result]) -> Chart | None:
                 and all(r.params.get(k) == v for k, v in match.items())
             ]
             if found:
-                rows.append(Row(label, found[0].median, role, versus or label))
+                r = found[0]
+                rows.append(Row(label, r.median, role, versus or label, (r.q1, r.q3)))
             else:
                 missing.append(label)
         if rows:
@@ -318,7 +326,7 @@ def service_chart(results: list[Result]) -> Chart | None:
         for r in groups[group]:
             side = str(r.params.get("side", r.name))
             label, role = _service_label(side, str(r.params.get("setup", "")))
-            rows.append((0 if role == "ours" else 1, label, r.median, role))
+            rows.append((0 if role == "ours" else 1, label, r, role))
         rows.sort(key=lambda row: row[0])
         base = rows[0][1] if rows[0][3] == "ours" else None
         title = group.removeprefix("service:").strip()
@@ -327,7 +335,7 @@ def service_chart(results: list[Result]) -> Chart | None:
             Panel(
                 title.replace("sqlite", "SQLite").replace("redis", "Redis"),
                 "time",
-                tuple(Row(label, value, role, base) for _, label, value, role in rows),
+                tuple(Row(label, r.median, role, base, (r.q1, r.q3)) for _, label, r, role in rows),
             )
         )
     return Chart(
@@ -381,8 +389,11 @@ def tokens_chart(results: list[Result]) -> Chart | None:
         rows = []
         for r, size in zip(members, sizes, strict=True):
             label = _token_label(r)
-            value = size / r.median if throughput and size is not None else r.median
-            rows.append((label, value, _token_role(label)))
+            if throughput and size is not None:
+                value, spread = size / r.median, (size / r.q3, size / r.q1)
+            else:
+                value, spread = r.median, (r.q1, r.q3)
+            rows.append((label, value, _token_role(label), spread))
         rank = {"ours": 0, "peer": 1, "other": 2, "floor": 3}
         rows.sort(key=lambda row: rank[row[2]])
         base = rows[0][0] if rows[0][2] == "ours" else None
@@ -395,7 +406,7 @@ def tokens_chart(results: list[Result]) -> Chart | None:
             Panel(
                 title,
                 "throughput" if throughput else "time",
-                tuple(Row(label, value, role, base) for label, value, role in rows),
+                tuple(Row(label, value, role, base, spread) for label, value, role, spread in rows),
             )
         )
     return Chart(
@@ -407,7 +418,7 @@ def tokens_chart(results: list[Result]) -> Chart | None:
             "Each label: the median (or MB/s), then how the row compares with the panel's first "
             "agentctx_fast row. One pytest-benchmark run, rows side by side.",
         ),
-        columns=min(3, len(panels)),
+        columns=2,
     )
 
 
@@ -519,7 +530,12 @@ def caption(run: Run, chart: Chart) -> str:
     if "pytest-benchmark" in run.versions:
         versions.append(f"pytest-benchmark {run.versions['pytest-benchmark']}")
     parts = [machine, system, python, ", ".join(versions), run.date]
-    return " · ".join(p for p in parts if p) + "\n" + " ".join(chart.notes)
+    whiskers = "Whiskers: the middle half of the rounds (first to third quartile)."
+    return " · ".join(p for p in parts if p) + "\n" + " ".join([*chart.notes, whiskers])
+
+
+def _high(row: Row) -> float:
+    return max(row.value, row.spread[1]) if row.spread else row.value
 
 
 def render(chart: Chart, run: Run, path: Path) -> None:
@@ -543,6 +559,7 @@ def render(chart: Chart, run: Run, path: Path) -> None:
     shared = chart.shared_rows
     axes_grid = figure.subplots(grid_rows, columns, squeeze=False, sharey=shared, sharex=shared)
     every = [row.value for p in chart.panels for row in p.rows if row.value > 0]
+    every += [_high(row) for p in chart.panels for row in p.rows]
     log_all = any(needs_log(p) for p in chart.panels)
     for index, axes in enumerate(axes_grid.flat):
         if index >= len(chart.panels):
@@ -552,29 +569,37 @@ def render(chart: Chart, run: Run, path: Path) -> None:
         order = labels if chart.shared_rows else [row.label for row in panel.rows]
         positions = [order.index(row.label) for row in panel.rows]
         values = [row.value for row in panel.rows]
-        bars = axes.barh(
-            positions, values, color=[COLORS[row.role] for row in panel.rows], height=0.65
+        below = [row.value - (row.spread or (row.value, 0))[0] for row in panel.rows]
+        above = [_high(row) - row.value for row in panel.rows]
+        axes.barh(
+            positions,
+            values,
+            color=[COLORS[row.role] for row in panel.rows],
+            height=0.65,
+            xerr=[[max(b, 0) for b in below], [max(a, 0) for a in above]],
+            error_kw={"elinewidth": 0.8, "capsize": 2, "ecolor": "#333333"},
         )
         if index % columns == 0 or not chart.shared_rows:
             axes.set_yticks(range(len(order)), order, fontsize=8.5)
         if index == 0 or not chart.shared_rows:
             axes.invert_yaxis()
-        texts = []
-        for row in panel.rows:
-            text = format_value(row.value, panel.unit)
-            ratio = panel.ratio(row)
-            if ratio is not None:
-                text += f"  ·  {compare(ratio)}"
-            texts.append(text)
-        axes.bar_label(bars, texts, padding=3, fontsize=8)
-        low, top = min(every if shared else values), max(every if shared else values)
-        if log_all if shared else needs_log(panel):
+        highs = [_high(row) for row in panel.rows]
+        low, top = min(every if shared else values), max(every if shared else values + highs)
+        log = log_all if shared else needs_log(panel)
+        if log:
             axes.set_xscale("log")
             axes.set_xlim(low / 2, top * 60)
             start = low / 1.5
         else:
             axes.set_xlim(0, top * 1.7)
             start = top * 0.02
+        for position, row, high in zip(positions, panel.rows, highs, strict=True):
+            text = format_value(row.value, panel.unit)
+            ratio = panel.ratio(row)
+            if ratio is not None:
+                text += f"  ·  {compare(ratio)}"
+            x = high * 1.12 if log else high + top * 0.015
+            axes.text(x, position, text, va="center", fontsize=8)
         for missing in panel.missing:
             if missing in order:
                 axes.text(
@@ -604,7 +629,9 @@ def render(chart: Chart, run: Run, path: Path) -> None:
         frameon=False,
     )
     figure.suptitle(chart.title, fontsize=12, x=0.01, ha="left")
-    figure.supxlabel(caption(run, chart), fontsize=7.5, color="#444444", x=0.01, ha="left")
+    room = int((width - 4.2) * 17)  # characters a caption line may take beside the legend
+    text = "\n".join(textwrap.fill(line, room) for line in caption(run, chart).split("\n"))
+    figure.supxlabel(text, fontsize=7.5, color="#444444", x=0.01, ha="left")
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
 
