@@ -340,3 +340,24 @@ def test_readme_table_is_rewritten_between_its_markers(tmp_path: Path) -> None:
     readme.write_text("# No markers\n", encoding="utf-8")
     assert report.main([*argv, "--charts", "window"]) == 2
     assert readme.read_text(encoding="utf-8") == "# No markers\n"
+
+
+def test_whiskers_are_the_quartiles_in_the_rows_unit(tmp_path: Path) -> None:
+    rows = token_rows()
+    rows[0]["stats"].update(q1=0.08, q3=0.125)  # tiktoken, o200k_base: 5 MB in 80 to 125 ms
+    chart = report.tokens_chart(results(rows, tmp_path))
+    assert chart is not None
+    tiktoken = chart.panels[1].row("tiktoken")
+    assert tiktoken is not None and tiktoken.spread == pytest.approx((40.0, 62.5))  # MB/s
+    window = report.window_chart(results(window_rows(), tmp_path))
+    assert window is not None and window.panels[0].rows[0].spread == (2e-6, 2e-6)  # no quartiles
+
+
+def test_a_quick_run_says_so_in_the_caption(tmp_path: Path) -> None:
+    path = write_run(tmp_path / "run.json", window_rows())
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["agentctx_report"]["quick"] = True
+    path.write_text(json.dumps(data), encoding="utf-8")
+    run = report.load(path)
+    chart = report.window_chart(run.results)
+    assert chart is not None and "[quick run: rough figures]" in report.caption(run, chart)
