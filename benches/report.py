@@ -4,6 +4,7 @@
     python benches/report.py --quick          # a short run (rough figures, same charts)
     python benches/report.py --from-json F    # draw a saved run again without running anything
     python benches/report.py --charts window,tokens --save-json run.json
+    python benches/report.py --from-json run.json --readme   # also rewrite the README's table
 
 One chart per comparison: the window core against LangChain's ``trim_messages`` and the
 minimal scan (``bench_window.py``), the service path against the OpenAI Agents SDK's sessions
@@ -709,7 +710,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=Path,
         nargs="?",
         const=ROOT / "README.md",
-        help="also rewrite the peer table between the README's markers",
+        help="also rewrite the peer table between the README's markers (with the charts drawn)",
     )
     args = parser.parse_args(argv)
     keys = [key.strip() for key in args.charts.split(",") if key.strip()]
@@ -736,7 +737,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             chart = suite.build(run.results)
             if chart is None:
                 note = f"{suite.key} chart skipped: no {suite.bench} rows in the results"
-                if not any(suite.key in n for n in notes):
+                if not any(n.startswith(f"{suite.key} chart") for n in notes):
                     notes.append(note)
                 continue
             path = args.out / f"bench-{suite.key}.png"
@@ -759,6 +760,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
-
-
-__all__ = ["Chart", "Panel", "ReportError", "Result", "Row", "Run", "main", "render", "table"]
