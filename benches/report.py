@@ -306,16 +306,21 @@ def _service_label(side: str, kind: str) -> tuple[str, Role]:
     return label.format(session=session), role
 
 
+SERVICE_SCENARIOS = ("one call", "round-robin", "append")  # the groups compared with the SDK
+
+
 def service_chart(results: list[Result]) -> Chart | None:
     groups: dict[str, list[Result]] = {}
     for r in results:
+        # other service groups (e.g. Redis server CPU per read) have no peer row: not charted
         if r.group and r.group.startswith("service:"):
-            groups.setdefault(r.group, []).append(r)
+            if any(scenario in r.group for scenario in SERVICE_SCENARIOS):
+                groups.setdefault(r.group, []).append(r)
     if not groups:
         return None
 
     def order(group: str) -> tuple[int, int, int, str]:
-        scenarios = ["one call", "round-robin", "append"]
+        scenarios = SERVICE_SCENARIOS
         scenario = next((i for i, s in enumerate(scenarios) if s in group), len(scenarios))
         kind = next((i for i, k in enumerate(["sqlite", "redis"]) if f", {k}" in group), 2)
         sizes = re.findall(r"\d+", group)
@@ -366,6 +371,20 @@ def _token_role(label: str) -> Role:
     return "ours"
 
 
+def _token_pair(label: str, ours: list[str]) -> str | None:
+    """The agentctx_fast row a row is compared with: the one sharing most of its name's words
+    besides who counts (``tiktoken-cl100k`` with ``ours-exact-cl100k``), else the first."""
+    if not ours:
+        return None
+    generic = {"ours", "exact", "tiktoken", "heuristic", ""}
+
+    def words(text: str) -> set[str]:
+        return set(re.split(r"[-_ ,]+", text.lower())) - generic
+
+    mine = words(label)
+    return max(ours, key=lambda other: (len(mine & words(other)), -ours.index(other)))
+
+
 def _megabytes(r: Result) -> float | None:
     info = r.extra_info
     for key, scale in (("megabytes", 1.0), ("mb", 1.0), ("bytes", 1e-6)):
@@ -397,7 +416,7 @@ def tokens_chart(results: list[Result]) -> Chart | None:
             rows.append((label, value, _token_role(label), spread))
         rank = {"ours": 0, "peer": 1, "other": 2, "floor": 3}
         rows.sort(key=lambda row: rank[row[2]])
-        base = rows[0][0] if rows[0][2] == "ours" else None
+        ours = [label for label, _, role, _ in rows if role == "ours"]
         title = group.removeprefix("tokens-")
         if title.startswith("throughput-"):
             title = f"Counting tokens, {title.removeprefix('throughput-')} (MB/s)"
@@ -407,7 +426,10 @@ def tokens_chart(results: list[Result]) -> Chart | None:
             Panel(
                 title,
                 "throughput" if throughput else "time",
-                tuple(Row(label, value, role, base, spread) for label, value, role, spread in rows),
+                tuple(
+                    Row(label, value, role, _token_pair(label, ours), spread)
+                    for label, value, role, spread in rows
+                ),
             )
         )
     return Chart(

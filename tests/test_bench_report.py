@@ -108,6 +108,7 @@ def service_rows() -> list[dict[str, Any]]:
 
 
 def token_rows() -> list[dict[str, Any]]:
+    """Named as bench_tokens.py names them (the parameter ``row``)."""
     rows = []
     for encoding in ("o200k_base", "cl100k_base"):
         group = f"tokens-throughput-{encoding}"
@@ -118,12 +119,18 @@ def token_rows() -> list[dict[str, Any]]:
                     median,
                     group,
                     encoding=encoding,
-                    counter=counter,
+                    row=counter,
                     extra_info={"megabytes": 5.0},
                 )
             )
-    for counter, median in (("ours-exact", 0.002), ("tiktoken", 0.01)):
-        rows.append(bench(f"test_history[{counter}]", median, "tokens-history", counter=counter))
+    history = (
+        ("ours-exact-o200k", 0.002),
+        ("ours-exact-cl100k", 0.003),
+        ("tiktoken-cl100k", 0.015),
+        ("heuristic", 0.001),
+    )
+    for counter, median in history:
+        rows.append(bench(f"test_history[{counter}]", median, "tokens-history", row=counter))
     return rows
 
 
@@ -217,7 +224,15 @@ def test_tokens_chart_reports_throughput_in_mb_per_second(tmp_path: Path) -> Non
     assert throughput.ratio(throughput.rows[1]) == pytest.approx(4)  # 200 vs 50 MB/s
     assert throughput.ratio(throughput.rows[2]) == pytest.approx(0.2)
     history = chart.panels[2]
-    assert history.unit == "time" and history.ratio(history.rows[1]) == pytest.approx(5)
+    assert history.unit == "time"
+    assert [(r.label, r.role, r.versus) for r in history.rows] == [
+        ("ours-exact-o200k", "ours", "ours-exact-o200k"),
+        ("ours-exact-cl100k", "ours", "ours-exact-cl100k"),
+        ("tiktoken-cl100k", "peer", "ours-exact-cl100k"),  # the same encoding
+        ("heuristic", "other", "ours-exact-o200k"),  # nothing shared: the first
+    ]
+    assert history.ratio(history.rows[2]) == pytest.approx(5)
+    assert history.ratio(history.rows[3]) == pytest.approx(0.5)
 
 
 def test_from_json_renders_every_chart_and_the_table(tmp_path: Path) -> None:
@@ -361,3 +376,16 @@ def test_a_quick_run_says_so_in_the_caption(tmp_path: Path) -> None:
     run = report.load(path)
     chart = report.window_chart(run.results)
     assert chart is not None and "[quick run: rough figures]" in report.caption(run, chart)
+
+
+def test_service_groups_without_a_peer_comparison_are_left_out(tmp_path: Path) -> None:
+    group = "service: Redis server CPU per page read (see server_usec_per_read)"
+    extra = [
+        bench(f"test_redis_server_cpu_per_page_read[redis-{read}]", 1e-4, group, setup="redis",
+              read=read, extra_info={"server_usec_per_read": 12.0})
+        for read in ("ours-get_messages", "plain-lrange")
+    ]  # fmt: skip
+    chart = report.service_chart(results(service_rows() + extra, tmp_path))
+    assert chart is not None and len(chart.panels) == 6
+    assert not any("CPU" in panel.title for panel in chart.panels)
+    assert report.service_chart(results(extra, tmp_path)) is None
