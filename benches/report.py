@@ -438,8 +438,9 @@ def tokens_chart(results: list[Result]) -> Chart | None:
         panels=tuple(panels),
         peers=("tiktoken",),
         notes=(
-            "Each label: the median (or MB/s), then how the row compares with the panel's first "
-            "agentctx_fast row. One pytest-benchmark run, rows side by side.",
+            "Each label: the median (or MB/s), then how the row compares with the agentctx_fast "
+            "row of the same encoding (else the panel's first). One pytest-benchmark run, rows "
+            "side by side.",
         ),
         columns=2,
     )
@@ -506,6 +507,8 @@ def run_benchmarks(files: list[Path], json_path: Path, quick: bool) -> list[str]
 def format_value(value: float, unit: Unit) -> str:
     if unit == "throughput":
         return f"{value:,.0f} MB/s" if value >= 100 else f"{value:.3g} MB/s"
+    if value >= 1000:
+        return f"{value:,.0f} s"
     for scale, suffix in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
         if value >= scale:
             return f"{value / scale:.3g} {suffix}"
@@ -611,7 +614,7 @@ def render(chart: Chart, run: Run, path: Path) -> None:
         log = log_all if shared else needs_log(panel)
         if log:
             axes.set_xscale("log")
-            axes.set_xlim(low / 2, top * 60)
+            axes.set_xlim(low / 2, top * 30)
             start = low / 1.5
         else:
             axes.set_xlim(0, top * 1.7)

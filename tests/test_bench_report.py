@@ -333,6 +333,7 @@ def test_formats() -> None:
     assert report.format_value(1.48e-4, "time") == "148 µs"
     assert report.format_value(3.2e-8, "time") == "32 ns"
     assert report.format_value(1.5, "time") == "1.5 s"
+    assert report.format_value(1234.5, "time") == "1,234 s"
     assert report.format_value(1234.0, "throughput") == "1,234 MB/s"
     assert report.compare(74.2) == "74x slower"
     assert report.compare(27_506.0) == "27,500x slower"
