@@ -201,3 +201,52 @@ def test_append_a_tool_turn(benchmark: Any, setup: Setup, side: str) -> None:
     else:
         benchmark(lambda: [memory.add_message_if_absent(m) for m in _tool_turn(next(tags))])
     assert memory.message_count() % 4 == 0
+
+
+PAGE = 116  # the runner's first read with default limits (max_attached_messages + 16)
+
+
+def _server_usec_per_call(client: Any, command: str) -> float:
+    stats = client.info("commandstats")
+    return float(stats[f"cmdstat_{command}"]["usec_per_call"])
+
+
+@pytest.mark.parametrize("read", ["ours-get_messages", "ours-get_model_messages", "plain-lrange"])
+def test_redis_server_cpu_per_page_read(benchmark: Any, setup: Setup, read: str) -> None:
+    """Redis server CPU per page read (``usec_per_call`` of INFO commandstats), ours beside a
+    plain ``LRANGE`` of the same records copied to a list of their own. The figure is in the
+    row's ``extra_info`` and printed (run with ``-s``)."""
+    if setup.kind != "redis":
+        pytest.skip("server CPU per read is a Redis figure")
+    benchmark.group = "service: Redis server CPU per page read (see server_usec_per_read)"
+    client = setup.store.client
+    memory = setup.store.chat_memory(setup.conversations[SIZES[-1]])
+    records_key = memory._inner._records
+    if read == "plain-lrange":
+        plain = f"{records_key}:plain-copy"
+        client.delete(plain)
+        client.rpush(plain, *client.lrange(records_key, -PAGE, -1))
+
+        def run() -> Any:
+            return client.lrange(plain, -PAGE, -1)
+
+        command = "lrange"
+    elif read == "ours-get_messages":
+
+        def run() -> Any:
+            return memory.get_messages(PAGE)
+
+        command = "lrange"
+    else:
+
+        def run() -> Any:
+            return memory.get_model_messages(PAGE)
+
+        command = "evalsha"
+    run()  # loads the script, if any, before the count starts
+    client.config_resetstat()
+    result = benchmark(run)
+    usec = _server_usec_per_call(client, command)
+    benchmark.extra_info["server_usec_per_read"] = usec
+    print(f"\n{read}: {usec:.2f} usec of Redis server CPU per read of {PAGE} records")
+    assert len(result) == PAGE
