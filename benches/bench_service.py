@@ -7,7 +7,8 @@ runner's own history read (`read_history` with an agent's default limits), `buil
 ``RedisSession.get_items(limit=100)`` over the same conversations (1,000 and 10,000 tool-heavy
 messages, stored in the SDK's item format). ``warm`` is the default decoded-record cache,
 ``cold`` has it off. Also: 100 conversations read round-robin with default settings (a cache
-that cannot hold them all), and appending one finished tool turn (four messages).
+that cannot hold them all), appending one finished tool turn (four messages), and on Redis the
+server CPU per page read (INFO commandstats) beside a plain ``LRANGE`` of the same records.
 
 The SDK is a benchmark-only dependency (``pip install openai-agents``); its sessions are async,
 so both sides run on one event loop kept for the whole module (the blocking stores' calls
@@ -26,7 +27,7 @@ import pytest
 
 from agentctx_fast import AiMessage, Message, ToolCall, ToolMessage, UserMessage, to_openai
 from agentctx_fast.memory import AsyncChatMemory, awaitable_memory
-from agentctx_fast.runner._reads import read_history
+from agentctx_fast.runner._reads import _REACH_MARGIN, read_history
 from agentctx_fast.stores.redis import RedisAgentStore
 from agentctx_fast.stores.sql import SqlAgentStore
 from agentctx_fast.window import build_window
@@ -114,12 +115,13 @@ _REACH: dict[int, int] = {}
 
 async def _assemble(memory: AsyncChatMemory, key: int = 0) -> list[dict[str, Any]]:
     """One model call's input as the runner makes it (default agent limits; the first read
-    sized from what the conversation's last read needed, as the runner remembers it)."""
+    sized from what the conversation's last read needed plus the runner's margin, as the
+    runner remembers it; no turn is appended between calls here)."""
     known = _REACH.get(key)
     history = await read_history(
         memory, max_attached_turns=10, max_attached_messages=100, compact=False,
         keep_recent_turns=2, current_stored=True,
-        first_page=None if known is None else known + 24,
+        first_page=None if known is None else known + _REACH_MARGIN,
     )  # fmt: skip
     _REACH[key] = len(history)
     window = build_window(history, system="You are a support agent.")
