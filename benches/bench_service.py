@@ -147,7 +147,9 @@ def test_assemble_one_call(benchmark: Any, setup: Setup, size: int, side: str) -
 
 @pytest.mark.parametrize("side", ["ours", "peer-get_items"])
 def test_round_robin_100_conversations(benchmark: Any, setup: Setup, side: str) -> None:
-    """Throughput with default settings over 100 conversations of 1,000 messages each."""
+    """Throughput with default settings over 100 conversations of 1,000 messages each, in the
+    steady state of a service: each side serves the whole ring once before the timing starts
+    (fewer rounds than conversations would otherwise time only first visits)."""
     benchmark.group = f"service: 100 conversations round-robin, {setup.kind}"
     loop = setup.loop
     ring = itertools.cycle(setup.ring)
@@ -157,6 +159,8 @@ def test_round_robin_100_conversations(benchmark: Any, setup: Setup, side: str) 
         def peer() -> Any:
             return loop.run_until_complete(sessions[next(ring)].get_items(limit=100))
 
+        for _ in setup.ring:
+            peer()
         assert len(benchmark(peer)) == 100
         return
     store = setup.store
@@ -166,6 +170,8 @@ def test_round_robin_100_conversations(benchmark: Any, setup: Setup, side: str) 
         memory = awaitable_memory(store.chat_memory(conversation))
         return loop.run_until_complete(_assemble(memory, hash(conversation)))
 
+    for _ in setup.ring:
+        ours()
     assert len(benchmark(ours)) > 10
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import (
     AbstractAsyncContextManager,
     AbstractContextManager,
@@ -88,8 +88,16 @@ class SqlPort(Protocol):
 
     dialect: str
 
-    async def rows(self, action: str, statement: Any, *, write: bool = False) -> Sequence[Any]:
-        """The rows ``statement`` returns (in a committed transaction when ``write``)."""
+    async def rows(
+        self,
+        action: str,
+        statement: Any,
+        *,
+        write: bool = False,
+        params: Mapping[str, Any] | None = None,
+    ) -> Sequence[Any]:
+        """The rows ``statement`` returns (in a committed transaction when ``write``), with
+        ``params`` bound to its bind parameters."""
         ...
 
     async def changed(self, action: str, statement: Any) -> int:
@@ -132,9 +140,16 @@ class BlockingSqlPort:
             else None
         )
 
-    async def rows(self, action: str, statement: Any, *, write: bool = False) -> Sequence[Any]:
+    async def rows(
+        self,
+        action: str,
+        statement: Any,
+        *,
+        write: bool = False,
+        params: Mapping[str, Any] | None = None,
+    ) -> Sequence[Any]:
         with translated(action), self._serial, self._open(write) as connection:
-            return connection.execute(statement).all()
+            return connection.execute(statement, params).all()
 
     async def changed(self, action: str, statement: Any) -> int:
         with translated(action), self._serial, self._open(True) as connection:
@@ -171,10 +186,17 @@ class AsyncSqlPort:
             else None
         )
 
-    async def rows(self, action: str, statement: Any, *, write: bool = False) -> Sequence[Any]:
+    async def rows(
+        self,
+        action: str,
+        statement: Any,
+        *,
+        write: bool = False,
+        params: Mapping[str, Any] | None = None,
+    ) -> Sequence[Any]:
         with translated(action):
             async with self._serial, self._open(write) as connection:
-                return (await connection.execute(statement)).all()
+                return (await connection.execute(statement, params)).all()
 
     async def changed(self, action: str, statement: Any) -> int:
         with translated(action):

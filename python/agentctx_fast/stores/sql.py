@@ -147,6 +147,7 @@ class _SqlStoreBase:
         self._load_message = MessageLoader(self, message_cache_size)
         self._dialect = port.dialect
         self._tables = _Tables(table_prefix, self._dialect)
+        self._pages = _PageStatements(self._tables.messages)
 
     def message_cache_info(self) -> MessageCacheInfo:
         """Hits, misses and entries of the decoded-record cache (its hit rate is a metric a
@@ -163,6 +164,33 @@ class _SqlStoreBase:
         else:
             from sqlalchemy.dialects.sqlite import insert
         return insert(table).values(values).on_conflict_do_nothing(index_elements=keys)
+
+
+class _PageStatements:
+    """The page queries of a messages table, built once with bind parameters: a read binds
+    its conversation, count and offset instead of building and hashing a new statement."""
+
+    def __init__(self, table: sa.Table) -> None:
+        self._table = table
+        self._built: dict[tuple[bool, bool, bool], Any] = {}
+
+    def get(self, visible_only: bool, limited: bool, offset: bool) -> Any:
+        key = (visible_only, limited, offset)
+        statement = self._built.get(key)
+        if statement is None:
+            table = self._table
+            statement = sa.select(table.c.data).where(
+                table.c.conversation_id == sa.bindparam("conversation_id")
+            )
+            if visible_only:
+                statement = statement.where(table.c.model_visible)
+            statement = statement.order_by(table.c.seq.desc())
+            if limited:
+                statement = statement.limit(sa.bindparam("count", type_=sa.Integer))
+            if offset:
+                statement = statement.offset(sa.bindparam("offset", type_=sa.Integer))
+            self._built[key] = statement
+        return statement
 
 
 def _engine_argument(engine_or_url: object, engine_type: type, make: Any) -> tuple[Any, bool]:
@@ -397,16 +425,16 @@ class AsyncSqlChatMemory(AsyncChatMemory):
         return await self._page(count, 0, visible_only=True)
 
     async def _page(self, count: int | None, offset: int, *, visible_only: bool) -> list[Message]:
+        """One index range scan, newest first from ``offset``: ``(conversation_id, seq)`` or
+        the partial index of visible messages."""
         if count == 0:
             return []
-        table = self._table
-        query = sa.select(table.c.data).where(table.c.conversation_id == self.conversation_id)
-        if visible_only:
-            query = query.where(table.c.model_visible)
-        query = query.order_by(table.c.seq.desc()).limit(count).offset(offset or None)
-        rows = await self._store._port.rows("reading messages", query)
+        statement = self._store._pages.get(visible_only, count is not None, offset > 0)
+        params = {"conversation_id": self.conversation_id, "count": count, "offset": offset}
+        rows = await self._store._port.rows("reading messages", statement, params=params)
         load = self._store._load_message
-        return [load(self.conversation_id, row.data) for row in reversed(rows)]
+        conversation_id = self.conversation_id
+        return [load(conversation_id, row[0]) for row in reversed(rows)]
 
     async def get_message(self, message_id: str) -> Message | None:
         check_identifier(message_id, "message_id")
