@@ -108,8 +108,11 @@ class SqlPort(Protocol):
         """``work`` on a blocking connection in a committed transaction (schema changes)."""
         ...
 
-    async def batch(self, action: str, statements: Sequence[Any]) -> list[Sequence[Any]]:
-        """The rows each of ``statements`` returns, all run in one committed transaction."""
+    async def many(
+        self, action: str, statement: Any, params: Sequence[Mapping[str, Any]]
+    ) -> Sequence[Any]:
+        """The rows ``statement`` returns, run once per ``params`` entry (batched into
+        multi-row statements by the driver layer) in one committed transaction."""
         ...
 
 
@@ -159,9 +162,11 @@ class BlockingSqlPort:
         with translated(action), self._serial, self.engine.begin() as connection:
             work(connection)
 
-    async def batch(self, action: str, statements: Sequence[Any]) -> list[Sequence[Any]]:
+    async def many(
+        self, action: str, statement: Any, params: Sequence[Mapping[str, Any]]
+    ) -> Sequence[Any]:
         with translated(action), self._serial, self.engine.begin() as connection:
-            return [connection.execute(statement).all() for statement in statements]
+            return connection.execute(statement, params).all()
 
     def _open(self, write: bool) -> AbstractContextManager[Connection]:
         if self._single is not None:
@@ -213,10 +218,12 @@ class AsyncSqlPort:
             async with self._serial, self.engine.begin() as connection:
                 await connection.run_sync(work)
 
-    async def batch(self, action: str, statements: Sequence[Any]) -> list[Sequence[Any]]:
+    async def many(
+        self, action: str, statement: Any, params: Sequence[Mapping[str, Any]]
+    ) -> Sequence[Any]:
         with translated(action):
             async with self._serial, self.engine.begin() as connection:
-                return [(await connection.execute(statement)).all() for statement in statements]
+                return (await connection.execute(statement, params)).all()
 
 
 def blocking_engine(url: str) -> Engine:

@@ -69,8 +69,6 @@ from agentctx_fast.stores.sql_turns import (
     turn_tables,
 )
 
-_BATCH_ROWS = 500  # rows per INSERT of a batch: under SQLite's bound-parameter limit
-
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -148,14 +146,24 @@ class _SqlStoreBase:
         self._dialect = port.dialect
         self._tables = _Tables(table_prefix, self._dialect)
         self._pages = _PageStatements(self._tables.messages)
+        self._append_statement: Any = None
 
     def message_cache_info(self) -> MessageCacheInfo:
         """Hits, misses and entries of the decoded-record cache (its hit rate is a metric a
         service should watch: a low one means the cache is too small for its conversations)."""
         return self._load_message.info()
 
+    def _append_many(self) -> Any:
+        """The batch append statement (no values: the rows are its parameter sets)."""
+        if self._append_statement is None:
+            table = self._tables.messages
+            self._append_statement = (
+                self._insert_if_absent(table, None, ["conversation_id", "message_id"])
+            ).returning(table.c.message_id)
+        return self._append_statement
+
     def _insert_if_absent(
-        self, table: sa.Table, values: dict[str, Any] | list[dict[str, Any]], keys: list[str]
+        self, table: sa.Table, values: dict[str, Any] | list[dict[str, Any]] | None, keys: list[str]
     ) -> Any:
         """``INSERT … ON CONFLICT (keys) DO NOTHING``: the unique key decides on the server."""
         insert: Any
@@ -163,7 +171,8 @@ class _SqlStoreBase:
             from sqlalchemy.dialects.postgresql import insert
         else:
             from sqlalchemy.dialects.sqlite import insert
-        return insert(table).values(values).on_conflict_do_nothing(index_elements=keys)
+        statement = insert(table) if values is None else insert(table).values(values)
+        return statement.on_conflict_do_nothing(index_elements=keys)
 
 
 class _PageStatements:
@@ -390,20 +399,16 @@ class AsyncSqlChatMemory(AsyncChatMemory):
         return bool(await self._store._port.rows(action, statement, write=True))
 
     async def add_messages_if_absent(self, messages: Sequence[Message]) -> list[bool]:
-        """One transaction: multi-row ``INSERT … ON CONFLICT DO NOTHING`` statements."""
+        """One transaction: one ``INSERT … ON CONFLICT DO NOTHING … RETURNING`` statement,
+        built once per store and run over the rows (SQLAlchemy sends them as multi-row
+        inserts)."""
         batch = check_messages(messages)
         rows = [self._row(message) for message in batch]  # every record made before writing
         if not rows:
             return []
-        statements = [
-            self._store._insert_if_absent(
-                self._table, rows[start : start + _BATCH_ROWS], ["conversation_id", "message_id"]
-            ).returning(self._table.c.message_id)
-            for start in range(0, len(rows), _BATCH_ROWS)
-        ]
         action = f"adding {len(rows)} messages"
-        results = await self._store._port.batch(action, statements)
-        inserted = {row.message_id for result in results for row in result}
+        statement = self._store._append_many()
+        inserted = {row.message_id for row in await self._store._port.many(action, statement, rows)}
         return first_of_each(batch, inserted)
 
     def _row(self, message: Message) -> dict[str, Any]:
