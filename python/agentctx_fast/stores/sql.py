@@ -153,8 +153,9 @@ class _SqlStoreBase:
         service should watch: a low one means the cache is too small for its conversations)."""
         return self._load_message.info()
 
-    def _append_many(self) -> Any:
-        """The batch append statement (no values: the rows are its parameter sets)."""
+    def _append(self) -> Any:
+        """The append statement, built once: ``INSERT … ON CONFLICT DO NOTHING RETURNING
+        message_id`` without values (a row, or the rows of a batch, are its parameters)."""
         if self._append_statement is None:
             table = self._tables.messages
             self._append_statement = (
@@ -392,11 +393,10 @@ class AsyncSqlChatMemory(AsyncChatMemory):
 
     async def add_message_if_absent(self, message: Message) -> bool:
         check_message(message)
-        statement = self._store._insert_if_absent(
-            self._table, self._row(message), ["conversation_id", "message_id"]
-        ).returning(self._table.c.seq)
         action = f"adding message {message.message_id!r}"
-        return bool(await self._store._port.rows(action, statement, write=True))
+        statement = self._store._append()
+        params = self._row(message)
+        return bool(await self._store._port.rows(action, statement, write=True, params=params))
 
     async def add_messages_if_absent(self, messages: Sequence[Message]) -> list[bool]:
         """One transaction: one ``INSERT … ON CONFLICT DO NOTHING … RETURNING`` statement,
@@ -407,7 +407,7 @@ class AsyncSqlChatMemory(AsyncChatMemory):
         if not rows:
             return []
         action = f"adding {len(rows)} messages"
-        statement = self._store._append_many()
+        statement = self._store._append()
         inserted = {row.message_id for row in await self._store._port.many(action, statement, rows)}
         return first_of_each(batch, inserted)
 
