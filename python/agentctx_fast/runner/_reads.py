@@ -67,7 +67,8 @@ async def read_history(
             start = None if found is None else min(start, found)
         if start is not None:
             return collected[start:]
-        page *= 2
+        page = len(collected)  # as much again: a read just short (a turn another process
+        # added) costs one more page of its size, and a long history doubles what is held
 
 
 def _window_reach(
