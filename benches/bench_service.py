@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import statistics
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -258,3 +260,33 @@ def test_redis_server_cpu_per_page_read(benchmark: Any, setup: Setup, read: str)
     benchmark.extra_info["server_usec_per_read"] = usec
     print(f"\n{read}: {usec:.2f} usec of Redis server CPU per read of {PAGE} records")
     assert len(result) == PAGE
+
+
+def test_append_a_tool_turn_alternating(benchmark: Any, setup: Setup) -> None:
+    """Ours (one batch) and the peer's ``add_items`` appending a tool turn in alternation, so
+    both see the same server and disk (the test Redis fsyncs every write, which a shared disk
+    makes slow and variable): per-side medians in ``extra_info``, printed with ``-s``."""
+    benchmark.group = f"service: append a tool turn, ours and the peer alternating, {setup.kind}"
+    conversation = f"alternate-{uuid.uuid4().hex[:8]}"
+    memory = setup.store.chat_memory(conversation)
+    session = setup.session(conversation + "-peer")
+    loop = setup.loop
+    tags = (f"t{i}" for i in itertools.count())
+    ours: list[float] = []
+    peer: list[float] = []
+
+    def pair() -> None:
+        turn = _tool_turn(next(tags))
+        items = _peer_items(_tool_turn(next(tags)))
+        start = time.perf_counter()
+        memory.add_messages_if_absent(turn)
+        middle = time.perf_counter()
+        loop.run_until_complete(session.add_items(items))
+        ours.append(middle - start)
+        peer.append(time.perf_counter() - middle)
+
+    benchmark.pedantic(pair, rounds=200, warmup_rounds=5)
+    ours_us, peer_us = statistics.median(ours) * 1e6, statistics.median(peer) * 1e6
+    benchmark.extra_info.update(ours_median_us=ours_us, peer_median_us=peer_us)
+    print(f"\n{setup.kind}: append a tool turn, ours {ours_us:.0f} us, peer {peer_us:.0f} us")
+    assert memory.message_count() == 4 * len(ours)
