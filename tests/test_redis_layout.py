@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agentctx_fast import AgentActionMessage, AiMessage, UserMessage
+from agentctx_fast import AgentActionMessage, AiMessage, SerializationError, UserMessage
 from store_fixtures import new_conversation_id
 
 redis = pytest.importorskip("redis")
@@ -84,3 +84,12 @@ def test_a_cleared_conversation_starts_its_positions_anew(store: Any) -> None:
     assert memory.get_message("u") is None
     got = memory.get_message("a")
     assert got is not None and got.text == "newer"
+
+
+def test_a_corrupt_index_entry_is_a_serialization_error(store: Any) -> None:
+    memory = store.chat_memory(conversation := new_conversation_id())
+    memory.add_message_if_absent(AiMessage("a", message_id="a"))
+    store.client.hset(f"{store.key_prefix}conv:{{{conversation}}}:i", "a", "garbage")
+    with pytest.raises(SerializationError, match="index entry"):
+        memory.update_message(AiMessage("b", message_id="a"), 0)
+    assert memory.get_messages() == [AiMessage("a", message_id="a")]  # nothing was written

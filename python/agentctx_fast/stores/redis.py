@@ -98,11 +98,12 @@ return out
 
 # KEYS: records, index. ARGV: id, expected version, record, kind, next version (the client
 # computes it). Returns {1} applied, {0, version} conflict, {-1} unknown id, {-2, kind} other
-# class.
+# class, {-3} an index entry that is not "position version kind".
 _UPDATE = """
 local entry = redis.call('HGET', KEYS[2], ARGV[1])
 if not entry then return {-1} end
 local position, version, kind = string.match(entry, '^(%d+) (%S+) (.*)$')
+if not position then return {-3} end
 if kind ~= ARGV[4] then return {-2, kind} end
 if version ~= ARGV[2] then return {0, version} end
 redis.call('LSET', KEYS[1], position, ARGV[3])
@@ -378,6 +379,11 @@ class AsyncRedisChatMemory(AsyncChatMemory):
             return updated
         if status == -1:
             raise MessageNotFoundError(f"no stored message {message.message_id!r}")
+        if status == -3:
+            raise SerializationError(
+                f"message {message.message_id!r}: its stored index entry is not "
+                "'position version kind'"
+            )
         if status == -2:
             stored_kind = outcome[1].decode() if isinstance(outcome[1], bytes) else outcome[1]
             raise InvalidArgumentError(
