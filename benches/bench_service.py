@@ -7,8 +7,9 @@ runner's own history read (`read_history` with an agent's default limits), `buil
 ``RedisSession.get_items(limit=100)`` over the same conversations (1,000 and 10,000 tool-heavy
 messages, stored in the SDK's item format). ``warm`` is the default decoded-record cache,
 ``cold`` has it off. Also: 100 conversations read round-robin with default settings (a cache
-that cannot hold them all), appending one finished tool turn (four messages), and on Redis the
-server CPU per page read (INFO commandstats) beside a plain ``LRANGE`` of the same records.
+that cannot hold them all), appending one finished tool turn (four messages; also with both
+sides alternating, as the test Redis fsyncs every write), and on Redis the server CPU per page
+read (INFO commandstats) beside a plain ``LRANGE`` of the same records.
 
 The SDK is a benchmark-only dependency (``pip install openai-agents``); its sessions are async,
 so both sides run on one event loop kept for the whole module (the blocking stores' calls
