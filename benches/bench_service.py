@@ -7,7 +7,9 @@ runner's own history read (`read_history` with an agent's default limits), `buil
 ``RedisSession.get_items(limit=100)`` over the same conversations (1,000 and 10,000 tool-heavy
 messages, stored in the SDK's item format). ``warm`` is the default decoded-record cache,
 ``cold`` has it off. Also: 100 conversations read round-robin with default settings (a cache
-that cannot hold them all), and appending one finished tool turn (four messages).
+that cannot hold them all), appending one finished tool turn (four messages; also with both
+sides alternating, as the test Redis fsyncs every write), and on Redis the server CPU per page
+read (INFO commandstats) beside a plain ``LRANGE`` of the same records.
 
 The SDK is a benchmark-only dependency (``pip install openai-agents``); its sessions are async,
 so both sides run on one event loop kept for the whole module (the blocking stores' calls
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import statistics
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -26,7 +30,7 @@ import pytest
 
 from agentctx_fast import AiMessage, Message, ToolCall, ToolMessage, UserMessage, to_openai
 from agentctx_fast.memory import AsyncChatMemory, awaitable_memory
-from agentctx_fast.runner._reads import read_history
+from agentctx_fast.runner._reads import _REACH_MARGIN, read_history
 from agentctx_fast.stores.redis import RedisAgentStore
 from agentctx_fast.stores.sql import SqlAgentStore
 from agentctx_fast.window import build_window
@@ -114,12 +118,13 @@ _REACH: dict[int, int] = {}
 
 async def _assemble(memory: AsyncChatMemory, key: int = 0) -> list[dict[str, Any]]:
     """One model call's input as the runner makes it (default agent limits; the first read
-    sized from what the conversation's last read needed, as the runner remembers it)."""
+    sized from what the conversation's last read needed plus the runner's margin, as the
+    runner remembers it; no turn is appended between calls here)."""
     known = _REACH.get(key)
     history = await read_history(
         memory, max_attached_turns=10, max_attached_messages=100, compact=False,
         keep_recent_turns=2, current_stored=True,
-        first_page=None if known is None else known + 24,
+        first_page=None if known is None else known + _REACH_MARGIN,
     )  # fmt: skip
     _REACH[key] = len(history)
     window = build_window(history, system="You are a support agent.")
@@ -145,7 +150,9 @@ def test_assemble_one_call(benchmark: Any, setup: Setup, size: int, side: str) -
 
 @pytest.mark.parametrize("side", ["ours", "peer-get_items"])
 def test_round_robin_100_conversations(benchmark: Any, setup: Setup, side: str) -> None:
-    """Throughput with default settings over 100 conversations of 1,000 messages each."""
+    """Throughput with default settings over 100 conversations of 1,000 messages each, in the
+    steady state of a service: each side serves the whole ring once before the timing starts
+    (fewer rounds than conversations would otherwise time only first visits)."""
     benchmark.group = f"service: 100 conversations round-robin, {setup.kind}"
     loop = setup.loop
     ring = itertools.cycle(setup.ring)
@@ -155,6 +162,8 @@ def test_round_robin_100_conversations(benchmark: Any, setup: Setup, side: str) 
         def peer() -> Any:
             return loop.run_until_complete(sessions[next(ring)].get_items(limit=100))
 
+        for _ in setup.ring:
+            peer()
         assert len(benchmark(peer)) == 100
         return
     store = setup.store
@@ -164,6 +173,8 @@ def test_round_robin_100_conversations(benchmark: Any, setup: Setup, side: str) 
         memory = awaitable_memory(store.chat_memory(conversation))
         return loop.run_until_complete(_assemble(memory, hash(conversation)))
 
+    for _ in setup.ring:
+        ours()
     assert len(benchmark(ours)) > 10
 
 
@@ -201,3 +212,82 @@ def test_append_a_tool_turn(benchmark: Any, setup: Setup, side: str) -> None:
     else:
         benchmark(lambda: [memory.add_message_if_absent(m) for m in _tool_turn(next(tags))])
     assert memory.message_count() % 4 == 0
+
+
+PAGE = 116  # the runner's first read with default limits (max_attached_messages + 16)
+
+
+def _server_usec_per_call(client: Any, command: str) -> float:
+    stats = client.info("commandstats")
+    return float(stats[f"cmdstat_{command}"]["usec_per_call"])
+
+
+@pytest.mark.parametrize("read", ["ours-get_messages", "ours-get_model_messages", "plain-lrange"])
+def test_redis_server_cpu_per_page_read(benchmark: Any, setup: Setup, read: str) -> None:
+    """Redis server CPU per page read (``usec_per_call`` of INFO commandstats), ours beside a
+    plain ``LRANGE`` of the same records copied to a list of their own. The figure is in the
+    row's ``extra_info`` and printed (run with ``-s``)."""
+    if setup.kind != "redis":
+        pytest.skip("server CPU per read is a Redis figure")
+    benchmark.group = "service: Redis server CPU per page read (see server_usec_per_read)"
+    client = setup.store.client
+    memory = setup.store.chat_memory(setup.conversations[SIZES[-1]])
+    records_key = memory._inner._records
+    if read == "plain-lrange":
+        plain = f"{records_key}:plain-copy"
+        client.delete(plain)
+        client.rpush(plain, *client.lrange(records_key, -PAGE, -1))
+
+        def run() -> Any:
+            return client.lrange(plain, -PAGE, -1)
+
+        command = "lrange"
+    elif read == "ours-get_messages":
+
+        def run() -> Any:
+            return memory.get_messages(PAGE)
+
+        command = "lrange"
+    else:
+
+        def run() -> Any:
+            return memory.get_model_messages(PAGE)
+
+        command = "evalsha"
+    run()  # loads the script, if any, before the count starts
+    client.config_resetstat()
+    result = benchmark(run)
+    usec = _server_usec_per_call(client, command)
+    benchmark.extra_info["server_usec_per_read"] = usec
+    print(f"\n{read}: {usec:.2f} usec of Redis server CPU per read of {PAGE} records")
+    assert len(result) == PAGE
+
+
+def test_append_a_tool_turn_alternating(benchmark: Any, setup: Setup) -> None:
+    """Ours (one batch) and the peer's ``add_items`` appending a tool turn in alternation, so
+    both see the same server and disk (the test Redis fsyncs every write, which a shared disk
+    makes slow and variable): per-side medians in ``extra_info``, printed with ``-s``."""
+    benchmark.group = f"service: append a tool turn, ours and the peer alternating, {setup.kind}"
+    conversation = f"alternate-{uuid.uuid4().hex[:8]}"
+    memory = setup.store.chat_memory(conversation)
+    session = setup.session(conversation + "-peer")
+    loop = setup.loop
+    tags = (f"t{i}" for i in itertools.count())
+    ours: list[float] = []
+    peer: list[float] = []
+
+    def pair() -> None:
+        turn = _tool_turn(next(tags))
+        items = _peer_items(_tool_turn(next(tags)))
+        start = time.perf_counter()
+        memory.add_messages_if_absent(turn)
+        middle = time.perf_counter()
+        loop.run_until_complete(session.add_items(items))
+        ours.append(middle - start)
+        peer.append(time.perf_counter() - middle)
+
+    benchmark.pedantic(pair, rounds=200, warmup_rounds=5)
+    ours_us, peer_us = statistics.median(ours) * 1e6, statistics.median(peer) * 1e6
+    benchmark.extra_info.update(ours_median_us=ours_us, peer_median_us=peer_us)
+    print(f"\n{setup.kind}: append a tool turn, ours {ours_us:.0f} us, peer {peer_us:.0f} us")
+    assert memory.message_count() == 4 * len(ours)

@@ -62,19 +62,12 @@ def bulk_load(store: Any, conversation_id: str, messages: list[Message]) -> None
     memory = store.chat_memory(conversation_id)
     if isinstance(store, RedisAgentStore):
         inner = memory._inner  # the store's one implementation holds the key names
-        keys = [inner._records, inner._versions, inner._kinds, inner._order, inner._visible]
+        keys = inner._keys()
         add = store.client.register_script(_ADD_IF_ABSENT)
         for start in range(0, len(messages), 5_000):
             pipe = store.client.pipeline(transaction=False)
             for m in messages[start : start + 5_000]:
-                args = [
-                    m.message_id,
-                    dump(store.serializer, m),
-                    m.version,
-                    type(m).__name__,
-                    "1" if m.model_visible else "0",
-                ]
-                add(keys=keys, args=args, client=pipe)
+                add(keys=keys, args=inner._fields(m), client=pipe)
             pipe.execute()
         return
     for m in messages:

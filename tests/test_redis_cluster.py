@@ -42,7 +42,7 @@ def test_every_key_of_a_conversation_hashes_to_the_slot_of_its_whole_id(
     keys = [
         conversation_key("agent:", kind, conversation_id, *parts)
         for kind, parts in [
-            ("conv", ("m",)), ("conv", ("o",)), ("conv", ("vis",)), ("compression", ()),
+            ("conv", ("r",)), ("conv", ("i",)), ("conv", ("vp",)), ("compression", ()),
             ("turn", (turn_id,)), ("lease", ()),
         ]
     ]  # fmt: skip
@@ -52,8 +52,8 @@ def test_every_key_of_a_conversation_hashes_to_the_slot_of_its_whole_id(
 @given(conversation_ids, conversation_ids)
 def test_two_ids_never_share_a_key(first: str, second: str) -> None:
     if first != second:
-        assert conversation_key("p:", "conv", first, "m") != conversation_key(
-            "p:", "conv", second, "m"
+        assert conversation_key("p:", "conv", first, "r") != conversation_key(
+            "p:", "conv", second, "r"
         )
 
 
@@ -136,7 +136,7 @@ def test_conversations_spread_over_every_master(cluster: Any, redis_cluster: Any
             per_master.append(len(node.keys(f"{prefix}*")))
         finally:
             node.close()
-    assert sum(per_master) == 60 * 5  # five keys per conversation (records … visible ids)
+    assert sum(per_master) == 60 * 3  # three keys per conversation (records, index, visible)
     assert all(count > 0 for count in per_master), per_master
 
 

@@ -35,6 +35,7 @@ from agentctx_fast import (
 )
 from agentctx_fast import metrics as m
 from agentctx_fast.compressors import IncrementalCompressor
+from agentctx_fast.runner._reads import _REACH_MARGIN
 from agentctx_fast.stores.turns import AgentTurnSnapshot
 from async_bridge import runner_for
 from runner_helpers import ids
@@ -346,7 +347,8 @@ class CountingMemory(InMemoryChatMemory):
 
 def test_the_history_read_fetches_little_more_than_the_window() -> None:
     """After a conversation's first turn, each turn's history read asks for what the last one
-    needed plus a margin, not the agent's whole message limit (and gives the same window)."""
+    needed plus the turn the runner stored since and a small margin, not the agent's whole
+    message limit (and gives the same window)."""
     memory = CountingMemory()
     for turn in range(200):  # 600 stored messages: question, tool call and result, answer
         tid = f"h{turn}"
@@ -366,11 +368,38 @@ def test_the_history_read_fetches_little_more_than_the_window() -> None:
         runner.run(agent, "c1", f"new {number}")
         reads.append((memory.read, memory.pages))
     assert reads[0] == (116, 1)  # no size known yet: the agent's 100 messages + 16
-    # then one page of what the last read needed (5 turns of 4 messages at most) + 24
-    assert all(read <= 20 + 24 and pages == 1 for read, pages in reads[1:]), reads
+    # then one page: the last read's reach (5 turns: 4 messages each, but the runner's own
+    # turns hold 2), plus the 2-message turn this runner stored since, plus the margin
+    reaches = [4 * (5 - own) + 2 * own for own in range(3)]
+    assert reads[1:] == [(reach + 2 + _REACH_MARGIN, 1) for reach in reaches], reads
+    assert _REACH_MARGIN <= 4
     before_reply = memory.get_messages()[:-1]  # what the last model call's window came from
     expected = build_window(before_reply, max_attached_turns=5, compact_completed_tool_turns=True)
     assert ids(model.calls[-1].messages) == ids(expected.messages)
+
+
+def test_a_history_read_short_of_the_reach_reads_on() -> None:
+    """Two runners take turns on one conversation, so each one's remembered reach misses the
+    other's turn: the first page falls short, the read goes on, and every window is the one
+    the whole history gives."""
+    memory = CountingMemory()
+    calls = [ToolCall(f"c{i}", "look", "{}") for i in range(6)]
+    replies: list[Any] = [AiMessage(tool_calls=tuple(calls)), AiMessage("done")]
+    model = ScriptedChatModel(replies, cycle=True)
+    agent = Agent("a", model, tools=[Tool("look", lambda: "x")], max_attached_turns=3)
+    runners = [AgentRunner(chat_memory_provider=lambda _: memory) for _ in range(2)]
+    pages = []
+    for number in range(8):
+        memory.pages = 0
+        before = len(model.calls)
+        history = memory.get_messages()
+        runners[number % 2].run(agent, "c1", f"q{number}")
+        pages.append(memory.pages)
+        sent = model.calls[before]
+        expected = build_window([*history, sent.messages[-1]], max_attached_turns=3)
+        assert ids(sent.messages) == ids(expected.messages)
+    assert max(pages[2:]) > 1  # a short first page happened, and was read past
+    assert pages[2:].count(1) < len(pages[2:])
 
 
 def test_an_incremental_summary_survives_a_window_that_moves_past_it() -> None:

@@ -1157,8 +1157,9 @@ def raw_message(store: Any, conversation_id: str, message_id: str) -> bytes:
                     )
                 ).scalar_one()
             )
-    data = store.client.hget(f"{store.key_prefix}conv:{{{conversation_id}}}:m", message_id)
-    return bytes(data)
+    keys = f"{store.key_prefix}conv:{{{conversation_id}}}"
+    position = int(store.client.hget(f"{keys}:i", message_id).split()[0])
+    return bytes(store.client.lindex(f"{keys}:r", position))
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "redis"])
@@ -1381,9 +1382,9 @@ def test_corrupt_redis_message_is_a_serialization_error(redis_store: Any, garbag
     memory = redis_store.chat_memory(conversation_id)
     memory.add_message(UserMessage("fine", message_id="u0"))
     memory.add_message(UserMessage("soon corrupt", message_id="bad"))
-    records = f"{redis_store.key_prefix}conv:{{{conversation_id}}}:m"
-    assert redis_store.client.hexists(records, "bad")  # the documented key layout
-    redis_store.client.hset(records, "bad", garbage)
+    keys = f"{redis_store.key_prefix}conv:{{{conversation_id}}}"
+    assert redis_store.client.hget(f"{keys}:i", "bad") == b"1 0 UserMessage"  # documented layout
+    redis_store.client.lset(f"{keys}:r", 1, garbage)
     assert memory.get_message("u0") == UserMessage("fine", message_id="u0")
     with pytest.raises(SerializationError):
         memory.get_message("bad")

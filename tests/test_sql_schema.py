@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from agentctx_fast import UserMessage
 from store_fixtures import make_store
 
 
@@ -25,6 +26,52 @@ def test_pages_read_one_conversation_s_own_index_range(
         indexed = {tuple(i["column_names"]) for i in inspector.get_indexes(name)}
         assert ("conversation_id", "seq") in {tuple(keys), *indexed}
         assert keys == (["seq"] if kind == "sqlite" else ["conversation_id", "seq"])
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("visible_only", [False, True], ids=["all", "visible"])
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_the_page_statement_plans_an_index_range_scan(
+    kind: str, visible_only: bool, request: pytest.FixtureRequest
+) -> None:
+    """EXPLAIN the statement a page read runs: an index scan of the conversation's range,
+    newest first, with no sort and no walk of the table."""
+    store = make_store(kind, request)
+    try:
+        for conversation in ("a", "b", "c"):
+            store.chat_memory(conversation).add_messages_if_absent(
+                [UserMessage(f"q{i}", message_id=f"m{i}") for i in range(300)]
+            )
+        statement = store._pages.get(visible_only, True, True)
+        params = {"conversation_id": "b", "count": 40, "offset": 5}
+        with store.engine.connect() as connection:
+            if kind == "postgresql":
+                connection.exec_driver_sql(f"ANALYZE {store._tables.messages.name}")
+                connection.exec_driver_sql("SET enable_seqscan = off")  # tiny tables: no cheat
+            compiled = statement.params(**params).compile(
+                connection, compile_kwargs={"literal_binds": True}
+            )
+            prefix = "EXPLAIN QUERY PLAN " if kind == "sqlite" else "EXPLAIN "
+            plan = " | ".join(
+                str(row[-1] if kind == "sqlite" else row[0])
+                for row in connection.exec_driver_sql(prefix + str(compiled))
+            )
+        prefix_name = store._tables.messages.name
+        if kind == "sqlite":
+            assert f"USING INDEX {prefix_name}_page (conversation_id=?)" in plan, plan
+            assert "TEMP B-TREE" not in plan, plan
+        else:
+            assert "Index Scan Backward using" in plan, plan
+            assert "Sort" not in plan and "Seq Scan" not in plan, plan
+        memory = store.chat_memory("b")
+        page = memory.get_model_messages(40) if visible_only else memory.get_messages(40, offset=5)
+        expected = (
+            [f"m{i}" for i in range(260, 300)]
+            if visible_only
+            else [f"m{i}" for i in range(255, 295)]
+        )
+        assert [m.message_id for m in page] == expected
     finally:
         store.close()
 

@@ -300,3 +300,15 @@ def test_add_messages_if_absent_large_batch(memory: ChatMemory) -> None:
     assert memory.add_messages_if_absent(messages) == [True] * 1_203
     assert ids(memory.get_messages(5)) == ids(messages[-5:])
     assert memory.message_count() == 1_203
+
+
+def test_add_messages_if_absent_large_batch_with_stored_and_repeated_ids(
+    memory: ChatMemory,
+) -> None:
+    """A batch longer than one multi-row statement, half of it stored already, some ids twice:
+    only the first of each new id is appended, in batch order."""
+    messages = timeline(2_500, prefix="mix")
+    assert memory.add_messages_if_absent(messages[::2]) == [True] * 1_250
+    flags = memory.add_messages_if_absent([*messages, messages[3], messages[4]])
+    assert flags == [i % 2 == 1 for i in range(2_500)] + [False, False]
+    assert ids(memory.get_messages()) == ids([*messages[::2], *messages[1::2]])

@@ -201,6 +201,9 @@ class Persistence(ToolSteps):
         error: str | None = None,
         pending: tuple[PendingApproval, ...] = (),
     ) -> AgentTurn:
+        if run.memory is not None and run.conversation_id is not None:
+            # the next turn's first read then asks for this turn as well, not a guess of it
+            self._remember_reach(run.conversation_id, len(run.history) + len(run.messages))
         return AgentTurn(
             run.turn_id, run.conversation_id, status, tuple(run.messages), final, error,
             pending, run.steps,

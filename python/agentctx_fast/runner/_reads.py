@@ -21,8 +21,10 @@ from agentctx_fast.stores.turns import AgentTurnSnapshot
 from agentctx_fast.turns import TurnStatus, segment_turns
 
 _FIRST_PAGE_MIN = 64
-_REACH_MARGIN = 24  # a new turn's messages, and the start of the turn before the reach
-_REMEMBERED_REACHES = 65_536
+# Past what a conversation's reach was when this runner last read or wrote it: the message
+# before the reach (proof that its first turn is whole) and a few more, for a turn another
+# process added or an older turn that compaction now lets in. A read that falls short reads on.
+_REACH_MARGIN = 4
 
 
 async def read_history(
@@ -65,7 +67,8 @@ async def read_history(
             start = None if found is None else min(start, found)
         if start is not None:
             return collected[start:]
-        page *= 2
+        page = len(collected)  # as much again: a read just short (a turn another process
+        # added) costs one more page of its size, and a long history doubles what is held
 
 
 def _window_reach(
@@ -145,7 +148,8 @@ class HistoryReads(EngineState):
         current_stored: bool = True,
     ) -> list[Message]:
         """The history a window of ``agent`` reaches, read in about one page: the first read
-        asks for what this conversation's last read needed, plus room for the new turn."""
+        asks for what this conversation's reach was after this runner last read or wrote it,
+        plus a small margin."""
         known = self._reach.get(conversation_id)
         history = await read_history(
             memory,
@@ -157,11 +161,7 @@ class HistoryReads(EngineState):
             current_stored=current_stored,
             first_page=None if known is None else known + _REACH_MARGIN,
         )
-        with self._caches_lock:  # the blocking runner serves many threads
-            self._reach[conversation_id] = len(history)
-            self._reach.move_to_end(conversation_id)
-            if len(self._reach) > _REMEMBERED_REACHES:
-                self._reach.popitem(last=False)
+        self._remember_reach(conversation_id, len(history))
         return history
 
     async def _split_turn(

@@ -44,6 +44,9 @@ class TurnRun:
     decisions: dict[str, bool] = field(default_factory=dict)
 
 
+_REMEMBERED_REACHES = 65_536
+
+
 class EngineState:
     """What every part of the turn engine reads: the stores, the lease keeper, the options."""
 
@@ -54,8 +57,18 @@ class EngineState:
     _lease_seconds: float
     _clock: Callable[[], float]
     _metrics: AgentMetrics | None
-    _reach: OrderedDict[str, int]  # per conversation: messages its last history read needed
+    _reach: OrderedDict[str, int]  # per conversation: messages its next history read needs
     _caches_lock: threading.Lock  # guards the bounded caches above and in `WindowBuilding`
+
+    def _remember_reach(self, conversation_id: str, size: int) -> None:
+        """Remember that a window over ``conversation_id`` reaches about ``size`` messages
+        back: what its last history read kept, or that plus the turn this runner just stored
+        (the next turn's history holds it)."""
+        with self._caches_lock:  # the blocking runner serves many threads
+            self._reach[conversation_id] = size
+            self._reach.move_to_end(conversation_id)
+            if len(self._reach) > _REMEMBERED_REACHES:
+                self._reach.popitem(last=False)
 
 
 class LeaseLost(Exception):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import (
     AbstractAsyncContextManager,
     AbstractContextManager,
@@ -88,8 +88,16 @@ class SqlPort(Protocol):
 
     dialect: str
 
-    async def rows(self, action: str, statement: Any, *, write: bool = False) -> Sequence[Any]:
-        """The rows ``statement`` returns (in a committed transaction when ``write``)."""
+    async def rows(
+        self,
+        action: str,
+        statement: Any,
+        *,
+        write: bool = False,
+        params: Mapping[str, Any] | None = None,
+    ) -> Sequence[Any]:
+        """The rows ``statement`` returns (in a committed transaction when ``write``), with
+        ``params`` bound to its bind parameters."""
         ...
 
     async def changed(self, action: str, statement: Any) -> int:
@@ -100,8 +108,11 @@ class SqlPort(Protocol):
         """``work`` on a blocking connection in a committed transaction (schema changes)."""
         ...
 
-    async def batch(self, action: str, statements: Sequence[Any]) -> list[Sequence[Any]]:
-        """The rows each of ``statements`` returns, all run in one committed transaction."""
+    async def many(
+        self, action: str, statement: Any, params: Sequence[Mapping[str, Any]]
+    ) -> Sequence[Any]:
+        """The rows ``statement`` returns, run once per ``params`` entry (batched into
+        multi-row statements by the driver layer) in one committed transaction."""
         ...
 
 
@@ -132,9 +143,16 @@ class BlockingSqlPort:
             else None
         )
 
-    async def rows(self, action: str, statement: Any, *, write: bool = False) -> Sequence[Any]:
+    async def rows(
+        self,
+        action: str,
+        statement: Any,
+        *,
+        write: bool = False,
+        params: Mapping[str, Any] | None = None,
+    ) -> Sequence[Any]:
         with translated(action), self._serial, self._open(write) as connection:
-            return connection.execute(statement).all()
+            return connection.execute(statement, params).all()
 
     async def changed(self, action: str, statement: Any) -> int:
         with translated(action), self._serial, self._open(True) as connection:
@@ -144,9 +162,11 @@ class BlockingSqlPort:
         with translated(action), self._serial, self.engine.begin() as connection:
             work(connection)
 
-    async def batch(self, action: str, statements: Sequence[Any]) -> list[Sequence[Any]]:
+    async def many(
+        self, action: str, statement: Any, params: Sequence[Mapping[str, Any]]
+    ) -> Sequence[Any]:
         with translated(action), self._serial, self.engine.begin() as connection:
-            return [connection.execute(statement).all() for statement in statements]
+            return connection.execute(statement, params).all()
 
     def _open(self, write: bool) -> AbstractContextManager[Connection]:
         if self._single is not None:
@@ -171,10 +191,17 @@ class AsyncSqlPort:
             else None
         )
 
-    async def rows(self, action: str, statement: Any, *, write: bool = False) -> Sequence[Any]:
+    async def rows(
+        self,
+        action: str,
+        statement: Any,
+        *,
+        write: bool = False,
+        params: Mapping[str, Any] | None = None,
+    ) -> Sequence[Any]:
         with translated(action):
             async with self._serial, self._open(write) as connection:
-                return (await connection.execute(statement)).all()
+                return (await connection.execute(statement, params)).all()
 
     async def changed(self, action: str, statement: Any) -> int:
         with translated(action):
@@ -191,10 +218,12 @@ class AsyncSqlPort:
             async with self._serial, self.engine.begin() as connection:
                 await connection.run_sync(work)
 
-    async def batch(self, action: str, statements: Sequence[Any]) -> list[Sequence[Any]]:
+    async def many(
+        self, action: str, statement: Any, params: Sequence[Mapping[str, Any]]
+    ) -> Sequence[Any]:
         with translated(action):
             async with self._serial, self.engine.begin() as connection:
-                return [(await connection.execute(statement)).all() for statement in statements]
+                return (await connection.execute(statement, params)).all()
 
 
 def blocking_engine(url: str) -> Engine:

@@ -4,11 +4,15 @@ asyncio twin).
 
 Keys of a conversation ``c`` under prefix ``p``, all tagged ``{c}`` (the id with ``%``, ``{``
 and ``}`` percent-encoded, see `conversation_tag`) so that on a cluster they share one hash slot
-and each script touches one node: ``p conv:{c}:m`` (hash id → record), ``…:v`` (hash id →
-version), ``…:k`` (hash id → message class), ``…:o`` (list of ids in append order) and
-``…:vis`` (list of model-visible ids). Pages are ``LRANGE`` from the tail, which costs the page,
-not the conversation. Compression states live in ``p compression:{c}``; turns and leases in
-``p turn:{c}:t`` and ``p lease:{c}`` (see `agentctx_fast.stores.redis_turns`).
+and each script touches one node: ``p conv:{c}:r`` (list of records in append order),
+``…:i`` (hash id → ``"position version kind"``, position in the record list) and ``…:vp``
+(list of the positions of model-visible records). A page of `get_messages` is one plain
+``LRANGE`` of the record list from the tail: it costs the server what a range read costs (no
+script, no per-record lookups) and is one consistent snapshot. Add-if-absent and
+compare-and-set stay Lua scripts, decided on the server; an update rewrites its record in place
+(``LSET`` at its position), so positions never move until `clear`. Compression states live in
+``p compression:{c}``; turns and leases in ``p turn:{c}:t`` and ``p lease:{c}`` (see
+`agentctx_fast.stores.redis_turns`).
 
 The rules are written once, as coroutines over a `RedisPort`: `AsyncRedisAgentStore` awaits
 redis.asyncio, and `RedisAgentStore` drives the same code over a blocking client. Both write the
@@ -62,57 +66,69 @@ from agentctx_fast.stores.serializer import (
     load_state,
 )
 
-# KEYS: records, versions, kinds, order, visible. ARGV: id, record, version, kind, visible.
+# The entry of a message in the index hash is "position version kind": its place in the record
+# list, its version (kept as the client wrote it: Lua numbers are doubles, which lose versions
+# above 2**53) and its class name.
+
+# KEYS: records, index, visible. ARGV: id, record, version, kind, visible.
 _ADD_IF_ABSENT = """
-if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-redis.call('HSET', KEYS[3], ARGV[1], ARGV[4])
-redis.call('RPUSH', KEYS[4], ARGV[1])
-if ARGV[5] == '1' then redis.call('RPUSH', KEYS[5], ARGV[1]) end
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 0 end
+local position = redis.call('RPUSH', KEYS[1], ARGV[2]) - 1
+redis.call('HSET', KEYS[2], ARGV[1], position .. ' ' .. ARGV[3] .. ' ' .. ARGV[4])
+if ARGV[5] == '1' then redis.call('RPUSH', KEYS[3], position) end
 return 1
 """
 
-# KEYS: records, versions, kinds, order, visible. ARGV: (id, record, version, kind, visible) per
-# message. One script, so a batch is atomic; returns 1 (appended) or 0 (id stored) per message.
+# KEYS: records, index, visible. ARGV: (id, record, version, kind, visible) per message. One
+# script, so a batch is atomic; returns 1 (appended) or 0 (id stored) per message.
 _ADD_MANY_IF_ABSENT = """
 local out = {}
 for i = 1, #ARGV, 5 do
-  if redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) == 0 then
+  if redis.call('HEXISTS', KEYS[2], ARGV[i]) == 1 then
     out[#out + 1] = 0
   else
-    redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 2])
-    redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 3])
-    redis.call('RPUSH', KEYS[4], ARGV[i])
-    if ARGV[i + 4] == '1' then redis.call('RPUSH', KEYS[5], ARGV[i]) end
+    local position = redis.call('RPUSH', KEYS[1], ARGV[i + 1]) - 1
+    redis.call('HSET', KEYS[2], ARGV[i], position .. ' ' .. ARGV[i + 2] .. ' ' .. ARGV[i + 3])
+    if ARGV[i + 4] == '1' then redis.call('RPUSH', KEYS[3], position) end
     out[#out + 1] = 1
   end
 end
 return out
 """
 
-# KEYS: records, versions, kinds. ARGV: id, expected version, record, kind, next version (the
-# client computes it: Lua numbers are doubles, which lose versions above 2**53).
-# Returns {1} applied, {0, version} conflict, {-1} unknown id, {-2, kind} other class.
+# KEYS: records, index. ARGV: id, expected version, record, kind, next version (the client
+# computes it). Returns {1} applied, {0, version} conflict, {-1} unknown id, {-2, kind} other
+# class, {-3} an index entry that is not "position version kind".
 _UPDATE = """
-local version = redis.call('HGET', KEYS[2], ARGV[1])
-if not version then return {-1} end
-local kind = redis.call('HGET', KEYS[3], ARGV[1])
+local entry = redis.call('HGET', KEYS[2], ARGV[1])
+if not entry then return {-1} end
+local position, version, kind = string.match(entry, '^(%d+) (%S+) (.*)$')
+if not position then return {-3} end
 if kind ~= ARGV[4] then return {-2, kind} end
 if version ~= ARGV[2] then return {0, version} end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[5])
+redis.call('LSET', KEYS[1], position, ARGV[3])
+redis.call('HSET', KEYS[2], ARGV[1], position .. ' ' .. ARGV[5] .. ' ' .. kind)
 return {1}
 """
 
-# KEYS: an id list, records. ARGV: start, stop (LRANGE indexes). One consistent snapshot.
-_PAGE = """
-local ids = redis.call('LRANGE', KEYS[1], ARGV[1], ARGV[2])
+# KEYS: records, index. ARGV: id. The record, or nil.
+_GET = """
+local entry = redis.call('HGET', KEYS[2], ARGV[1])
+if not entry then return false end
+return redis.call('LINDEX', KEYS[1], string.match(entry, '^%d+'))
+"""
+
+# KEYS: visible, records. ARGV: start, stop (LRANGE indexes of the visible list). The records
+# at those positions, read as one LRANGE of the span they cover: one consistent snapshot.
+_VISIBLE_PAGE = """
+local positions = redis.call('LRANGE', KEYS[1], ARGV[1], ARGV[2])
+if #positions == 0 then return {} end
+local first = tonumber(positions[1])
+local last = tonumber(positions[#positions])
+local span = redis.call('LRANGE', KEYS[2], first, last)
+if #span == #positions then return span end
 local out = {}
-for first = 1, #ids, 1000 do
-  local last = math.min(first + 999, #ids)
-  local chunk = redis.call('HMGET', KEYS[2], unpack(ids, first, last))
-  for i = 1, #chunk do out[#out + 1] = chunk[i] end
-end
+for i = 1, #positions do out[i] = span[tonumber(positions[i]) - first + 1] end
 return out
 """
 
@@ -277,11 +293,9 @@ class AsyncRedisChatMemory(AsyncChatMemory):
     def __init__(self, store: _RedisStoreBase, conversation_id: str) -> None:
         self._store = store
         self.conversation_id = conversation_id
-        self._records = store._key("conv", conversation_id, "m")
-        self._versions = store._key("conv", conversation_id, "v")
-        self._kinds = store._key("conv", conversation_id, "k")
-        self._order = store._key("conv", conversation_id, "o")
-        self._visible = store._key("conv", conversation_id, "vis")
+        self._records = store._key("conv", conversation_id, "r")
+        self._index = store._key("conv", conversation_id, "i")
+        self._visible = store._key("conv", conversation_id, "vp")
 
     async def add_message_if_absent(self, message: Message) -> bool:
         check_message(message)
@@ -300,7 +314,7 @@ class AsyncRedisChatMemory(AsyncChatMemory):
         return [int(flag) == 1 for flag in flags]
 
     def _keys(self) -> list[str]:
-        return [self._records, self._versions, self._kinds, self._order, self._visible]
+        return [self._records, self._index, self._visible]
 
     def _fields(self, message: Message) -> list[Any]:
         return [
@@ -312,28 +326,37 @@ class AsyncRedisChatMemory(AsyncChatMemory):
         ]
 
     async def get_messages(self, count: int | None = None, *, offset: int = 0) -> list[Message]:
+        """One ``LRANGE`` of the record list: the page costs the server a plain range read."""
         check_page(count, offset)
-        return await self._read_page(self._order, count, offset)
+        if count == 0:
+            return []
+        start, stop = _tail_range(count, offset)
+        records = await self._store._port.command(
+            "reading messages", "lrange", self._records, start, stop
+        )
+        return self._load(records)
 
     async def get_model_messages(self, count: int | None = None) -> list[Message]:
         check_page(count, 0)
-        return await self._read_page(self._visible, count, 0)
-
-    async def _read_page(self, ids_key: str, count: int | None, offset: int) -> list[Message]:
         if count == 0:
             return []
-        stop = -(offset + 1)
-        start = 0 if count is None else -(offset + count)
         records = await self._store._port.script(
-            "reading messages", _PAGE, [ids_key, self._records], [start, stop]
+            "reading messages",
+            _VISIBLE_PAGE,
+            [self._visible, self._records],
+            list(_tail_range(count, 0)),
         )
+        return self._load(records)
+
+    def _load(self, records: Sequence[Any]) -> list[Message]:
         load = self._store._load_message
-        return [load(self.conversation_id, raw(record)) for record in records if record is not None]
+        conversation_id = self.conversation_id
+        return [load(conversation_id, raw(record)) for record in records]
 
     async def get_message(self, message_id: str) -> Message | None:
         check_identifier(message_id, "message_id")
-        record = await self._store._port.command(
-            f"reading message {message_id!r}", "hget", self._records, message_id
+        record = await self._store._port.script(
+            f"reading message {message_id!r}", _GET, [self._records, self._index], [message_id]
         )
         if record is None:
             return None
@@ -348,7 +371,7 @@ class AsyncRedisChatMemory(AsyncChatMemory):
         outcome = await self._store._port.script(
             f"updating message {message.message_id!r}",
             _UPDATE,
-            [self._records, self._versions, self._kinds],
+            [self._records, self._index],
             [message.message_id, expected_version, record, kind, expected_version + 1],
         )
         status = int(outcome[0])
@@ -356,6 +379,11 @@ class AsyncRedisChatMemory(AsyncChatMemory):
             return updated
         if status == -1:
             raise MessageNotFoundError(f"no stored message {message.message_id!r}")
+        if status == -3:
+            raise SerializationError(
+                f"message {message.message_id!r}: its stored index entry is not "
+                "'position version kind'"
+            )
         if status == -2:
             stored_kind = outcome[1].decode() if isinstance(outcome[1], bytes) else outcome[1]
             raise InvalidArgumentError(
@@ -367,11 +395,17 @@ class AsyncRedisChatMemory(AsyncChatMemory):
         )
 
     async def message_count(self) -> int:
-        return int(await self._store._port.command("counting messages", "llen", self._order))
+        return int(await self._store._port.command("counting messages", "llen", self._records))
 
     async def clear(self) -> None:
-        keys = (self._records, self._versions, self._kinds, self._order, self._visible)
+        keys = (self._records, self._index, self._visible)
         await self._store._port.command("clearing messages", "delete", *keys)
+
+
+def _tail_range(count: int | None, offset: int) -> tuple[int, int]:
+    """The ``LRANGE`` indexes, from the tail, of ``count`` items (all if None) before the last
+    ``offset``."""
+    return (0 if count is None else -(offset + count)), -(offset + 1)
 
 
 class RedisChatMemory(BlockingChatMemory):

@@ -69,8 +69,6 @@ from agentctx_fast.stores.sql_turns import (
     turn_tables,
 )
 
-_BATCH_ROWS = 500  # rows per INSERT of a batch: under SQLite's bound-parameter limit
-
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -147,14 +145,26 @@ class _SqlStoreBase:
         self._load_message = MessageLoader(self, message_cache_size)
         self._dialect = port.dialect
         self._tables = _Tables(table_prefix, self._dialect)
+        self._pages = _PageStatements(self._tables.messages)
+        self._append_statement: Any = None
 
     def message_cache_info(self) -> MessageCacheInfo:
         """Hits, misses and entries of the decoded-record cache (its hit rate is a metric a
         service should watch: a low one means the cache is too small for its conversations)."""
         return self._load_message.info()
 
+    def _append(self) -> Any:
+        """The append statement, built once: ``INSERT … ON CONFLICT DO NOTHING RETURNING
+        message_id`` without values (a row, or the rows of a batch, are its parameters)."""
+        if self._append_statement is None:
+            table = self._tables.messages
+            self._append_statement = (
+                self._insert_if_absent(table, None, ["conversation_id", "message_id"])
+            ).returning(table.c.message_id)
+        return self._append_statement
+
     def _insert_if_absent(
-        self, table: sa.Table, values: dict[str, Any] | list[dict[str, Any]], keys: list[str]
+        self, table: sa.Table, values: dict[str, Any] | list[dict[str, Any]] | None, keys: list[str]
     ) -> Any:
         """``INSERT … ON CONFLICT (keys) DO NOTHING``: the unique key decides on the server."""
         insert: Any
@@ -162,7 +172,35 @@ class _SqlStoreBase:
             from sqlalchemy.dialects.postgresql import insert
         else:
             from sqlalchemy.dialects.sqlite import insert
-        return insert(table).values(values).on_conflict_do_nothing(index_elements=keys)
+        statement = insert(table) if values is None else insert(table).values(values)
+        return statement.on_conflict_do_nothing(index_elements=keys)
+
+
+class _PageStatements:
+    """The page queries of a messages table, built once with bind parameters: a read binds
+    its conversation, count and offset instead of building and hashing a new statement."""
+
+    def __init__(self, table: sa.Table) -> None:
+        self._table = table
+        self._built: dict[tuple[bool, bool, bool], Any] = {}
+
+    def get(self, visible_only: bool, limited: bool, offset: bool) -> Any:
+        key = (visible_only, limited, offset)
+        statement = self._built.get(key)
+        if statement is None:
+            table = self._table
+            statement = sa.select(table.c.data).where(
+                table.c.conversation_id == sa.bindparam("conversation_id")
+            )
+            if visible_only:
+                statement = statement.where(table.c.model_visible)
+            statement = statement.order_by(table.c.seq.desc())
+            if limited:
+                statement = statement.limit(sa.bindparam("count", type_=sa.Integer))
+            if offset:
+                statement = statement.offset(sa.bindparam("offset", type_=sa.Integer))
+            self._built[key] = statement
+        return statement
 
 
 def _engine_argument(engine_or_url: object, engine_type: type, make: Any) -> tuple[Any, bool]:
@@ -355,27 +393,22 @@ class AsyncSqlChatMemory(AsyncChatMemory):
 
     async def add_message_if_absent(self, message: Message) -> bool:
         check_message(message)
-        statement = self._store._insert_if_absent(
-            self._table, self._row(message), ["conversation_id", "message_id"]
-        ).returning(self._table.c.seq)
         action = f"adding message {message.message_id!r}"
-        return bool(await self._store._port.rows(action, statement, write=True))
+        statement = self._store._append()
+        params = self._row(message)
+        return bool(await self._store._port.rows(action, statement, write=True, params=params))
 
     async def add_messages_if_absent(self, messages: Sequence[Message]) -> list[bool]:
-        """One transaction: multi-row ``INSERT … ON CONFLICT DO NOTHING`` statements."""
+        """One transaction: one ``INSERT … ON CONFLICT DO NOTHING … RETURNING`` statement,
+        built once per store and run over the rows (SQLAlchemy sends them as multi-row
+        inserts)."""
         batch = check_messages(messages)
         rows = [self._row(message) for message in batch]  # every record made before writing
         if not rows:
             return []
-        statements = [
-            self._store._insert_if_absent(
-                self._table, rows[start : start + _BATCH_ROWS], ["conversation_id", "message_id"]
-            ).returning(self._table.c.message_id)
-            for start in range(0, len(rows), _BATCH_ROWS)
-        ]
         action = f"adding {len(rows)} messages"
-        results = await self._store._port.batch(action, statements)
-        inserted = {row.message_id for result in results for row in result}
+        statement = self._store._append()
+        inserted = {row.message_id for row in await self._store._port.many(action, statement, rows)}
         return first_of_each(batch, inserted)
 
     def _row(self, message: Message) -> dict[str, Any]:
@@ -397,16 +430,16 @@ class AsyncSqlChatMemory(AsyncChatMemory):
         return await self._page(count, 0, visible_only=True)
 
     async def _page(self, count: int | None, offset: int, *, visible_only: bool) -> list[Message]:
+        """One index range scan, newest first from ``offset``: ``(conversation_id, seq)`` or
+        the partial index of visible messages."""
         if count == 0:
             return []
-        table = self._table
-        query = sa.select(table.c.data).where(table.c.conversation_id == self.conversation_id)
-        if visible_only:
-            query = query.where(table.c.model_visible)
-        query = query.order_by(table.c.seq.desc()).limit(count).offset(offset or None)
-        rows = await self._store._port.rows("reading messages", query)
+        statement = self._store._pages.get(visible_only, count is not None, offset > 0)
+        params = {"conversation_id": self.conversation_id, "count": count, "offset": offset}
+        rows = await self._store._port.rows("reading messages", statement, params=params)
         load = self._store._load_message
-        return [load(self.conversation_id, row.data) for row in reversed(rows)]
+        conversation_id = self.conversation_id
+        return [load(conversation_id, row[0]) for row in reversed(rows)]
 
     async def get_message(self, message_id: str) -> Message | None:
         check_identifier(message_id, "message_id")
