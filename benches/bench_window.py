@@ -103,6 +103,9 @@ def _langchain_history(size: int) -> list[Any]:
     entries = to_openai(conversation(size))
     for entry in entries:
         entry.pop("id", None)
+        # The wire format leaves out the content of an AI message that only calls tools;
+        # LangChain's converter requires the key (None reads as "").
+        entry.setdefault("content", None)
     return list(convert_to_messages(entries))
 
 

@@ -87,8 +87,27 @@ fn kind_of_subclass(
 }
 
 /// The core of `message`, read on first use and kept on it.
-#[inline]
+#[inline(always)]
 pub fn core_of<'py>(
+    library: &Library,
+    message: &Bound<'py, PyAny>,
+    at: Where<'_>,
+) -> Result<Bound<'py, MessageCore>, Failure> {
+    // The common case, inlined into each read: a library message whose core is kept.
+    if library.exact_kind(message.get_type_ptr()).is_some() {
+        if let Ok(cached) = library.core_slot.read(message) {
+            if let Ok(core) = cached.cast_into_exact::<MessageCore>() {
+                return Ok(core);
+            }
+        }
+    }
+    core_of_any(library, message, at)
+}
+
+/// `core_of` for any object: a subclass, a message whose core is not kept yet, a non-message.
+#[cold]
+#[inline(never)]
+fn core_of_any<'py>(
     library: &Library,
     message: &Bound<'py, PyAny>,
     at: Where<'_>,
