@@ -257,6 +257,7 @@ fn tool_call<'a, 'py>(
 }
 
 /// Heuristic tokens of a message, counted once per message and kept on its core.
+#[inline(always)]
 pub fn tokens(
     library: &Library,
     message: &Bound<'_, PyAny>,
@@ -267,6 +268,17 @@ pub fn tokens(
     if known != u64::MAX {
         return Ok(known);
     }
+    count_and_keep(library, message, core, at)
+}
+
+#[cold]
+#[inline(never)]
+fn count_and_keep(
+    library: &Library,
+    message: &Bound<'_, PyAny>,
+    core: &MessageCore,
+    at: Where<'_>,
+) -> Result<u64, Failure> {
     let counted = count_message(library, message, core.info.kind, at)?;
     core.tokens.store(counted, Ordering::Relaxed);
     Ok(counted)
