@@ -138,7 +138,9 @@ pub fn select<S: Source>(source: &mut S, options: &WindowOptions) -> Result<Wind
     let mut total_messages = current_items.len();
     let mut total_tokens = system_tokens.saturating_add(source.tokens(&current_items)?);
     // The views of kept turns, newest turn first, and (history position, length, tokens) of each.
-    let mut views: Vec<Item> = Vec::with_capacity(options.max_attached_messages.min(256));
+    // At most 1 KiB up front: allocators serve small blocks from per-thread caches, and a
+    // window usually holds a few dozen messages.
+    let mut views: Vec<Item> = Vec::with_capacity(options.max_attached_messages.min(40));
     let mut kept: Vec<(usize, usize, u128)> =
         Vec::with_capacity(options.max_attached_turns.min(64));
     let mut repairs_by_turn: Vec<Vec<Violation>> = Vec::new(); // newest first

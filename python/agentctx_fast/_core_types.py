@@ -179,14 +179,16 @@ WINDOW_FIELDS = (
 
 
 def _window_maker(cls: type[ContextWindow]) -> Callable[..., ContextWindow]:
-    # The class is held here, so replacing the module attribute changes no window (the Rust
-    # core captures it on import, too).
+    # The class and its slots are held here, so replacing the module attribute (or a slot by
+    # a class attribute) changes no window; the Rust core captures the same on import.
+    setters = tuple(cls.__dict__[name].__set__ for name in WINDOW_FIELDS)
+
     def new_window(*values: object) -> ContextWindow:
         """A `ContextWindow` holding ``values`` (in `WINDOW_FIELDS` order; the last is the
         ``_unread`` tuple)."""
         window = object.__new__(cls)
-        for name, value in zip(WINDOW_FIELDS, values, strict=True):
-            setattr(window, name, value)
+        for setter, value in zip(setters, values, strict=True):
+            setter(window, value)
         return window
 
     return new_window

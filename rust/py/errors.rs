@@ -7,18 +7,20 @@ use pyo3::prelude::*;
 use pyo3::types::PyType;
 use std::fmt;
 
-/// An error on its way to Python.
-pub struct Failure(pub PyErr);
+/// An error on its way to Python. Boxed: every read of the history returns a `Result`, and
+/// one a pointer wide (a `PyErr` is several words) is returned in registers.
+pub struct Failure(Box<PyErr>);
 
 impl From<PyErr> for Failure {
+    #[cold]
     fn from(error: PyErr) -> Self {
-        Failure(error)
+        Failure(Box::new(error))
     }
 }
 
 impl From<Failure> for PyErr {
     fn from(failure: Failure) -> Self {
-        failure.0
+        *failure.0
     }
 }
 
@@ -33,11 +35,11 @@ impl From<CoreError> for Failure {
 
 fn raise(py: Python<'_>, class: Option<&Py<PyType>>, message: String) -> Failure {
     let Some(class) = class else {
-        return Failure(Library::missing());
+        return Library::missing().into();
     };
     match class.bind(py).call1((message,)) {
-        Ok(instance) => Failure(PyErr::from_value(instance)),
-        Err(error) => Failure(error),
+        Ok(instance) => PyErr::from_value(instance).into(),
+        Err(error) => error.into(),
     }
 }
 

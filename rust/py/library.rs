@@ -45,8 +45,9 @@ pub struct Library {
     pub completed: Py<PyAny>,
     pub object_new: Py<PyAny>,
     pub index: Py<PyAny>,
-    pub core_slot: CoreSlot,
-    pub window_fields: [Py<PyString>; 7],
+    pub core_slot: Member,
+    /// `ContextWindow`'s slots, in `WINDOW_FIELDS` order, written as `new_window` writes them.
+    pub window_slots: [Member; 7],
     pub cut_names: [Py<PyString>; 3],
     pub engine: Py<PyModule>,
 }
@@ -100,8 +101,9 @@ impl Library {
             ));
         }
         let builtins = py.import("builtins")?;
+        let context_window = class(&types, "ContextWindow")?;
         let library = Library {
-            core_slot: CoreSlot::capture(&message)?,
+            core_slot: Member::capture(&message, "_core")?,
             message: message.unbind(),
             kinds,
             text_part: class(&messages, "TextPart")?.unbind(),
@@ -112,12 +114,16 @@ impl Library {
             invalid_message_type: subclass(&errors, "InvalidMessageTypeError", &base_error)?
                 .unbind(),
             window_options: class(&types, "WindowOptions")?.unbind(),
-            context_window: class(&types, "ContextWindow")?.unbind(),
+            window_slots: {
+                let [a, b, c, d, e, f, g] =
+                    WINDOW_FIELDS.map(|name| Member::capture(&context_window, name));
+                [a?, b?, c?, d?, e?, f?, g?]
+            },
+            context_window: context_window.unbind(),
             protocol_violation: class(&types, "ProtocolViolation")?.unbind(),
             completed: completed.unbind(),
             object_new: builtins.getattr("object")?.getattr("__new__")?.unbind(),
             index: py.import("operator")?.getattr("index")?.unbind(),
-            window_fields: WINDOW_FIELDS.map(|name| PyString::intern(py, name).unbind()),
             cut_names: [
                 "max_attached_turns",
                 "max_attached_messages",
@@ -153,23 +159,25 @@ impl Library {
     }
 }
 
-/// The `_core` slot as `Message` defines it, read and written through its member descriptor
-/// (what `Message._core.__get__(m)` does), whatever a subclass defines under that name.
-pub struct CoreSlot {
+/// A slot as its class defines it (`Message._core`, each of `ContextWindow`'s), read and
+/// written through its member descriptor (what `Cls.name.__get__(obj)` / `__set__` do), whatever
+/// a subclass or a later class attribute defines under that name.
+pub struct Member {
     descriptor: Py<PyAny>,
     get: ffi::descrgetfunc,
     set: ffi::descrsetfunc,
 }
 
-impl CoreSlot {
-    fn capture(message: &Bound<'_, PyType>) -> PyResult<CoreSlot> {
-        let py = message.py();
-        let descriptor = message.getattr("__dict__")?.get_item("_core")?;
+impl Member {
+    fn capture(class: &Bound<'_, PyType>, name: &str) -> PyResult<Member> {
+        let py = class.py();
+        let descriptor = class.getattr("__dict__")?.get_item(name)?;
         let member_type = py.import("types")?.getattr("MemberDescriptorType")?;
         if !descriptor.get_type().is(&member_type) {
-            return Err(PyImportError::new_err(
-                "agentctx_fast: Message._core is not a slot",
-            ));
+            return Err(PyImportError::new_err(format!(
+                "agentctx_fast: {}.{name} is not a slot",
+                class.name()?
+            )));
         }
         // SAFETY: PyType_GetSlot accepts every type since 3.10 and returns the type's own
         // function (or NULL); member descriptors define both slots. The function pointers
@@ -182,11 +190,12 @@ impl CoreSlot {
             )
         };
         if get.is_null() || set.is_null() {
-            return Err(PyImportError::new_err(
-                "agentctx_fast: Message._core has no descriptor functions",
-            ));
+            return Err(PyImportError::new_err(format!(
+                "agentctx_fast: {}.{name} has no descriptor functions",
+                class.name()?
+            )));
         }
-        Ok(CoreSlot {
+        Ok(Member {
             descriptor: descriptor.unbind(),
             // SAFETY: the slots Py_tp_descr_get / Py_tp_descr_set hold functions of exactly
             // these signatures (descrgetfunc / descrsetfunc).
@@ -195,7 +204,8 @@ impl CoreSlot {
         })
     }
 
-    /// The slot's value on `message` (None when unset); a TypeError for a non-message.
+    /// The slot's value on `message` (an AttributeError when unset); a TypeError for an
+    /// object of another class.
     #[inline]
     pub fn read<'py>(&self, message: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let py = message.py();
@@ -212,7 +222,8 @@ impl CoreSlot {
         }
     }
 
-    /// Sets the slot on `message`, as `descr.__set__(obj, value)`.
+    /// Sets the slot on `message`, as `descr.__set__(obj, value)` (a TypeError for an object
+    /// of another class).
     pub fn write(&self, message: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
         // SAFETY: the member descriptor's set function checks `message`'s type, takes its own
         // reference to `value` and returns -1 with an exception set on failure.

@@ -87,8 +87,27 @@ fn kind_of_subclass(
 }
 
 /// The core of `message`, read on first use and kept on it.
-#[inline]
+#[inline(always)]
 pub fn core_of<'py>(
+    library: &Library,
+    message: &Bound<'py, PyAny>,
+    at: Where<'_>,
+) -> Result<Bound<'py, MessageCore>, Failure> {
+    // The common case, inlined into each read: a library message whose core is kept.
+    if library.exact_kind(message.get_type_ptr()).is_some() {
+        if let Ok(cached) = library.core_slot.read(message) {
+            if let Ok(core) = cached.cast_into_exact::<MessageCore>() {
+                return Ok(core);
+            }
+        }
+    }
+    core_of_any(library, message, at)
+}
+
+/// `core_of` for any object: a subclass, a message whose core is not kept yet, a non-message.
+#[cold]
+#[inline(never)]
+fn core_of_any<'py>(
     library: &Library,
     message: &Bound<'py, PyAny>,
     at: Where<'_>,
@@ -238,6 +257,7 @@ fn tool_call<'a, 'py>(
 }
 
 /// Heuristic tokens of a message, counted once per message and kept on its core.
+#[inline(always)]
 pub fn tokens(
     library: &Library,
     message: &Bound<'_, PyAny>,
@@ -248,6 +268,17 @@ pub fn tokens(
     if known != u64::MAX {
         return Ok(known);
     }
+    count_and_keep(library, message, core, at)
+}
+
+#[cold]
+#[inline(never)]
+fn count_and_keep(
+    library: &Library,
+    message: &Bound<'_, PyAny>,
+    core: &MessageCore,
+    at: Where<'_>,
+) -> Result<u64, Failure> {
     let counted = count_message(library, message, core.info.kind, at)?;
     core.tokens.store(counted, Ordering::Relaxed);
     Ok(counted)

@@ -10,6 +10,16 @@ use pyo3::exceptions::PyOverflowError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyList, PyTuple};
+use std::cell::RefCell;
+
+thread_local! {
+    /// The last `_limits` tuple read and the options it held: a service passes the same
+    /// options every call, and a tuple (of exact ints and bools, once read) never changes, so
+    /// the very same tuple object holds the very same options. Holding it keeps it alive, so
+    /// no other tuple can take its identity.
+    static LAST_LIMITS: RefCell<Option<(Py<PyTuple>, WindowOptions)>> =
+        const { RefCell::new(None) };
+}
 
 /// A limit as the core holds it: an exact int >= 0; one past the core's range is `max` (no
 /// history reaches it, so the window is the exact limit's).
@@ -44,8 +54,17 @@ fn options(library: &Library, options: &Bound<'_, PyAny>) -> Result<WindowOption
         ));
     }
     let limits = options.getattr(intern!(py, "_limits"))?;
+    let known = LAST_LIMITS.with(|last| {
+        let last = last.try_borrow().ok()?;
+        let (tuple, options) = last.as_ref()?;
+        tuple.is(&limits).then(|| options.clone())
+    });
+    if let Some(known) = known {
+        return Ok(known);
+    }
+    let limits = limits.cast_exact::<PyTuple>().ok();
     let read = || -> Option<WindowOptions> {
-        let limits = limits.cast_exact::<PyTuple>().ok()?;
+        let limits = limits?;
         if limits.len() != 5 {
             return None;
         }
@@ -74,12 +93,19 @@ fn options(library: &Library, options: &Bound<'_, PyAny>) -> Result<WindowOption
             has_system: false,
         })
     };
-    read().ok_or_else(|| {
+    let read = read().ok_or_else(|| {
         invalid_argument(
             py,
             "options were not checked: make them with WindowOptions(...)".to_owned(),
         )
-    })
+    })?;
+    if let Some(limits) = limits {
+        let entry = (limits.clone().unbind(), read.clone());
+        // The entry it replaces is a tuple of ints and bools: freeing it runs no Python code.
+        let old = LAST_LIMITS.with(|last| last.try_borrow_mut().ok().map(|mut l| l.replace(entry)));
+        drop(old);
+    }
+    Ok(read)
 }
 
 /// The window's messages (system first) and how they were chosen.
@@ -219,8 +245,8 @@ pub fn window<'py>(
         .object_new
         .bind(py)
         .call1((library.context_window.bind(py),))?;
-    for (name, value) in library.window_fields.iter().zip(values) {
-        window.setattr(name.bind(py), value)?;
+    for (slot, value) in library.window_slots.iter().zip(values) {
+        slot.write(&window, &value)?;
     }
     Ok(window)
 }
