@@ -456,6 +456,46 @@ def drop_and_build():
 show("__del__ clears", drop_and_build)
 """
 
+# A finalizer run by the collector swaps the history's last message while a window is built
+# (the first allocation of a window whose messages were all read inline is its list): the
+# window's messages are the ones it counted, whichever side of the swap it read.
+SCENARIOS["finalizer_swaps_the_history_during_a_window"] = HISTORY + """
+import gc
+
+messages = history()
+del messages[1:5]  # no repairs: the window is the history's last messages
+before = list(messages)
+swapped = UserMessage("A much longer question that replaced the last one", message_id="swap")
+build_window(before), build_window(before[:-1] + [swapped])  # every core kept
+
+class Swapper:
+    def __init__(self):
+        self.me = self  # a cycle: only the collector frees it
+
+    def __del__(self):
+        messages[-1] = swapped
+
+seen = set()
+gc.collect()
+gc.set_threshold(1)
+for _ in range(40):
+    messages[:] = before
+    gc.enable()
+    keep = [[] for _ in range(100)]  # no spare list is left: a window's list is a new object
+    Swapper()
+    window = build_window(messages)
+    del keep
+    gc.disable()
+    fresh = build_window(window.messages[1:], system=window.messages[0])
+    seen.add(window.estimated_tokens == fresh.estimated_tokens)
+    gc.enable()
+gc.set_threshold(700)
+gc.collect()
+show("windows match their messages", lambda: sorted(seen))
+assert seen == {True}, seen
+show("after the swap", lambda: build_window(messages))
+"""
+
 # Copies, deep copies and pickles of messages whose core was cached.
 SCENARIOS["copies_and_pickles"] = HISTORY + """
 import copy, pickle
