@@ -4,6 +4,7 @@
 pub mod error;
 pub mod model;
 pub mod protocol;
+pub mod bpe;
 pub mod tokens;
 pub mod turns;
 pub mod window;

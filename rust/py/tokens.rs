@@ -1,9 +1,11 @@
-//! Heuristic token counting (`rust/tokens.rs`) for Python strs and messages.
+//! Token counting for Python strs and messages: the heuristic (`rust/tokens.rs`) and the exact
+//! counts of the built-in encodings (`rust/bpe.rs`).
 
-use super::errors::{invalid_message_type, type_name, Where};
+use super::errors::{invalid_argument, invalid_message_type, type_name, Where};
 use super::history::sequence;
 use super::library::Library;
 use super::message::{core_of, tokens};
+use crate::bpe::{from_wtf8_lossy, Bpe, Encoding};
 use crate::tokens::count_utf8_bytes;
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -116,6 +118,90 @@ pub fn message_tokens<'py>(
         let at = Where::Index(index);
         let core = core_of(library, &message, at)?;
         counts.push(tokens(library, &message, core.get(), at)?);
+    }
+    PyList::new(py, counts)
+}
+
+/// The built-in encoding `encoding` names; the same errors as `tokens.py::_check_encoding`.
+fn encoding_of(encoding: &Bound<'_, PyAny>) -> PyResult<Encoding> {
+    let py = encoding.py();
+    let Ok(name) = encoding.cast::<PyString>() else {
+        let message = format!("encoding must be a str, got {}", type_name(encoding));
+        return Err(invalid_argument(py, message).into());
+    };
+    if let Some(found) = name.to_str().ok().and_then(Encoding::from_name) {
+        return Ok(found);
+    }
+    // The repr of an exact str copy: no method of a str subclass runs.
+    let copy = PyString::new(py, &name.to_string_lossy());
+    let message = format!(
+        "encoding must be 'o200k_base' or 'cl100k_base', got {}",
+        copy.repr()?.to_string_lossy()
+    );
+    Err(invalid_argument(py, message).into())
+}
+
+/// Exact tokens of a Python str; lone surrogates are read as tiktoken reads them.
+fn bpe_count_str(bpe: &Bpe, text: &Bound<'_, PyString>) -> PyResult<u64> {
+    let py = text.py();
+    let owned;
+    let text: &str = match text.to_str() {
+        Ok(s) => s,
+        Err(_) => {
+            let Utf8::Wtf8(bytes) = Utf8::new(text)? else {
+                unreachable!("a str that is not UTF-8 is encoded with surrogatepass")
+            };
+            owned = from_wtf8_lossy(bytes.as_bytes());
+            &owned
+        }
+    };
+    if text.len() >= DETACH_BYTES {
+        Ok(py.detach(|| bpe.count(text)))
+    } else {
+        Ok(bpe.count(text))
+    }
+}
+
+/// Exact tokens of `text` in `encoding` (`len(encode_ordinary(text))`).
+#[pyfunction]
+pub fn bpe_count_text(encoding: &Bound<'_, PyAny>, text: &Bound<'_, PyAny>) -> PyResult<u64> {
+    let encoding = encoding_of(encoding)?;
+    match text.cast::<PyString>() {
+        Ok(text) => bpe_count_str(Bpe::get(encoding), text),
+        Err(_) => Err(invalid_message_type(
+            text.py(),
+            format!("count_text needs a str, got {}", type_name(text)),
+        )
+        .into()),
+    }
+}
+
+/// Exact tokens of every text in `encoding`.
+#[pyfunction]
+pub fn bpe_count_texts<'py>(
+    encoding: &Bound<'py, PyAny>,
+    texts: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyList>> {
+    let py = texts.py();
+    let encoding = encoding_of(encoding)?;
+    let mut strings = Vec::new();
+    for text in texts.try_iter()? {
+        let text = text?;
+        match text.cast_into::<PyString>() {
+            Ok(text) => strings.push(text),
+            Err(error) => {
+                let message = format!(
+                    "count_texts needs str items, got {}",
+                    type_name(error.into_inner().as_any())
+                );
+                return Err(invalid_message_type(py, message).into());
+            }
+        }
+    }
+    let bpe = Bpe::get(encoding);
+    let mut counts = Vec::with_capacity(strings.len());
+    for text in &strings {
+        counts.push(bpe_count_str(bpe, text)?);
     }
     PyList::new(py, counts)
 }
