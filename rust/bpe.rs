@@ -219,7 +219,10 @@ impl Bpe {
         };
         let mut end = found.end();
         if self.lookahead[found.pattern().as_usize()] {
-            let last = text[start..end].chars().next_back().map_or(0, char::len_utf8);
+            let last = text[start..end]
+                .chars()
+                .next_back()
+                .map_or(0, char::len_utf8);
             end -= last;
         }
         if end <= start {
@@ -293,10 +296,10 @@ impl Bpe {
         // The rank of part i joined to its next part, as the heap should know it.
         let mut rank = vec![NONE; n];
         let mut heap = BinaryHeap::with_capacity(n);
-        for i in 0..n - 1 {
-            rank[i] = self.pair_rank(piece, i, i + 2);
-            if rank[i] != NONE {
-                heap.push(Reverse((rank[i], i)));
+        for (i, pair) in rank.iter_mut().enumerate().take(n - 1) {
+            *pair = self.pair_rank(piece, i, i + 2);
+            if *pair != NONE {
+                heap.push(Reverse((*pair, i)));
             }
         }
         let mut parts = n as u64;
@@ -572,7 +575,10 @@ mod tests {
         for encoding in Encoding::ALL {
             let bpe = Bpe::get(encoding);
             for byte in 0..=255u8 {
-                assert!(bpe.rank(&[byte]).is_some(), "{encoding:?} lacks byte {byte}");
+                assert!(
+                    bpe.rank(&[byte]).is_some(),
+                    "{encoding:?} lacks byte {byte}"
+                );
             }
             // The built table finds every token at its rank.
             for (rank, token) in bpe.ranks.tokens().enumerate() {
@@ -625,10 +631,45 @@ mod tests {
     #[test]
     fn ascii_reading_splits_as_the_patterns() {
         let pieces = [
-            "a", "Word", "HTMLParser", "ABC", "camelCase", "'s", "'LL", "'re", "'x", "don't",
-            "I'M", "7", "12345", " ", "  ", "\n", "\r\n", " \n ", "\t", "\x0b", "\x0c", "\x1f",
-            "{\"", "\": ", "!!", "/", "//", "!\n/", "-", "_", ".", "é", "你好", "\u{a0}", "\u{3000}",
-            "\u{17f}", "\u{2028}", "²", "٣",
+            "a",
+            "Word",
+            "HTMLParser",
+            "ABC",
+            "camelCase",
+            "'s",
+            "'LL",
+            "'re",
+            "'x",
+            "don't",
+            "I'M",
+            "7",
+            "12345",
+            " ",
+            "  ",
+            "\n",
+            "\r\n",
+            " \n ",
+            "\t",
+            "\x0b",
+            "\x0c",
+            "\x1f",
+            "{\"",
+            "\": ",
+            "!!",
+            "/",
+            "//",
+            "!\n/",
+            "-",
+            "_",
+            ".",
+            "é",
+            "你好",
+            "\u{a0}",
+            "\u{3000}",
+            "\u{17f}",
+            "\u{2028}",
+            "²",
+            "٣",
         ];
         let mut state = 0x9e37_79b9_7f4a_7c15_u64;
         for encoding in Encoding::ALL {
@@ -637,7 +678,9 @@ mod tests {
             let mut fast = 0;
             for _ in 0..20_000 {
                 let mut text = String::new();
-                state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1);
                 for _ in 0..(state >> 60) % 9 {
                     state ^= state << 13;
                     state ^= state >> 7;
@@ -662,7 +705,10 @@ mod tests {
     fn surrogates_as_tiktoken_reads_them() {
         assert_eq!(from_wtf8_lossy(b"a\xed\xa0\x80b"), "a\u{FFFD}b");
         assert_eq!(from_wtf8_lossy(b"\xed\xa0\xbd\xed\xb8\x80"), "\u{1F600}");
-        assert_eq!(from_wtf8_lossy(b"\xed\xb8\x80\xed\xa0\xbd"), "\u{FFFD}\u{FFFD}");
+        assert_eq!(
+            from_wtf8_lossy(b"\xed\xb8\x80\xed\xa0\xbd"),
+            "\u{FFFD}\u{FFFD}"
+        );
         assert_eq!(from_wtf8_lossy("你好".as_bytes()), "你好");
     }
 }

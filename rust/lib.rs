@@ -1,10 +1,10 @@
 //! agentctx_fast's core: turn segmentation, tool-protocol validation, window selection and
 //! heuristic token counting. No PyO3 here; `py/` (feature `python`) is the only binding.
 
+pub mod bpe;
 pub mod error;
 pub mod model;
 pub mod protocol;
-pub mod bpe;
 pub mod tokens;
 pub mod turns;
 pub mod window;
