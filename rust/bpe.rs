@@ -89,7 +89,7 @@ impl Encoding {
 mod table {
     include!("bpe_table.rs");
 }
-use table::{token_hash, EMPTY_SLOT, SLOT_BYTES};
+use table::{token_hash, INLINE_BYTES, SLOT_BYTES};
 
 /// A vocabulary: its tokens (the blob) and their hash table, both built into the library.
 struct Ranks {
@@ -108,15 +108,25 @@ impl Ranks {
     fn get(&self, bytes: &[u8]) -> Option<u32> {
         let mut slot = token_hash(bytes) & self.mask;
         loop {
-            let entry = self.slots.get(slot * SLOT_BYTES..(slot + 1) * SLOT_BYTES)?;
-            let rank = u32::from_le_bytes([entry[4], entry[5], entry[6], entry[7]]);
-            if rank == EMPTY_SLOT {
+            let entry: &[u8; SLOT_BYTES] = self
+                .slots
+                .get(slot * SLOT_BYTES..(slot + 1) * SLOT_BYTES)?
+                .try_into()
+                .ok()?;
+            let len = usize::from(entry[0]);
+            if len == 0 {
                 return None;
             }
-            let at = u32::from_le_bytes([entry[0], entry[1], entry[2], entry[3]]) as usize;
-            let len = usize::from(*self.blob.get(at)?);
-            if len == bytes.len() && self.blob.get(at + 1..at + 1 + len) == Some(bytes) {
-                return Some(rank);
+            if len == bytes.len() {
+                let token = if len <= INLINE_BYTES {
+                    &entry[4..4 + len]
+                } else {
+                    let at = u32::from_le_bytes([entry[4], entry[5], entry[6], entry[7]]) as usize;
+                    self.blob.get(at + 1..at + 1 + len)?
+                };
+                if token == bytes {
+                    return Some(u32::from_le_bytes([entry[1], entry[2], entry[3], 0]));
+                }
             }
             slot = (slot + 1) & self.mask;
         }

@@ -2,14 +2,15 @@
 // library) and `rust/bpe.rs` (which reads them): included by both with `include!`.
 //
 // A vocabulary blob is every token in rank order, each a length byte then its bytes. Its table
-// has a power of two of slots, at least twice the tokens, each 8 little-endian bytes: the
-// offset of the token's length byte in the blob, then its rank (`u32::MAX` in an empty slot).
-// Linear probing from `token_hash(token)`.
+// has a power of two of slots, at least twice the tokens, each 16 bytes: the token's length (0 in an
+// empty slot), its rank (3 bytes, little-endian), then the token itself when it has at most 12
+// bytes (nearly all do: one cache line read per lookup), or else the offset of its length byte
+// in the blob (4 bytes, little-endian). Linear probing from `token_hash(token)`.
 
-/// The rank of an empty slot.
-pub const EMPTY_SLOT: u32 = u32::MAX;
 /// Bytes per slot.
-pub const SLOT_BYTES: usize = 8;
+pub const SLOT_BYTES: usize = 16;
+/// The longest token kept in its slot.
+pub const INLINE_BYTES: usize = 12;
 
 /// FxHash (rustc's hasher) over 8-byte words, seeded with the length.
 #[inline]
@@ -44,22 +45,31 @@ pub fn build_slots(blob: &[u8]) -> Vec<u8> {
     let size = (tokens.len() * 2).next_power_of_two().max(16);
     let mask = size - 1;
     let mut slots = vec![0u8; size * SLOT_BYTES];
-    for slot in slots.chunks_exact_mut(SLOT_BYTES) {
-        slot[4..].copy_from_slice(&EMPTY_SLOT.to_le_bytes());
-    }
+    let token_at = |entry: &[u8]| -> Vec<u8> {
+        let len = usize::from(entry[0]);
+        if len <= INLINE_BYTES {
+            entry[4..4 + len].to_vec()
+        } else {
+            let at = u32::from_le_bytes([entry[4], entry[5], entry[6], entry[7]]) as usize;
+            blob[at + 1..at + 1 + len].to_vec()
+        }
+    };
     for (rank, &(at, token)) in tokens.iter().enumerate() {
+        assert!(!token.is_empty() && rank < 1 << 24, "a token is empty or past rank 2^24");
         let mut slot = token_hash(token) & mask;
         loop {
             let entry = &mut slots[slot * SLOT_BYTES..(slot + 1) * SLOT_BYTES];
-            let taken = u32::from_le_bytes([entry[4], entry[5], entry[6], entry[7]]);
-            if taken == EMPTY_SLOT {
-                entry[..4].copy_from_slice(&(at as u32).to_le_bytes());
-                entry[4..].copy_from_slice(&(rank as u32).to_le_bytes());
+            if entry[0] == 0 {
+                entry[0] = token.len() as u8;
+                entry[1..4].copy_from_slice(&(rank as u32).to_le_bytes()[..3]);
+                if token.len() <= INLINE_BYTES {
+                    entry[4..4 + token.len()].copy_from_slice(token);
+                } else {
+                    entry[4..8].copy_from_slice(&(at as u32).to_le_bytes());
+                }
                 break;
             }
-            let other = u32::from_le_bytes([entry[0], entry[1], entry[2], entry[3]]) as usize;
-            let other_len = usize::from(blob[other]);
-            if &blob[other + 1..other + 1 + other_len] == token {
+            if token_at(entry) == token {
                 break;
             }
             slot = (slot + 1) & mask;

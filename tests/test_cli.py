@@ -178,9 +178,12 @@ def test_model_counts_with_the_models_estimator(capsys: pytest.CaptureFixture[st
     assert estimator_for_model("gpt-4o-mini").encoding == "o200k_base"  # type: ignore[attr-defined]
     assert type(estimator_for_model("llama-3")).__name__ == "HeuristicTokenEstimator"
     o200k = _summary(capsys, "--model", "gpt-4o")
-    assert o200k["estimated_tokens"] == build_window(
-        read_conversation(EXAMPLE), token_estimator=estimator_for_model("gpt-4o")
-    ).estimated_tokens
+    assert (
+        o200k["estimated_tokens"]
+        == build_window(
+            read_conversation(EXAMPLE), token_estimator=estimator_for_model("gpt-4o")
+        ).estimated_tokens
+    )
     assert o200k["estimated_tokens"] != summary["estimated_tokens"]
 
 

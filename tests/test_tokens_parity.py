@@ -163,7 +163,11 @@ class _Str(str):
 @pytest.mark.parametrize(
     ("encoding", "error", "message"),
     [
-        ("p50k_base", InvalidArgumentError, "encoding must be 'o200k_base' or 'cl100k_base', got 'p50k_base'"),
+        (
+            "p50k_base",
+            InvalidArgumentError,
+            "encoding must be 'o200k_base' or 'cl100k_base', got 'p50k_base'",
+        ),
         ("", InvalidArgumentError, "encoding must be 'o200k_base' or 'cl100k_base', got ''"),
         ("o200k\ud800", InvalidArgumentError, "got 'o200k\\ud800'"),
         (_Str("cl100k"), InvalidArgumentError, "got 'cl100k'"),
@@ -171,7 +175,9 @@ class _Str(str):
         (7, InvalidArgumentError, "encoding must be a str, got int"),
     ],
 )
-def test_bad_encodings_are_the_same_typed_error(encoding: object, error: type, message: str) -> None:
+def test_bad_encodings_are_the_same_typed_error(
+    encoding: object, error: type, message: str
+) -> None:
     calls = [
         lambda: count_text("x", encoding),  # type: ignore[arg-type]
         lambda: _native.count_text("x", encoding),

@@ -58,7 +58,9 @@ def chinese_prose(rng: random.Random) -> str:
             words.insert(rng.randrange(len(words)), f"{rng.randint(1, 9999)}元")
         if rng.random() < 0.1:
             words.insert(rng.randrange(len(words)), rng.choice([" iPhone 15 ", " AirPods ", "VIP"]))
-        parts.append("".join(w + (rng.choice(_ZH_PUNCT) if rng.random() < 0.15 else "") for w in words))
+        parts.append(
+            "".join(w + (rng.choice(_ZH_PUNCT) if rng.random() < 0.15 else "") for w in words)
+        )
         parts.append(rng.choice(["。", "！", "？", "。\n"]))
     return "".join(parts)
 
@@ -86,7 +88,9 @@ def json_result(rng: random.Random, chinese: bool) -> str:
             }
         )
     indent = rng.choice([None, 2])
-    return json.dumps({"results": records, "count": len(records)}, indent=indent, ensure_ascii=False)
+    return json.dumps(
+        {"results": records, "count": len(records)}, indent=indent, ensure_ascii=False
+    )
 
 
 def code(rng: random.Random) -> str:
@@ -96,12 +100,13 @@ def code(rng: random.Random) -> str:
         name = rng.choice(_CODE_NAMES)
         other = rng.choice(_CODE_NAMES)
         lines += [
-            f"def get_{name}_{other}(self, {name}_id: str, timeout: float = {rng.randint(1, 60)}.0):",
+            f"def get_{name}_{other}(self, {name}_id: str, "
+            f"timeout: float = {rng.randint(1, 60)}.0):",
             f'    """Fetch the {name} and its {other}."""',
-            f"    response = self.client.get(f\"/api/v1/{name}s/{{{name}_id}}\", timeout=timeout)",
+            f'    response = self.client.get(f"/api/v1/{name}s/{{{name}_id}}", timeout=timeout)',
             "    if response.status_code != 200:",
             f"        raise {name.title()}Error(response.text)",
-            f"    return [{other}[\"id\"] for {other} in response.json()[\"{other}s\"]]",
+            f'    return [{other}["id"] for {other} in response.json()["{other}s"]]',
             "",
         ]
     return "\n".join(lines)
