@@ -120,14 +120,13 @@ class BpeTokenEstimator(_CachedEstimator):
         if backend == "rust" and native is not None:
             self._count: Callable[[str], int] = functools.partial(native.bpe_count_text, name)
         else:
-            self._count = _local_tiktoken(name).encode_ordinary
+            encode = _local_tiktoken(name).encode_ordinary
+            self._count = lambda text: len(encode(text))
 
     def count_text(self, text: str) -> int:
         if not isinstance(text, str):
             raise InvalidMessageTypeError(f"count_text needs a str, got {type(text).__name__}")
-        if backend == "rust":
-            return self._count(text)
-        return len(self._count(text))  # type: ignore[arg-type]
+        return self._count(text)
 
 
 class TiktokenEstimator(_CachedEstimator):
