@@ -149,6 +149,9 @@ impl Ranks {
 pub struct Bpe {
     encoding: Encoding,
     ranks: Ranks,
+    /// The rank of every 2-byte token, indexed by its bytes (`NONE` for the others): the first
+    /// lookups of every merge, without hashing.
+    pairs: Vec<u32>,
     splitter: Regex,
     lookahead: [bool; 3],
 }
@@ -176,8 +179,16 @@ impl Bpe {
         let patterns = encoding.patterns();
         let splitter = Regex::new_many(&patterns.map(|(pattern, _)| pattern))
             .unwrap_or_else(|error| unreachable!("the split patterns compile: {error}"));
+        let mut pairs = vec![NONE; 1 << 16];
+        for (rank, token) in ranks.tokens().enumerate() {
+            if let [a, b] = *token {
+                let slot = &mut pairs[usize::from(a) << 8 | usize::from(b)];
+                *slot = (*slot).min(rank as u32);
+            }
+        }
         Bpe {
             encoding,
+            pairs,
             ranks,
             splitter,
             lookahead: patterns.map(|(_, lookahead)| lookahead),
@@ -263,8 +274,11 @@ impl Bpe {
     fn merge_scan(&self, piece: &[u8]) -> u64 {
         let n = piece.len();
         let mut parts: Vec<(usize, u32)> = Vec::with_capacity(n + 1);
-        for i in 0..n - 1 {
-            parts.push((i, self.pair_rank(piece, i, i + 2)));
+        for (i, pair) in piece.windows(2).enumerate() {
+            parts.push((
+                i,
+                self.pairs[usize::from(pair[0]) << 8 | usize::from(pair[1])],
+            ));
         }
         parts.push((n - 1, NONE));
         parts.push((n, NONE));
@@ -306,8 +320,8 @@ impl Bpe {
         // The rank of part i joined to its next part, as the heap should know it.
         let mut rank = vec![NONE; n];
         let mut heap = BinaryHeap::with_capacity(n);
-        for (i, pair) in rank.iter_mut().enumerate().take(n - 1) {
-            *pair = self.pair_rank(piece, i, i + 2);
+        for (i, (pair, bytes)) in rank.iter_mut().zip(piece.windows(2)).enumerate() {
+            *pair = self.pairs[usize::from(bytes[0]) << 8 | usize::from(bytes[1])];
             if *pair != NONE {
                 heap.push(Reverse((*pair, i)));
             }
