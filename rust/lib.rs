@@ -1,6 +1,7 @@
 //! agentctx_fast's core: turn segmentation, tool-protocol validation, window selection and
 //! heuristic token counting. No PyO3 here; `py/` (feature `python`) is the only binding.
 
+pub mod bpe;
 pub mod decode;
 pub mod error;
 pub mod model;

@@ -4,10 +4,13 @@ trip. Run from outside the source tree: python3 smoke_test.py EXPECTED_BACKEND""
 from __future__ import annotations
 
 import sys
+import time
 
 import agentctx_fast
 from agentctx_fast import (
     AiMessage,
+    BackendUnavailableError,
+    BpeTokenEstimator,
     SqlAgentStore,
     ToolCall,
     ToolMessage,
@@ -36,7 +39,23 @@ for message in history:
     assert memory.add_message_if_absent(message)
 assert [m.message_id for m in memory.get_messages()] == [m.message_id for m in history]
 assert memory.get_messages() == history
+# Exact counts from the vocabularies built into the native wheel; the pure wheel (installed
+# without tiktoken) says what to install.
+first_use = ""
+if expected == "rust":
+    for encoding, expected_tokens in (("o200k_base", 6), ("cl100k_base", 9)):
+        start = time.perf_counter()
+        tokens = BpeTokenEstimator(encoding).count_text("Hello world, 你好世界")
+        first_use += f", {encoding} first use {(time.perf_counter() - start) * 1e3:.0f} ms"
+        assert tokens == expected_tokens, (encoding, tokens)
+else:
+    try:
+        BpeTokenEstimator("o200k_base")
+    except BackendUnavailableError as error:
+        assert "pip install" in str(error), error
+    else:
+        sys.exit("BpeTokenEstimator on the pure wheel without tiktoken did not fail")
 print(
     f"python {sys.version.split()[0]}: backend {agentctx_fast.backend}, "
-    f"window of {len(window.messages)} messages, SQLite round trip ok"
+    f"window of {len(window.messages)} messages, SQLite round trip ok{first_use}"
 )

@@ -172,8 +172,19 @@ def test_model_counts_with_the_models_estimator(capsys: pytest.CaptureFixture[st
     summary = _summary(capsys, "--model", "gpt-4")
     window = build_window(read_conversation(EXAMPLE), token_estimator=estimator_for_model("gpt-4"))
     assert summary["estimated_tokens"] == window.estimated_tokens
-    assert type(estimator_for_model("gpt-4")).__name__ == "TiktokenEstimator"
-    assert type(estimator_for_model("gpt-4o-mini")).__name__ == "HeuristicTokenEstimator"
+    # SPEC §7: exact counts of the model's encoding (tiktoken's on the Python backend)
+    assert type(estimator_for_model("gpt-4")).__name__ == "BpeTokenEstimator"
+    assert estimator_for_model("gpt-4").encoding == "cl100k_base"  # type: ignore[attr-defined]
+    assert estimator_for_model("gpt-4o-mini").encoding == "o200k_base"  # type: ignore[attr-defined]
+    assert type(estimator_for_model("llama-3")).__name__ == "HeuristicTokenEstimator"
+    o200k = _summary(capsys, "--model", "gpt-4o")
+    assert (
+        o200k["estimated_tokens"]
+        == build_window(
+            read_conversation(EXAMPLE), token_estimator=estimator_for_model("gpt-4o")
+        ).estimated_tokens
+    )
+    assert o200k["estimated_tokens"] != summary["estimated_tokens"]
 
 
 def test_a_current_turn_over_max_tokens_is_reported(capsys: pytest.CaptureFixture[str]) -> None:

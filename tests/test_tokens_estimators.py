@@ -13,6 +13,7 @@ from agentctx_fast import (
     AgentActionMessage,
     AgentFormMessage,
     AiMessage,
+    BpeTokenEstimator,
     HeuristicTokenEstimator,
     ImagePart,
     Message,
@@ -48,8 +49,16 @@ def _tiktoken() -> TiktokenEstimator:
     return TiktokenEstimator(OFFLINE)
 
 
-ESTIMATORS: list[Callable[[], Any]] = [_heuristic, _tiktoken]
-IDS = ["heuristic", "tiktoken"]
+def _bpe() -> BpeTokenEstimator:
+    return BpeTokenEstimator("o200k_base")
+
+
+def _heuristic_o200k() -> HeuristicTokenEstimator:
+    return HeuristicTokenEstimator("o200k_base")
+
+
+ESTIMATORS: list[Callable[[], Any]] = [_heuristic, _tiktoken, _bpe, _heuristic_o200k]
+IDS = ["heuristic", "tiktoken", "bpe", "heuristic-o200k"]
 estimators = pytest.mark.parametrize("make", ESTIMATORS, ids=IDS)
 
 
@@ -95,7 +104,7 @@ def test_estimate_is_the_sum_of_per_message_counts(make: Callable[[], Any]) -> N
 @given(histories())
 def test_estimate_is_the_sum_of_per_message_counts_on_any_history(history: list[Message]) -> None:
     history = [replace(m, message_id=unique_id("h")) for m in history]
-    for make in (HeuristicTokenEstimator, lambda: TiktokenEstimator(OFFLINE)):
+    for make in (HeuristicTokenEstimator, lambda: TiktokenEstimator(OFFLINE), _bpe):
         total = make().estimate(history)
         fresh = make()
         assert total == sum(fresh.count_message(m) for m in history)
@@ -207,6 +216,10 @@ def test_cache_is_bounded(make: Callable[[], Any]) -> None:
     if make is _tiktoken:
         _tiktoken_encoding()
         estimator: Any = TiktokenEstimator(OFFLINE, cache_size=10)
+    elif make is _bpe:
+        estimator = BpeTokenEstimator("o200k_base", cache_size=10)
+    elif make is _heuristic_o200k:
+        estimator = HeuristicTokenEstimator("o200k_base", cache_size=10)
     else:
         estimator = HeuristicTokenEstimator(cache_size=10)
     messages = [UserMessage(f"message number {i}", message_id=unique_id()) for i in range(1000)]

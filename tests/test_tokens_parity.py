@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentctx_fast import _native
+from agentctx_fast import InvalidArgumentError, _native
+from agentctx_fast._reference import api as reference_api
 from agentctx_fast._reference.tokens import count_text
 
 # ---------------------------------------------------------------------------------------------
@@ -106,18 +107,95 @@ def test_count_texts_matches_count_text(texts: list[str]) -> None:
         ("1234", 2),
         ("ORD-2024-001", 1 + 1 + 2 + 1 + 1),
         ('{"a": 1}', 1 + 1 + 1 + 0 + 1 + 1),
-        ("你好", 3),
-        ("你好，世界。", 8),
+        ("你好", 2),
+        ("你好，世界。", 6),
         ("é", 1),
         ("caf\u00e9", 1 + 1),
         ("\U0001f600", 2),
-        ("\u2e7f\u2e80", 2 + 2),
+        ("\u2e7f\u2e80", 2 + 1),
         ("a\ud800b", 1 + 2 + 1),
     ],
 )
 def test_exact_values(text: str, expected: int) -> None:
     assert count_text(text) == expected
     assert _native.count_text(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", 0),
+        ("hello world", 2),
+        ("你", 1),
+        ("你好", 2),
+        ("你好，世界。", 5),
+        ("订单已发货", 4),
+        ("é你", 1 + 1),
+        ("a\ud800你", 1 + 2 + 1),
+    ],
+)
+def test_exact_values_o200k(text: str, expected: int) -> None:
+    assert count_text(text, "o200k_base") == expected
+    assert _native.count_text(text, "o200k_base") == expected
+    assert _native.count_texts([text], "o200k_base") == [expected]
+
+
+@settings(max_examples=1000, deadline=None)
+@given(_MIXED, st.sampled_from(["o200k_base", "cl100k_base"]))
+def test_parity_by_encoding(text: str, encoding: str) -> None:
+    assert _native.count_text(text, encoding) == count_text(text, encoding)
+    assert _native.count_texts([text, text[:7]], encoding) == reference_api.count_texts(
+        [text, text[:7]], encoding
+    )
+
+
+class _Str(str):
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __str__(self) -> str:
+        return "o200k_base"
+
+
+@pytest.mark.parametrize(
+    ("encoding", "error", "message"),
+    [
+        (
+            "p50k_base",
+            InvalidArgumentError,
+            "encoding must be 'o200k_base' or 'cl100k_base', got 'p50k_base'",
+        ),
+        ("", InvalidArgumentError, "encoding must be 'o200k_base' or 'cl100k_base', got ''"),
+        ("o200k\ud800", InvalidArgumentError, "got 'o200k\\ud800'"),
+        (_Str("cl100k"), InvalidArgumentError, "got 'cl100k'"),
+        (b"o200k_base", InvalidArgumentError, "encoding must be a str, got bytes"),
+        (7, InvalidArgumentError, "encoding must be a str, got int"),
+    ],
+)
+def test_bad_encodings_are_the_same_typed_error(
+    encoding: object, error: type, message: str
+) -> None:
+    calls = [
+        lambda: count_text("x", encoding),  # type: ignore[arg-type]
+        lambda: _native.count_text("x", encoding),
+        lambda: reference_api.count_texts(["x"], encoding),  # type: ignore[arg-type]
+        lambda: _native.count_texts(["x"], encoding),
+        lambda: _native.bpe_count_text(encoding, "x"),
+        lambda: _native.bpe_count_texts(encoding, ["x"]),
+    ]
+    for call in calls:
+        with pytest.raises(error) as caught:
+            call()
+        assert str(caught.value).endswith(message) or str(caught.value) == message
+        assert message in str(caught.value)
+
+
+def test_str_subclass_encoding_is_read_as_its_text() -> None:
+    assert _native.count_text("你好", _Str("o200k_base")) == count_text("你好", _Str("o200k_base"))
+    assert _native.bpe_count_text(_Str("cl100k_base"), "hello") == 1
 
 
 def test_large_inputs() -> None:

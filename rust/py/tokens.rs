@@ -1,10 +1,12 @@
-//! Heuristic token counting (`rust/tokens.rs`) for Python strs and messages.
+//! Token counting for Python strs and messages: the heuristic (`rust/tokens.rs`) and the exact
+//! counts of the built-in encodings (`rust/bpe.rs`).
 
-use super::errors::{invalid_message_type, type_name, Where};
+use super::errors::{invalid_argument, invalid_message_type, type_name, Where};
 use super::history::sequence;
 use super::library::Library;
 use super::message::{core_of, tokens};
-use crate::tokens::count_utf8_bytes;
+use crate::bpe::{from_wtf8_lossy, Bpe, Encoding};
+use crate::tokens::{count_utf8_bytes_with, Heuristic, CL100K, O200K};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
@@ -51,22 +53,41 @@ impl<'a, 'py> Utf8<'a, 'py> {
     }
 }
 
-/// Heuristic tokens of a Python str.
+/// Heuristic cl100k_base tokens of a Python str.
 pub fn count_str(text: &Bound<'_, PyString>) -> PyResult<u64> {
+    count_str_with(&CL100K, text)
+}
+
+/// Heuristic tokens of a Python str.
+fn count_str_with(heuristic: &Heuristic, text: &Bound<'_, PyString>) -> PyResult<u64> {
     let utf8 = Utf8::new(text)?;
     let bytes = utf8.bytes();
     if bytes.len() >= DETACH_BYTES {
-        Ok(text.py().detach(|| count_utf8_bytes(bytes)))
+        Ok(text.py().detach(|| count_utf8_bytes_with(heuristic, bytes)))
     } else {
-        Ok(count_utf8_bytes(bytes))
+        Ok(count_utf8_bytes_with(heuristic, bytes))
     }
 }
 
-/// Estimated tokens of `text` (the heuristic of `rust/tokens.rs`).
+/// The heuristic of `encoding` (None: cl100k_base).
+fn heuristic_of(encoding: Option<&Bound<'_, PyAny>>) -> PyResult<&'static Heuristic> {
+    Ok(match encoding.map(encoding_of).transpose()? {
+        None | Some(Encoding::Cl100kBase) => &CL100K,
+        Some(Encoding::O200kBase) => &O200K,
+    })
+}
+
+/// Estimated tokens of `text` (the heuristic of `rust/tokens.rs` for `encoding`).
 #[pyfunction]
-pub fn count_text(py: Python<'_>, text: &Bound<'_, PyAny>) -> PyResult<u64> {
+#[pyo3(signature = (text, encoding=None))]
+pub fn count_text(
+    py: Python<'_>,
+    text: &Bound<'_, PyAny>,
+    encoding: Option<&Bound<'_, PyAny>>,
+) -> PyResult<u64> {
+    let heuristic = heuristic_of(encoding)?;
     match text.cast::<PyString>() {
-        Ok(text) => count_str(text),
+        Ok(text) => count_str_with(heuristic, text),
         Err(_) => Err(invalid_message_type(
             py,
             format!("count_text needs a str, got {}", type_name(text)),
@@ -77,10 +98,13 @@ pub fn count_text(py: Python<'_>, text: &Bound<'_, PyAny>) -> PyResult<u64> {
 
 /// Estimated tokens of every text.
 #[pyfunction]
+#[pyo3(signature = (texts, encoding=None))]
 pub fn count_texts<'py>(
     py: Python<'py>,
     texts: &Bound<'py, PyAny>,
+    encoding: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyList>> {
+    let heuristic = heuristic_of(encoding)?;
     let mut strings = Vec::new();
     for text in texts.try_iter()? {
         let text = text?;
@@ -97,7 +121,7 @@ pub fn count_texts<'py>(
     }
     let mut counts = Vec::with_capacity(strings.len());
     for text in &strings {
-        counts.push(count_str(text)?);
+        counts.push(count_str_with(heuristic, text)?);
     }
     PyList::new(py, counts)
 }
@@ -116,6 +140,96 @@ pub fn message_tokens<'py>(
         let at = Where::Index(index);
         let core = core_of(library, &message, at)?;
         counts.push(tokens(library, &message, core.get(), at)?);
+    }
+    PyList::new(py, counts)
+}
+
+/// The built-in encoding `encoding` names; the same errors as
+/// `_reference/tokens.py::check_encoding`.
+fn encoding_of(encoding: &Bound<'_, PyAny>) -> PyResult<Encoding> {
+    let py = encoding.py();
+    let Ok(name) = encoding.cast::<PyString>() else {
+        let message = format!("encoding must be a str, got {}", type_name(encoding));
+        return Err(invalid_argument(py, message).into());
+    };
+    if let Some(found) = name.to_str().ok().and_then(Encoding::from_name) {
+        return Ok(found);
+    }
+    // The repr of an exact str copy (made by the str type from the bytes): no method of a str
+    // subclass runs.
+    let utf8 = Utf8::new(name)?;
+    let bytes = PyBytes::new(py, utf8.bytes());
+    let copy = py
+        .get_type::<PyString>()
+        .call1((bytes, "utf-8", "surrogatepass"))?;
+    let message = format!(
+        "encoding must be 'o200k_base' or 'cl100k_base', got {}",
+        copy.repr()?.to_string_lossy()
+    );
+    Err(invalid_argument(py, message).into())
+}
+
+/// Exact tokens of a Python str; lone surrogates are read as tiktoken reads them.
+fn bpe_count_str(bpe: &Bpe, text: &Bound<'_, PyString>) -> PyResult<u64> {
+    let py = text.py();
+    let owned;
+    let text: &str = match text.to_str() {
+        Ok(s) => s,
+        Err(_) => {
+            let Utf8::Wtf8(bytes) = Utf8::new(text)? else {
+                unreachable!("a str that is not UTF-8 is encoded with surrogatepass")
+            };
+            owned = from_wtf8_lossy(bytes.as_bytes());
+            &owned
+        }
+    };
+    if text.len() >= DETACH_BYTES {
+        Ok(py.detach(|| bpe.count(text)))
+    } else {
+        Ok(bpe.count(text))
+    }
+}
+
+/// Exact tokens of `text` in `encoding` (`len(encode_ordinary(text))`).
+#[pyfunction]
+pub fn bpe_count_text(encoding: &Bound<'_, PyAny>, text: &Bound<'_, PyAny>) -> PyResult<u64> {
+    let encoding = encoding_of(encoding)?;
+    match text.cast::<PyString>() {
+        Ok(text) => bpe_count_str(Bpe::get(encoding), text),
+        Err(_) => Err(invalid_message_type(
+            text.py(),
+            format!("count_text needs a str, got {}", type_name(text)),
+        )
+        .into()),
+    }
+}
+
+/// Exact tokens of every text in `encoding`.
+#[pyfunction]
+pub fn bpe_count_texts<'py>(
+    encoding: &Bound<'py, PyAny>,
+    texts: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyList>> {
+    let py = texts.py();
+    let encoding = encoding_of(encoding)?;
+    let mut strings = Vec::new();
+    for text in texts.try_iter()? {
+        let text = text?;
+        match text.cast_into::<PyString>() {
+            Ok(text) => strings.push(text),
+            Err(error) => {
+                let message = format!(
+                    "count_texts needs str items, got {}",
+                    type_name(error.into_inner().as_any())
+                );
+                return Err(invalid_message_type(py, message).into());
+            }
+        }
+    }
+    let bpe = Bpe::get(encoding);
+    let mut counts = Vec::with_capacity(strings.len());
+    for text in &strings {
+        counts.push(bpe_count_str(bpe, text)?);
     }
     PyList::new(py, counts)
 }

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from agentctx_fast._core_types import ContextWindow, ProtocolViolation, WindowOptions, new_window
 from agentctx_fast._reference.protocol import validate, validate_segment
 from agentctx_fast._reference.read import read, tokens
-from agentctx_fast._reference.tokens import count_text
+from agentctx_fast._reference.tokens import check_encoding, count_text
 from agentctx_fast._reference.turns import (
     Turn,
     check_sequence,
@@ -56,13 +56,15 @@ def message_tokens(messages: Sequence[object]) -> list[int]:
     return counts
 
 
-def count_texts(texts: Iterable[object]) -> list[int]:
+def count_texts(texts: Iterable[object], encoding: str | None = None) -> list[int]:
     """`count_text` of every text."""
+    if encoding is not None:
+        check_encoding(encoding)
     strings = list(texts)
     for text in strings:
         if not issubclass(type(text), str):
             raise InvalidMessageTypeError(f"count_texts needs str items, got {type(text).__name__}")
-    return [count_text(text) for text in strings]  # type: ignore[arg-type]
+    return [count_text(text, encoding) for text in strings]  # type: ignore[arg-type]
 
 
 def window(
