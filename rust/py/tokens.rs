@@ -105,20 +105,7 @@ pub fn count_texts<'py>(
     encoding: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyList>> {
     let heuristic = heuristic_of(encoding)?;
-    let mut strings = Vec::new();
-    for text in texts.try_iter()? {
-        let text = text?;
-        match text.cast_into::<PyString>() {
-            Ok(text) => strings.push(text),
-            Err(error) => {
-                let message = format!(
-                    "count_texts needs str items, got {}",
-                    type_name(error.into_inner().as_any())
-                );
-                return Err(invalid_message_type(py, message).into());
-            }
-        }
-    }
+    let strings = str_items(py, texts)?;
     let mut counts = Vec::with_capacity(strings.len());
     for text in &strings {
         counts.push(count_str_with(heuristic, text)?);
@@ -212,6 +199,20 @@ pub fn bpe_count_texts<'py>(
 ) -> PyResult<Bound<'py, PyList>> {
     let py = texts.py();
     let encoding = encoding_of(encoding)?;
+    let strings = str_items(py, texts)?;
+    let bpe = Bpe::get(encoding);
+    let mut counts = Vec::with_capacity(strings.len());
+    for text in &strings {
+        counts.push(bpe_count_str(bpe, text)?);
+    }
+    PyList::new(py, counts)
+}
+
+/// The items of `texts`, all read before any is counted; a non-`str` item is refused.
+fn str_items<'py>(
+    py: Python<'py>,
+    texts: &Bound<'py, PyAny>,
+) -> PyResult<Vec<Bound<'py, PyString>>> {
     let mut strings = Vec::new();
     for text in texts.try_iter()? {
         let text = text?;
@@ -226,10 +227,5 @@ pub fn bpe_count_texts<'py>(
             }
         }
     }
-    let bpe = Bpe::get(encoding);
-    let mut counts = Vec::with_capacity(strings.len());
-    for text in &strings {
-        counts.push(bpe_count_str(bpe, text)?);
-    }
-    PyList::new(py, counts)
+    Ok(strings)
 }
