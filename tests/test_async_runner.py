@@ -643,3 +643,74 @@ def test_a_cancellation_while_the_lease_is_taken_frees_it(
     assert turn.status is TurnStatus.CANCELLED
     assert remaining == 1  # the model was never called
     assert nxt.status is TurnStatus.COMPLETED
+
+
+def test_a_cancelled_cancel_call_still_frees_the_conversation(
+    store_kind: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``cancel``'s own caller is cancelled while the store hands it the suspended turn's
+    lease: the cancel still closes the turn and frees the conversation."""
+    conversation = new_conversation_id()
+
+    async def body(store: Any) -> Any:
+        runner = AsyncAgentRunner(store, lease_seconds=600)
+        model = AsyncScriptedChatModel([_call("c1", "refund", '{"order_id": "A1"}')])
+        suspended = await runner.run(_refund_agent(model), conversation, "refund A1")
+        assert suspended.status is TurnStatus.SUSPENDED
+        entered, release = _gate_after(
+            monkeypatch, type(runner.turn_store), "reacquire_conversation", lambda *_: True
+        )
+        task = asyncio.ensure_future(runner.cancel(conversation, suspended.turn_id))
+        await entered.wait()
+        task.cancel()
+        await asyncio.sleep(0.05)
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        monkeypatch.undo()
+        turn = await runner.turn(conversation, suspended.turn_id)
+        nxt = await runner.run(
+            Agent("a", AsyncScriptedChatModel([AiMessage("second")])), conversation, "again"
+        )
+        return turn, nxt, await store.chat_memory(conversation).get_messages()
+
+    turn, nxt, stored = with_store(store_kind, request, body)
+    assert turn.status is TurnStatus.CANCELLED
+    assert nxt.status is TurnStatus.COMPLETED
+    assert validate_tool_protocol(stored) == []
+
+
+def test_a_cancellation_while_a_stream_closes_goes_on(request: pytest.FixtureRequest) -> None:
+    """Closing a stream waits for its turn to close; a cancellation of the closing task
+    meanwhile is not swallowed: it goes on once the turn has closed."""
+    entered, release = threading.Event(), threading.Event()
+
+    def slow() -> str:
+        entered.set()
+        release.wait(10)
+        return "slow result"
+
+    model = AsyncScriptedChatModel([_call("c1", "slow"), AiMessage("never used")])
+    agent = Agent("a", model, tools=[Tool("slow", slow)])
+
+    async def body(store: Any) -> Any:
+        runner = AsyncAgentRunner(store)
+        conversation = new_conversation_id()
+        stream = runner.stream(agent, conversation, "go")
+        first = await anext(stream)
+        await asyncio.get_running_loop().run_in_executor(None, entered.wait, 10)
+        closing = asyncio.ensure_future(stream.aclose())  # type: ignore[attr-defined]
+        await asyncio.sleep(0.05)
+        closing.cancel()
+        await asyncio.sleep(0.05)
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+        stored = await store.chat_memory(conversation).get_messages()
+        return first, await runner.turn(conversation, stored[0].turn_id), stored
+
+    first, turn, stored = with_store("async-memory", request, body)
+    assert isinstance(first, ToolCallEvent)
+    assert turn.status is TurnStatus.CANCELLED
+    results = [m for m in stored if getattr(m, "tool_call_id", None) == "c1"]
+    assert [m.text for m in results] == ["slow result"]

@@ -92,4 +92,6 @@ def test_a_corrupt_index_entry_is_a_serialization_error(store: Any) -> None:
     store.client.hset(f"{store.key_prefix}conv:{{{conversation}}}:i", "a", "garbage")
     with pytest.raises(SerializationError, match="index entry"):
         memory.update_message(AiMessage("b", message_id="a"), 0)
+    with pytest.raises(SerializationError, match="index entry"):
+        memory.get_message("a")
     assert memory.get_messages() == [AiMessage("a", message_id="a")]  # nothing was written

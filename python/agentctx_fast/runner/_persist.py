@@ -12,7 +12,7 @@ from agentctx_fast.memory import AsyncChatMemory
 from agentctx_fast.messages import AiMessage, Message, ToolMessage
 from agentctx_fast.runner._io import AsyncTurnIO, BlockingTurnIO
 from agentctx_fast.runner._reads import read_history, unanswered_calls
-from agentctx_fast.runner._state import TurnIO, TurnRun, agent_stub
+from agentctx_fast.runner._state import TurnIO, TurnRun, agent_stub, is_stub
 from agentctx_fast.runner._tools import ToolSteps
 from agentctx_fast.runner.events import ApprovalRequired
 from agentctx_fast.stores.turns import (
@@ -201,8 +201,9 @@ class Persistence(ToolSteps):
         error: str | None = None,
         pending: tuple[PendingApproval, ...] = (),
     ) -> AgentTurn:
-        if run.memory is not None and run.conversation_id is not None:
+        if run.memory is not None and run.conversation_id is not None and not is_stub(run.agent):
             # the next turn's first read then asks for this turn as well, not a guess of it
+            # (a turn closed by `cancel` or recovery read its own span, not a window's)
             self._remember_reach(run.conversation_id, len(run.history) + len(run.messages))
         return AgentTurn(
             run.turn_id, run.conversation_id, status, tuple(run.messages), final, error,

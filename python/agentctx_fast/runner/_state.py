@@ -150,6 +150,11 @@ def agent_stub(snapshot: AgentTurnSnapshot) -> Agent:
     return Agent(snapshot.agent_name or "agent", _NoModel())
 
 
+def is_stub(agent: Agent) -> bool:
+    """``agent`` is an `agent_stub`: its run read no window's worth of history."""
+    return isinstance(agent.chat_model, _NoModel)
+
+
 def view(snapshot: AgentTurnSnapshot) -> AgentTurn:
     return AgentTurn(
         snapshot.turn_id,

@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
@@ -109,7 +108,8 @@ class AsyncAgentRunner:
 
     async def cancel(self, conversation_id: str, turn_id: str) -> AgentTurn:
         """Cancel an open turn (see `AgentRunner.cancel`)."""
-        return await self._engine.cancel(AsyncTurnIO(), conversation_id, turn_id)
+        io = AsyncTurnIO()
+        return await _ended(io, self._engine.cancel(io, conversation_id, turn_id))
 
     async def turn(self, conversation_id: str, turn_id: str) -> AgentTurn:
         """The stored state of a turn (its messages are in chat memory)."""
@@ -144,11 +144,16 @@ class AsyncAgentRunner:
         finally:
             if not task.done():
                 io.interrupt()
+                cancelled = False
                 while not task.done():  # the turn closes itself before we go on
-                    with contextlib.suppress(asyncio.CancelledError):
+                    try:
                         await asyncio.wait((task,))
+                    except asyncio.CancelledError:
+                        cancelled = True  # goes on once the turn has closed
                 if not task.cancelled():
                     task.exception()  # the consumer left: its failure is not reported
+                if cancelled:
+                    raise asyncio.CancelledError
 
 
 def _started(io: AsyncTurnIO, turn: Coroutine[Any, Any, AgentTurn]) -> asyncio.Task[AgentTurn]:

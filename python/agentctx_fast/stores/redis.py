@@ -111,11 +111,14 @@ redis.call('HSET', KEYS[2], ARGV[1], position .. ' ' .. ARGV[5] .. ' ' .. kind)
 return {1}
 """
 
-# KEYS: records, index. ARGV: id. The record, or nil.
+# KEYS: records, index. ARGV: id. The record, nil, or {-3}: an index entry that is not
+# "position version kind".
 _GET = """
 local entry = redis.call('HGET', KEYS[2], ARGV[1])
 if not entry then return false end
-return redis.call('LINDEX', KEYS[1], string.match(entry, '^%d+'))
+local position = string.match(entry, '^(%d+) %S+ .*$')
+if not position then return {-3} end
+return redis.call('LINDEX', KEYS[1], position)
 """
 
 # KEYS: visible, records. ARGV: start, stop (LRANGE indexes of the visible list). The records
@@ -360,6 +363,8 @@ class AsyncRedisChatMemory(AsyncChatMemory):
         )
         if record is None:
             return None
+        if isinstance(record, list):
+            raise _corrupt_index(message_id)
         return self._store._load_message(self.conversation_id, raw(record))
 
     async def update_message(self, message: Message, expected_version: int) -> Message:
@@ -380,10 +385,7 @@ class AsyncRedisChatMemory(AsyncChatMemory):
         if status == -1:
             raise MessageNotFoundError(f"no stored message {message.message_id!r}")
         if status == -3:
-            raise SerializationError(
-                f"message {message.message_id!r}: its stored index entry is not "
-                "'position version kind'"
-            )
+            raise _corrupt_index(message.message_id)
         if status == -2:
             stored_kind = outcome[1].decode() if isinstance(outcome[1], bytes) else outcome[1]
             raise InvalidArgumentError(
@@ -450,3 +452,9 @@ class AsyncRedisCompressionStateStore:
 
 class RedisCompressionStateStore(BlockingCompressionStateStore):
     """Compression states of a `RedisAgentStore` (blocking)."""
+
+
+def _corrupt_index(message_id: str) -> SerializationError:
+    return SerializationError(
+        f"message {message_id!r}: its stored index entry is not 'position version kind'"
+    )
