@@ -2,7 +2,11 @@
 
 1. Overhead per turn on the same conversations as ``bench_runner.py`` (1,000 and 10,000 stored
    tool-heavy messages), same scripted model: the rows share a group with the blocking rows
-   (``runner turn (…) KIND``), so one run shows them side by side.
+   (``runner turn (…) KIND``), so one run shows them side by side. Each async row starts the
+   event loop for its one turn (``run_until_complete``, some 10–15 µs here), which a service,
+   already inside its loop, never pays per turn; so also ``runner turns in a running loop
+   (…) KIND``: ten turns per call, the blocking runner's in a plain loop and the async
+   runner's in one coroutine, on the same stored conversation (1,000 messages).
 2. 500 conversations on one event loop (arriving one per millisecond, then all in flight
    together), with a model that awaits 50 ms per call:
    ``extra_info`` holds turns per second, the p50/p99 runner overhead per turn (the turn's time
@@ -27,22 +31,26 @@ import statistics
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from agentctx_fast import (
     Agent,
+    AgentRunner,
     AiMessage,
     AsyncAgentRunner,
     AsyncInMemoryAgentStore,
     AsyncScriptedChatModel,
+    InMemoryAgentStore,
     Message,
     Tool,
 )
 from agentctx_fast.stores.redis import AsyncRedisAgentStore
 from agentctx_fast.stores.sql import AsyncSqlAgentStore
 from bench_runner import _PLAIN, _TOOL, SIZES, _store, tool_history
+from bench_runner import _agent as _blocking_agent
 from bench_stores import bulk_load
 
 KINDS = ("memory", "sqlite", "redis", "postgresql")
@@ -86,10 +94,15 @@ def async_runner_store(
             with blocking.engine.begin() as connection:
                 connection.exec_driver_sql(f"ANALYZE {blocking._tables.messages.name}")
         store = _async_twin(kind, blocking, loop)
+        _BLOCKING[kind] = blocking
         yield kind, store, conversations, loop
         loop.run_until_complete(store.aclose())
+        del _BLOCKING[kind]
         blocking.close()
     loop.close()
+
+
+_BLOCKING: dict[str, Any] = {}  # the blocking store on the async one's database, by kind
 
 
 def _agent(replies: Sequence[AiMessage], delay: float = 0.0) -> Agent:
@@ -121,6 +134,65 @@ def test_async_runner_turn(
     done = benchmark(turn)
     loop.run_until_complete(runner.aclose())
     assert done.status.value == "completed"
+
+
+TURNS_PER_CALL = 10
+
+
+@pytest.mark.parametrize("runner_kind", ["blocking", "async", "async-async-tool"])
+@pytest.mark.parametrize("turn_kind", ["plain", "tool"])
+def test_turns_in_a_running_loop(
+    benchmark: Any,
+    async_runner_store: tuple[str, Any, dict[int, str], asyncio.AbstractEventLoop],
+    turn_kind: str,
+    runner_kind: str,
+) -> None:
+    kind, store, conversations, loop = async_runner_store
+    benchmark.group = (
+        f"runner turns in a running loop ({turn_kind}, {TURNS_PER_CALL} per call) {kind}"
+    )
+    benchmark.extra_info["turns_per_call"] = TURNS_PER_CALL
+    replies = _PLAIN if turn_kind == "plain" else _TOOL
+    if runner_kind == "blocking":
+        if kind == "memory":  # the async in-memory store's data is not the blocking one's
+            blocking: Any = InMemoryAgentStore()
+            conversation = f"blocking-{uuid.uuid4().hex[:6]}"
+            memory = blocking.chat_memory(conversation)
+            memory.add_messages_if_absent(tool_history(SIZES[0]))
+        else:
+            blocking, conversation = _BLOCKING[kind], conversations[SIZES[0]]
+        runner = AgentRunner(blocking)
+        agent = _blocking_agent(replies)
+
+        def turns() -> Any:
+            for _ in range(TURNS_PER_CALL):
+                done = runner.run(agent, conversation, "Where is my order?")
+            return done
+
+        last = benchmark(turns)
+        runner.close()
+    else:
+        async_runner = AsyncAgentRunner(store)
+        async_agent = _agent(replies)
+        if runner_kind == "async-async-tool":  # the tool an asyncio service would write
+            if turn_kind == "plain":
+                pytest.skip("a plain turn calls no tool")
+
+            async def get_order(order_id: str) -> dict[str, str]:
+                return {"order_id": order_id, "status": "shipped"}
+
+            async_agent = replace(async_agent, tools=(Tool("get_order", get_order),))
+
+        async def many() -> Any:
+            for _ in range(TURNS_PER_CALL):
+                done = await async_runner.run(
+                    async_agent, conversations[SIZES[0]], "Where is my order?"
+                )
+            return done
+
+        last = benchmark(lambda: loop.run_until_complete(many()))
+        loop.run_until_complete(async_runner.aclose())
+    assert last.status.value == "completed"
 
 
 def test_500_conversations_on_one_loop(benchmark: Any) -> None:
