@@ -11,6 +11,7 @@ must be treated so. Objects are never shared between conversations.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,23 +55,42 @@ class MessageLoader:
         return GenerationCache(self._cache_size, GENERATION_BYTES)
 
     def __call__(self, conversation_id: str, data: bytes) -> Message:
+        """The message of one record of ``conversation_id``."""
+        return self.load_all(conversation_id, (data,))[0]
+
+    def load_all(self, conversation_id: str, records: Iterable[bytes]) -> list[Message]:
+        """The messages of ``records`` of ``conversation_id``, in order (a page of a
+        conversation's tail: mostly hits, so the per-page work is done once)."""
         serializer = self._store.serializer
-        if serializer is not self._serializer:  # replaced on a live store: forget its objects
+        if serializer is not self._serializer:
             self._serializer, self._cache = serializer, self._new_cache()
         cache = self._cache
-        if cache is None or len(data) > MAX_CACHED_RECORD_BYTES:
-            return load_message(serializer, data)
-        if type(data) is not bytes:  # a driver's buffer type: a key must be immutable
-            data = bytes(data)
-        key = (conversation_id, data)
-        message = cache.get(key)
-        if message is None:
-            self.misses += 1
-            message = load_message(serializer, data)
-            cache.put(key, message, len(data))
-        else:
-            self.hits += 1
-        return message
+        if cache is None:
+            return [load_message(serializer, data) for data in records]
+        get, put = cache.get, cache.put
+        messages: list[Message] = []
+        append = messages.append
+        hits = 0
+        try:
+            for data in records:
+                size = len(data)
+                if size > MAX_CACHED_RECORD_BYTES:
+                    append(load_message(serializer, data))
+                    continue
+                if type(data) is not bytes:  # a driver's buffer type: a key must be immutable
+                    data = bytes(data)
+                key = (conversation_id, data)
+                message = get(key)
+                if message is None:
+                    self.misses += 1
+                    message = load_message(serializer, data)
+                    put(key, message, size)
+                else:
+                    hits += 1
+                append(message)
+        finally:
+            self.hits += hits
+        return messages
 
     def info(self) -> MessageCacheInfo:
         """What the cache holds and how often it answered."""

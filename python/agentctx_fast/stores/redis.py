@@ -352,9 +352,9 @@ class AsyncRedisChatMemory(AsyncChatMemory):
         return self._load(records)
 
     def _load(self, records: Sequence[Any]) -> list[Message]:
-        load = self._store._load_message
-        conversation_id = self.conversation_id
-        return [load(conversation_id, raw(record)) for record in records]
+        return self._store._load_message.load_all(
+            self.conversation_id, [raw(record) for record in records]
+        )
 
     async def get_message(self, message_id: str) -> Message | None:
         check_identifier(message_id, "message_id")

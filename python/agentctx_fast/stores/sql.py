@@ -437,9 +437,9 @@ class AsyncSqlChatMemory(AsyncChatMemory):
         statement = self._store._pages.get(visible_only, count is not None, offset > 0)
         params = {"conversation_id": self.conversation_id, "count": count, "offset": offset}
         rows = await self._store._port.rows("reading messages", statement, params=params)
-        load = self._store._load_message
-        conversation_id = self.conversation_id
-        return [load(conversation_id, row[0]) for row in reversed(rows)]
+        return self._store._load_message.load_all(
+            self.conversation_id, [row[0] for row in reversed(rows)]
+        )
 
     async def get_message(self, message_id: str) -> Message | None:
         check_identifier(message_id, "message_id")
