@@ -87,6 +87,19 @@ def _call(call_id: str, name: str, arguments: str = "{}") -> AiMessage:
     return AiMessage(tool_calls=(ToolCall(call_id, name, arguments),))
 
 
+def _blocked_tool(name: str, result: str) -> tuple[Tool, threading.Event, threading.Event]:
+    """A plain tool that sets ``entered`` once it runs and returns ``result`` once
+    ``release`` is set."""
+    entered, release = threading.Event(), threading.Event()
+
+    def blocked() -> str:
+        entered.set()
+        release.wait(10)
+        return result
+
+    return Tool(name, blocked), entered, release
+
+
 def test_run_writes_the_turn_and_the_blocking_store_reads_it(
     db_kind: str, request: pytest.FixtureRequest
 ) -> None:
@@ -297,16 +310,9 @@ def test_cancel_during_a_plain_tool_keeps_its_result(
     store_kind: str, request: pytest.FixtureRequest
 ) -> None:
     conversation = new_conversation_id()
-    entered = threading.Event()
-    release = threading.Event()
-
-    def slow_refund() -> str:
-        entered.set()
-        release.wait(10)
-        return "refund issued"
-
+    tool, entered, release = _blocked_tool("slow_refund", "refund issued")
     model = AsyncScriptedChatModel([_call("c1", "slow_refund"), AiMessage("never used")])
-    agent = Agent("a", model, tools=[Tool("slow_refund", slow_refund)])
+    agent = Agent("a", model, tools=[tool])
 
     async def body(store: Any) -> Any:
         runner = AsyncAgentRunner(store)
@@ -683,15 +689,9 @@ def test_a_cancelled_cancel_call_still_frees_the_conversation(
 def test_a_cancellation_while_a_stream_closes_goes_on(request: pytest.FixtureRequest) -> None:
     """Closing a stream waits for its turn to close; a cancellation of the closing task
     meanwhile is not swallowed: it goes on once the turn has closed."""
-    entered, release = threading.Event(), threading.Event()
-
-    def slow() -> str:
-        entered.set()
-        release.wait(10)
-        return "slow result"
-
+    tool, entered, release = _blocked_tool("slow", "slow result")
     model = AsyncScriptedChatModel([_call("c1", "slow"), AiMessage("never used")])
-    agent = Agent("a", model, tools=[Tool("slow", slow)])
+    agent = Agent("a", model, tools=[tool])
 
     async def body(store: Any) -> Any:
         runner = AsyncAgentRunner(store)
