@@ -87,6 +87,18 @@ def _call(call_id: str, name: str, arguments: str = "{}") -> AiMessage:
     return AiMessage(tool_calls=(ToolCall(call_id, name, arguments),))
 
 
+class _WaitingModel:
+    """An async model that sets ``entered`` when called and then waits until cancelled."""
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+
+    async def chat(self, messages: Sequence[Message], tools: Sequence[Any]) -> AiMessage:
+        self.entered.set()
+        await asyncio.sleep(3600)
+        raise AssertionError("never reached")
+
+
 def _blocked_tool(name: str, result: str) -> tuple[Tool, threading.Event, threading.Event]:
     """A plain tool that sets ``entered`` once it runs and returns ``result`` once
     ``release`` is set."""
@@ -265,21 +277,9 @@ def test_cancelling_the_consumer_cancels_the_turn(
 ) -> None:
     conversation = new_conversation_id()
 
-    class SlowModel:
-        def __init__(self) -> None:
-            self.entered: asyncio.Event | None = None
-
-        async def chat(self, messages: Sequence[Message], tools: Sequence[Any]) -> AiMessage:
-            assert self.entered is not None
-            self.entered.set()
-            await asyncio.sleep(3600)
-            raise AssertionError("never reached")
-
-    model = SlowModel()
-
     async def body(store: Any) -> Any:
         runner = AsyncAgentRunner(store)
-        model.entered = asyncio.Event()
+        model = _WaitingModel()
         slow = Agent("a", model, tools=[Tool("lookup", lambda: "found")])
 
         async def consume() -> None:
@@ -519,18 +519,9 @@ def test_a_second_cancellation_during_cleanup_still_frees_the_conversation(
 ) -> None:
     conversation = new_conversation_id()
 
-    class Waiting:
-        def __init__(self) -> None:
-            self.entered = asyncio.Event()
-
-        async def chat(self, messages: Sequence[Message], tools: Sequence[Any]) -> AiMessage:
-            self.entered.set()
-            await asyncio.sleep(3600)
-            raise AssertionError("never reached")
-
     async def body(store: Any) -> Any:
         runner = AsyncAgentRunner(store, lease_seconds=30)
-        model = Waiting()
+        model = _WaitingModel()
         task = asyncio.ensure_future(runner.run(Agent("a", model), conversation, "first"))
         await model.entered.wait()
         task.cancel()
