@@ -152,15 +152,7 @@ fn read_core<'py>(
     match kind {
         Kind::Ai => {
             let text = optional_text(&message.getattr(intern!(py, "text"))?, at, "text")?;
-            for (index, call) in message
-                .getattr(intern!(py, "tool_calls"))?
-                .try_iter()?
-                .enumerate()
-            {
-                let call = call?;
-                let call = tool_call(library, &call, at, index)?;
-                let place = format!("{at}.tool_calls[{index}]");
-                let place = Where::Named(&place);
+            each_tool_call(library, message, at, |call, place| {
                 info.call_ids
                     .push(identifier(&call.getattr(intern!(py, "id"))?, place, "id")?);
                 info.call_names.push(identifier(
@@ -168,7 +160,8 @@ fn read_core<'py>(
                     place,
                     "name",
                 )?);
-            }
+                Ok(())
+            })?;
             let has_text = text.is_some_and(|text| text_len(&text) > 0);
             info.final_text = has_text && info.call_ids.is_empty();
         }
@@ -234,6 +227,28 @@ fn identifier(value: &Bound<'_, PyAny>, at: Where<'_>, field: &str) -> Result<St
 fn text_len(text: &Bound<'_, PyString>) -> isize {
     // SAFETY: `text` is a str (checked by its cast); PyUnicode_GetLength only reads it.
     unsafe { pyo3::ffi::PyUnicode_GetLength(text.as_ptr()) }
+}
+
+/// Visits each of an AI message's tool calls, checked to be a `ToolCall`, with the place
+/// errors name it by (`…tool_calls[i]`).
+fn each_tool_call<'py>(
+    library: &Library,
+    message: &Bound<'py, PyAny>,
+    at: Where<'_>,
+    mut visit: impl FnMut(&Bound<'py, PyAny>, Where<'_>) -> Result<(), Failure>,
+) -> Result<(), Failure> {
+    let py = message.py();
+    for (index, call) in message
+        .getattr(intern!(py, "tool_calls"))?
+        .try_iter()?
+        .enumerate()
+    {
+        let call = call?;
+        let call = tool_call(library, &call, at, index)?;
+        let place = format!("{at}.tool_calls[{index}]");
+        visit(call, Where::Named(&place))?;
+    }
+    Ok(())
 }
 
 fn tool_call<'a, 'py>(
@@ -321,15 +336,7 @@ fn count_message(
             if let Some(text) = optional_text(&message.getattr(text_attr)?, at, "text")? {
                 total += count_str(&text)?;
             }
-            for (index, call) in message
-                .getattr(intern!(py, "tool_calls"))?
-                .try_iter()?
-                .enumerate()
-            {
-                let call = call?;
-                let call = tool_call(library, &call, at, index)?;
-                let place = format!("{at}.tool_calls[{index}]");
-                let place = Where::Named(&place);
+            each_tool_call(library, message, at, |call, place| {
                 total += TOOL_CALL_OVERHEAD
                     + count_str(text(&call.getattr(intern!(py, "name"))?, place, "name")?)?
                     + count_str(text(
@@ -337,7 +344,8 @@ fn count_message(
                         place,
                         "arguments",
                     )?)?;
-            }
+                Ok(())
+            })?;
             total
         }
         Kind::Tool | Kind::System => {
