@@ -539,10 +539,11 @@ def format_ratio(ratio: float) -> str:
 
 
 def compare(ratio: float) -> str:
-    """A row beside its agentctx_fast row: ``ratio`` is how many times faster ours is."""
+    """How agentctx_fast's row compares with the row beside it: ``ratio`` is how many times
+    faster ours is."""
     if ratio >= 1:
-        return f"{format_ratio(ratio)} slower"
-    return f"{format_ratio(1 / ratio)} faster"
+        return f"{format_ratio(ratio)} faster"
+    return f"{format_ratio(1 / ratio)} slower"
 
 
 def needs_log(panel: Panel) -> bool:
@@ -683,7 +684,7 @@ def render(chart: Chart, run: Run, path: Path) -> None:
 def table(charts: Sequence[Chart], roles: Sequence[Role] = ("peer", "floor")) -> str:
     """The key ratios as markdown: each peer (and floor) row beside the row it is matched with."""
     lines = [
-        "| Comparison | agentctx_fast | median | compared with | median | it is |",
+        "| Comparison | agentctx_fast | median | compared with | median | agentctx_fast is |",
         "|---|---|---|---|---|---|",
     ]
     for chart in charts:

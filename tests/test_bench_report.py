@@ -197,7 +197,7 @@ def test_service_chart_orders_panels_and_names_the_peer_session(tmp_path: Path) 
     peer = first.rows[2]
     assert peer.label == "SQLiteSession.get_items(limit=100)"
     assert first.ratio(peer) == pytest.approx(0.5)  # the peer is faster: said so, not hidden
-    assert report.compare(0.5) == "2.0x faster"
+    assert report.compare(0.5) == "2.0x slower"
     assert chart.panels[1].rows[2].label == "RedisSession.get_items(limit=100)"
     append = chart.panels[4]
     assert append.ratio(append.rows[1]) == pytest.approx(7)
@@ -247,10 +247,10 @@ def test_from_json_renders_every_chart_and_the_table(tmp_path: Path) -> None:
         assert f"]({image})" in text
     assert (
         "| window: 1,000 stored messages | build_window, Rust | 2 µs "
-        "| LangChain trim_messages, 100 messages | 148 µs | 74x slower |"
+        "| LangChain trim_messages, 100 messages | 148 µs | 74x faster |"
     ) in text
-    assert "| SQLiteSession.add_items(4 items) | 3.5 ms | 7.0x slower |" in text
-    assert "| tiktoken | 50 MB/s | 4.0x slower |" in text
+    assert "| SQLiteSession.add_items(4 items) | 3.5 ms | 7.0x faster |" in text
+    assert "| tiktoken | 50 MB/s | 4.0x faster |" in text
     assert "Test CPU 9000, 2 cores" in text and "agentctx_fast 0.1.0 (rust backend)" in text
 
 
@@ -335,10 +335,10 @@ def test_formats() -> None:
     assert report.format_value(1.5, "time") == "1.5 s"
     assert report.format_value(1234.5, "time") == "1,234 s"
     assert report.format_value(1234.0, "throughput") == "1,234 MB/s"
-    assert report.compare(74.2) == "74x slower"
-    assert report.compare(27_506.0) == "27,500x slower"
-    assert report.compare(1.03) == "1.03x slower"
-    assert report.compare(0.25) == "4.0x faster"
+    assert report.compare(74.2) == "74x faster"
+    assert report.compare(27_506.0) == "27,500x faster"
+    assert report.compare(1.03) == "1.03x faster"
+    assert report.compare(0.25) == "4.0x slower"
 
 
 def test_readme_table_is_rewritten_between_its_markers(tmp_path: Path) -> None:
@@ -351,7 +351,7 @@ def test_readme_table_is_rewritten_between_its_markers(tmp_path: Path) -> None:
     text = readme.read_text(encoding="utf-8")
     assert "| old | table |" not in text
     assert text.startswith(f"# Title\n\n{report.README_START}\n| Comparison |")
-    assert text.endswith(f"| 4 ms | 1,000x slower |\n{report.README_END}\n\nAfter.\n")
+    assert text.endswith(f"| 4 ms | 1,000x faster |\n{report.README_END}\n\nAfter.\n")
     assert "minimal scan" not in text  # the README table has the peers only
     readme.write_text("# No markers\n", encoding="utf-8")
     assert report.main([*argv, "--charts", "window"]) == 2
