@@ -260,7 +260,7 @@ fn whole_window<'py>(
     let window = library
         .object_new
         .bind(py)
-        .call1((library.context_window.bind(py),))?;
+        .call1(library.new_window_args.bind(py))?;
     for (slot, value) in library.window_slots.iter().zip(values) {
         slot.write(&window, &value)?;
     }
