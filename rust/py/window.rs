@@ -6,7 +6,7 @@ use super::history::{History, Reads};
 use super::library::Library;
 use crate::protocol::Violation;
 use crate::window::{self as core_window, CutBy, Window, WindowOptions};
-use pyo3::exceptions::PyOverflowError;
+use pyo3::exceptions::{PyImportError, PyOverflowError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -499,7 +499,9 @@ pub fn build_window<'py>(
     kwargs: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let library = Library::get(py)?;
-    let entry = ENTRY.get(py).ok_or_else(Library::missing)?;
+    let entry = ENTRY.get(py).ok_or_else(|| {
+        PyImportError::new_err("agentctx_fast.window did not register build_window on import")
+    })?;
     match plain(library, entry, args, kwargs)? {
         Some(Plain {
             messages,
