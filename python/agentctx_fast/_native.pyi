@@ -4,19 +4,27 @@
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, final
 
-from agentctx_fast._core_types import ContextWindow, WindowOptions
-from agentctx_fast.messages import Message
+from agentctx_fast._core_types import (
+    AgentContextCompressor,
+    ContextWindow,
+    TurnStatus,
+    WindowOptions,
+)
+from agentctx_fast.messages import Message, SystemMessage
+from agentctx_fast.tokens import TokenEstimator
 
 __all__ = [
     "MessageCore",
     "__version__",
     "bpe_count_text",
     "bpe_count_texts",
+    "build_window",
     "count_text",
     "count_texts",
     "count_turns",
     "decode_message",
     "message_tokens",
+    "register_build_window",
     "segment",
     "select",
     "validate",
@@ -40,6 +48,25 @@ def window(
     options: WindowOptions,
     turn_statuses: Mapping[str, object] | None,
 ) -> ContextWindow: ...
+def build_window(
+    messages: Sequence[Message],
+    *,
+    system: SystemMessage | str | None = None,
+    max_attached_turns: int = 10,
+    max_attached_messages: int = 100,
+    compact_completed_tool_turns: bool = False,
+    compression_keep_recent_turns: int = 2,
+    context_compressor: AgentContextCompressor | None = None,
+    max_attached_tokens: int | None = None,
+    token_estimator: TokenEstimator | None = None,
+    turn_statuses: Mapping[str, TurnStatus] | None = None,
+) -> ContextWindow:
+    """`agentctx_fast.window.build_window` on the Rust backend: the plain call built here,
+    every other call handed to the registered Python implementation."""
+
+def register_build_window(
+    fallback: Callable[..., ContextWindow], system_message: Callable[[str], SystemMessage], /
+) -> bool: ...
 def select(
     messages: Sequence[object],
     system: Message | None,
@@ -69,5 +96,6 @@ def message_tokens(messages: Sequence[object]) -> list[int]: ...
 def decode_message(data: bytes, /) -> Message | None:
     """The message a stored record holds when it is well formed, else None (the caller decodes
     it on the checked path, which names the error)."""
+
 def bpe_count_text(encoding: str, text: str) -> int: ...
 def bpe_count_texts(encoding: str, texts: Iterable[str]) -> list[int]: ...

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from agentctx_fast._backend import core
+from agentctx_fast._backend import core, native
 from agentctx_fast._core_types import (
     AgentContextCompressor,
     ContextWindow,
@@ -266,6 +266,18 @@ def _compress(compressor: AgentContextCompressor, older: list[Message]) -> list[
             f"context compressor failed: {type(error).__name__}: {error}"
         ) from error
     return validate_compressor_output(output)
+
+
+_python_build_window = build_window
+"""`build_window` in Python: the Python backend's entry, and the native entry's for every call
+off its plain path (so errors are this function's, with its own argument checks)."""
+
+if native is not None:
+    native.register_build_window(_python_build_window, _system_message)
+    if core is native:
+        # The plain call (see `_plain_options`) is built without Python code; the native
+        # function has this signature and docstring (tests/test_window_entry.py checks both).
+        build_window = native.build_window
 
 
 def validate_compressor_output(output: object) -> list[Message]:

@@ -7,7 +7,7 @@ use pyo3::exceptions::PyImportError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyModule, PyString, PyType};
+use pyo3::types::{PyModule, PyString, PyTuple, PyType};
 
 /// The library's message classes by kind, in the order a subclass is matched.
 pub const KINDS: [(Kind, &str); 6] = [
@@ -40,10 +40,11 @@ pub struct Library {
     pub invalid_argument: Py<PyType>,
     pub invalid_message_type: Py<PyType>,
     pub window_options: Py<PyType>,
-    pub context_window: Py<PyType>,
     pub protocol_violation: Py<PyType>,
     pub completed: Py<PyAny>,
     pub object_new: Py<PyAny>,
+    /// `(ContextWindow,)`: the arguments of `object.__new__` for a new window, made once.
+    pub new_window_args: Py<PyTuple>,
     pub index: Py<PyAny>,
     pub core_slot: Member,
     /// `ContextWindow`'s slots, in `WINDOW_FIELDS` order, written as `new_window` writes them.
@@ -119,7 +120,7 @@ impl Library {
                     WINDOW_FIELDS.map(|name| Member::capture(&context_window, name));
                 [a?, b?, c?, d?, e?, f?, g?]
             },
-            context_window: context_window.unbind(),
+            new_window_args: PyTuple::new(py, [&context_window])?.unbind(),
             protocol_violation: class(&types, "ProtocolViolation")?.unbind(),
             completed: completed.unbind(),
             object_new: builtins.getattr("object")?.getattr("__new__")?.unbind(),

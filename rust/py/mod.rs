@@ -30,6 +30,8 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<message::MessageCore>()?;
     module.add_function(wrap_pyfunction!(window::window, module)?)?;
     module.add_function(wrap_pyfunction!(window::select, module)?)?;
+    module.add_function(wrap_pyfunction!(window::build_window, module)?)?;
+    module.add_function(wrap_pyfunction!(window::register_build_window, module)?)?;
     module.add_function(wrap_pyfunction!(turns::segment, module)?)?;
     module.add_function(wrap_pyfunction!(turns::count_turns, module)?)?;
     module.add_function(wrap_pyfunction!(protocol::validate, module)?)?;

@@ -6,10 +6,11 @@ use super::history::{History, Reads};
 use super::library::Library;
 use crate::protocol::Violation;
 use crate::window::{self as core_window, CutBy, Window, WindowOptions};
-use pyo3::exceptions::PyOverflowError;
+use pyo3::exceptions::{PyImportError, PyOverflowError};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyInt, PyList, PyTuple};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString, PyTuple};
 use std::cell::RefCell;
 
 thread_local! {
@@ -36,6 +37,18 @@ where
             value.gt(0).ok()?.then_some(max)
         }
         Err(_) => None,
+    }
+}
+
+/// A token budget as the core holds it (`limit`'s rules). Most budgets fit in 64 bits, whose
+/// conversion is one call; a larger one is read whole (token sums can pass 2**64).
+fn budget(value: &Bound<'_, PyAny>) -> Option<u128> {
+    let small = value
+        .is_exact_instance_of::<PyInt>()
+        .then(|| value.extract::<u64>().ok());
+    match small.flatten() {
+        Some(small) => Some(u128::from(small)),
+        None => limit(value, u128::MAX),
     }
 }
 
@@ -73,15 +86,7 @@ fn options(library: &Library, options: &Bound<'_, PyAny>) -> Result<WindowOption
         let max_attached_tokens = if budget.is_none() {
             None
         } else {
-            // Most budgets fit in 64 bits, whose conversion is one call; a larger one is
-            // read whole (token sums can pass 2**64).
-            let small = budget
-                .is_exact_instance_of::<PyInt>()
-                .then(|| budget.extract::<u64>().ok());
-            match small.flatten() {
-                Some(small) => Some(u128::from(small)),
-                None => Some(limit(&budget, u128::MAX)?),
-            }
+            Some(self::budget(&budget)?)
         };
         let compact = item(2)?;
         Some(WindowOptions {
@@ -120,11 +125,10 @@ fn choose<'py>(
     messages: &Bound<'py, PyAny>,
     system: Option<Bound<'py, PyAny>>,
     use_leading_system: bool,
-    options: &Bound<'py, PyAny>,
+    options: WindowOptions,
     count_tokens: Option<Bound<'py, PyAny>>,
     turn_statuses: Option<Bound<'py, PyAny>>,
 ) -> Result<Chosen<'py>, Failure> {
-    let options = self::options(library, options)?;
     // A default window reads about fifty messages.
     let reads = Reads::with_capacity(64);
     let mut history = History::new(library, messages, &reads)?;
@@ -203,6 +207,18 @@ pub fn window<'py>(
     turn_statuses: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let library = Library::get(py)?;
+    let options = self::options(library, options)?;
+    whole_window(library, messages, system, options, turn_statuses)
+}
+
+fn whole_window<'py>(
+    library: &Library,
+    messages: &Bound<'py, PyAny>,
+    system: Option<Bound<'py, PyAny>>,
+    options: WindowOptions,
+    turn_statuses: Option<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = messages.py();
     let use_leading_system = system.is_none();
     let Chosen {
         messages: list,
@@ -244,7 +260,7 @@ pub fn window<'py>(
     let window = library
         .object_new
         .bind(py)
-        .call1((library.context_window.bind(py),))?;
+        .call1(library.new_window_args.bind(py))?;
     for (slot, value) in library.window_slots.iter().zip(values) {
         slot.write(&window, &value)?;
     }
@@ -265,6 +281,7 @@ pub fn select<'py>(
     turn_statuses: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let library = Library::get(py)?;
+    let options = self::options(library, options)?;
     let Chosen {
         messages,
         has_system,
@@ -297,4 +314,201 @@ pub fn select<'py>(
         result.unread_end.into_pyobject(py)?.into_any(),
     ];
     PyTuple::new(py, values)
+}
+
+/// What `window.py` hands the native `build_window` on import: its Python implementation
+/// (every call off the plain path goes there with the very same arguments, so its errors are
+/// the Python function's) and the cache that makes a `system` str its `SystemMessage`.
+struct Entry {
+    fallback: Py<PyAny>,
+    system_message: Py<PyAny>,
+}
+
+static ENTRY: PyOnceLock<Entry> = PyOnceLock::new();
+
+/// Registers `window.build_window`'s Python implementation and `window._system_message`
+/// with the native entry; the first registration stays (False for a later one).
+#[pyfunction]
+#[pyo3(signature = (fallback, system_message, /))]
+pub fn register_build_window(
+    py: Python<'_>,
+    fallback: Bound<'_, PyAny>,
+    system_message: Bound<'_, PyAny>,
+) -> bool {
+    ENTRY
+        .set(
+            py,
+            Entry {
+                fallback: fallback.unbind(),
+                system_message: system_message.unbind(),
+            },
+        )
+        .is_ok()
+}
+
+/// `build_window`'s keywords, in the order of its signature.
+const KEYWORDS: [&str; 9] = [
+    "system",
+    "max_attached_turns",
+    "max_attached_messages",
+    "compact_completed_tool_turns",
+    "compression_keep_recent_turns",
+    "context_compressor",
+    "max_attached_tokens",
+    "token_estimator",
+    "turn_statuses",
+];
+
+/// The plain arguments of one call: what the Rust core builds alone, with the options
+/// `WindowOptions` checks them into.
+struct Plain<'py> {
+    messages: Bound<'py, PyAny>,
+    system: Option<Bound<'py, PyAny>>,
+    options: WindowOptions,
+    statuses: Option<Bound<'py, PyAny>>,
+}
+
+/// The keyword arguments by their place in `KEYWORDS`; None when one is not a keyword of
+/// `build_window`. The loop between two steps of the dict's iterator runs no Python code and
+/// makes no object the garbage collector tracks (it leaves on the first odd key), so nothing
+/// can change the dict while it is iterated.
+fn keywords<'py>(kwargs: &Bound<'py, PyDict>) -> Option<[Option<Bound<'py, PyAny>>; 9]> {
+    let mut values: [Option<Bound<'py, PyAny>>; 9] = Default::default();
+    for (key, value) in kwargs.iter() {
+        let key = key.cast_exact::<PyString>().ok()?.to_str().ok()?;
+        let place = KEYWORDS.iter().position(|name| *name == key)?;
+        values[place] = Some(value);
+    }
+    Some(values)
+}
+
+/// The plain call's arguments (exact ints >= 0 and bools for the limits, no compressor or
+/// estimator, `system` None, an exact `SystemMessage` or an exact str, `turn_statuses` None
+/// or an exact dict); None for any other call, which the Python implementation checks in full.
+/// A keyword's value unless it is missing or None.
+fn given<'a, 'py>(value: &'a Option<Bound<'py, PyAny>>) -> Option<&'a Bound<'py, PyAny>> {
+    value.as_ref().filter(|value| !value.is_none())
+}
+
+fn plain<'py>(
+    library: &Library,
+    entry: &Entry,
+    args: &Bound<'py, PyTuple>,
+    kwargs: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Option<Plain<'py>>> {
+    let py = args.py();
+    let mut options = WindowOptions {
+        max_attached_turns: 10,
+        max_attached_messages: 100,
+        compact_completed_tool_turns: false,
+        compression_keep_recent_turns: 2,
+        max_attached_tokens: None,
+        has_system: false,
+    };
+    if args.len() != 1 {
+        return Ok(None);
+    }
+    let messages = args.get_item(0)?;
+    let Some(kwargs) = kwargs else {
+        return Ok(Some(Plain {
+            messages,
+            system: None,
+            options,
+            statuses: None,
+        }));
+    };
+    let Some([system, turns, max_messages, compact, keep, compressor, tokens, estimator, statuses]) =
+        keywords(kwargs)
+    else {
+        return Ok(None);
+    };
+    if given(&compressor).is_some() || given(&estimator).is_some() {
+        return Ok(None);
+    }
+    if let Some(turns) = &turns {
+        let Some(turns) = limit(turns, usize::MAX) else {
+            return Ok(None);
+        };
+        options.max_attached_turns = turns;
+    }
+    if let Some(max_messages) = &max_messages {
+        let Some(max_messages) = limit(max_messages, usize::MAX) else {
+            return Ok(None);
+        };
+        options.max_attached_messages = max_messages;
+    }
+    if let Some(keep) = &keep {
+        let Some(keep) = limit(keep, usize::MAX) else {
+            return Ok(None);
+        };
+        options.compression_keep_recent_turns = keep;
+    }
+    if let Some(compact) = &compact {
+        let Ok(compact) = compact.cast_exact::<PyBool>() else {
+            return Ok(None);
+        };
+        options.compact_completed_tool_turns = compact.is_true();
+    }
+    if let Some(tokens) = given(&tokens) {
+        let Some(tokens) = budget(tokens) else {
+            return Ok(None);
+        };
+        options.max_attached_tokens = Some(tokens);
+    }
+    let statuses = match given(&statuses) {
+        None => None,
+        Some(statuses) if statuses.is_exact_instance_of::<PyDict>() => Some(statuses.clone()),
+        Some(_) => return Ok(None),
+    };
+    let system = match given(&system) {
+        None => None,
+        Some(system) if system.get_type().is(library.kinds[0].bind(py)) => Some(system.clone()),
+        // The Python implementation's cache: one message object per text.
+        Some(system) if system.is_exact_instance_of::<PyString>() => {
+            Some(entry.system_message.bind(py).call1((system,))?)
+        }
+        Some(_) => return Ok(None),
+    };
+    Ok(Some(Plain {
+        messages,
+        system,
+        options,
+        statuses,
+    }))
+}
+
+/// Build the window for one model call; ``messages`` (oldest first) is never modified.
+///
+/// >>> from agentctx_fast import UserMessage, AiMessage
+/// >>> history = [UserMessage("hi", message_id="u1"), AiMessage("hello", message_id="a1"),
+/// ...            UserMessage("order ORD-1?", message_id="u2")]
+/// >>> w = build_window(history, system="Be brief.", max_attached_turns=0)
+/// >>> [m.message_id for m in w.messages], w.cut_by
+/// (['system', 'u2'], 'max_attached_turns')
+#[pyfunction]
+#[pyo3(
+    signature = (*args, **kwargs),
+    text_signature = "(messages, *, system=None, max_attached_turns=10, \
+        max_attached_messages=100, compact_completed_tool_turns=False, \
+        compression_keep_recent_turns=2, context_compressor=None, max_attached_tokens=None, \
+        token_estimator=None, turn_statuses=None)"
+)]
+pub fn build_window<'py>(
+    py: Python<'py>,
+    args: &Bound<'py, PyTuple>,
+    kwargs: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let library = Library::get(py)?;
+    let entry = ENTRY.get(py).ok_or_else(|| {
+        PyImportError::new_err("agentctx_fast.window did not register build_window on import")
+    })?;
+    match plain(library, entry, args, kwargs)? {
+        Some(Plain {
+            messages,
+            system,
+            options,
+            statuses,
+        }) => whole_window(library, &messages, system, options, statuses),
+        None => entry.fallback.bind(py).call(args, kwargs),
+    }
 }
