@@ -104,19 +104,21 @@ def test_a_transaction_on_the_store_engine_is_one(url: str) -> None:
     ``begin`` listener issues ``BEGIN IMMEDIATE``, so a failure rolls back every statement."""
     from sqlalchemy import text
 
-    async def body(store: AsyncSqlAgentStore) -> int:
+    async def body(store: AsyncSqlAgentStore) -> list[str]:
         table = store._tables.compression_states.name
+        insert = text(f"INSERT INTO {table} VALUES (:c, 1, x'00')")
+        async with store.engine.begin() as connection:  # several rows: executemany
+            await connection.execute(insert, [{"c": "kept1"}, {"c": "kept2"}])
         with pytest.raises(RuntimeError):
             async with store.engine.begin() as connection:
-                for i in range(2):
-                    await connection.execute(
-                        text(f"INSERT INTO {table} VALUES (:c, 1, x'00')"), {"c": f"t{i}"}
-                    )
+                await connection.execute(insert, {"c": "undone1"})
+                await connection.execute(insert, [{"c": "undone2"}, {"c": "undone3"}])
                 raise RuntimeError("undo")
         async with store.engine.connect() as connection:
-            return int((await connection.execute(text(f"SELECT count(*) FROM {table}"))).scalar())
+            found = await connection.execute(text(f"SELECT conversation_id FROM {table}"))
+            return sorted(row[0] for row in found)
 
-    assert run(url, body) == 0
+    assert run(url, body) == ["kept1", "kept2"]
 
 
 def test_a_failed_batch_rolls_back_every_page(url: str) -> None:
