@@ -1,8 +1,9 @@
 """The I/O ports of the SQL store: its one implementation awaits them, blocking or async.
 
-A port runs one statement in its own connection (in a transaction when it writes) and hands
-back what the statement returned, already fetched: the rows, or the number of rows changed.
-Database errors become typed store errors; the transaction has rolled back by then.
+A port runs one statement in its own connection (in a transaction when it writes, or on its
+own in autocommit, which is as atomic: PostgreSQL, and the async store's SQLite engine) and
+hands back what the statement returned, already fetched: the rows, or the number of rows
+changed. Database errors become typed store errors; the transaction has rolled back by then.
 
 A connection is held for one statement only, so one pooled engine serves every thread (blocking
 store) or task (async store) of a process: a store made from a PostgreSQL URL keeps up to
