@@ -705,3 +705,64 @@ def test_a_cancellation_while_a_stream_closes_goes_on(request: pytest.FixtureReq
     assert turn.status is TurnStatus.CANCELLED
     results = [m for m in stored if getattr(m, "tool_call_id", None) == "c1"]
     assert [m.text for m in results] == ["slow result"]
+
+
+def test_a_plain_call_never_waits_behind_another_in_a_worker() -> None:
+    """The worker threads of plain models and tools: a call starts at once while the thread
+    limit allows, even when the only idle worker has just been claimed by a call that blocks
+    until this one has run; failures reach the caller as they are."""
+    from agentctx_fast.runner._threads import MAX_WORKERS, in_worker
+
+    async def main() -> list[Any]:
+        await in_worker(lambda: None)
+        await asyncio.sleep(0.05)  # that worker is idle again
+        gate = threading.Event()
+        first = in_worker(gate.wait, 10)  # claims the idle worker and blocks on `second`
+        second = in_worker(gate.set)
+        done = await asyncio.gather(first, second)
+        with pytest.raises(ValueError, match="invalid literal"):
+            await in_worker(int, "not a number")
+        return done
+
+    assert MAX_WORKERS >= 2
+    assert asyncio.run(main()) == [True, None]
+
+
+def test_plain_tools_of_concurrent_turns_run_side_by_side() -> None:
+    """Two conversations at once, each with a plain tool: one waits until the other's tool has
+    run, which it can only do in a thread of its own."""
+    from agentctx_fast import AsyncInMemoryAgentStore
+
+    gate = threading.Event()
+    tools = [
+        Tool("wait", lambda: "released" if gate.wait(10) else "timed out"),
+        Tool("release", lambda: gate.set() or "set"),
+    ]
+
+    async def main() -> list[Any]:
+        store = AsyncInMemoryAgentStore()
+        runner = AsyncAgentRunner(store)
+        turns = await asyncio.gather(
+            *(
+                runner.run(
+                    Agent(
+                        "a",
+                        AsyncScriptedChatModel([_call("c1", name), AiMessage("done")]),
+                        tools=tools,
+                    ),
+                    f"conversation-{name}",
+                    "go",
+                )
+                for name in ("wait", "release")
+            )
+        )
+        results = [
+            [m.text for m in await store.chat_memory(f"conversation-{name}").get_messages()]
+            for name in ("wait", "release")
+        ]
+        await runner.aclose()
+        return [[t.status for t in turns], results]
+
+    statuses, results = asyncio.run(main())
+    assert statuses == [TurnStatus.COMPLETED] * 2
+    assert "released" in results[0] and "set" in results[1]

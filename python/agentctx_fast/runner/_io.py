@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from agentctx_fast.messages import AiMessage, Message
+from agentctx_fast.runner._threads import in_worker
 from agentctx_fast.runner.events import StreamEvent, TextDelta
 from agentctx_fast.tools import Tool, ToolOutcome, is_async_callable
 
@@ -138,7 +139,7 @@ class AsyncTurnIO:
         """``fn(*args)`` in a worker thread, which is never cut off (its side effect happens
         either way): even a cancellation of the turn's own task (the loop shutting down) lets
         it finish and is remembered, so the turn keeps the result and ends."""
-        future = asyncio.get_running_loop().run_in_executor(None, fn, *args)
+        future = in_worker(fn, *args)
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:

@@ -1,8 +1,9 @@
 """The I/O ports of the SQL store: its one implementation awaits them, blocking or async.
 
-A port runs one statement in its own connection (in a transaction when it writes) and hands
-back what the statement returned, already fetched: the rows, or the number of rows changed.
-Database errors become typed store errors; the transaction has rolled back by then.
+A port runs one statement in its own connection (in a transaction when it writes, or on its
+own in autocommit, which is as atomic: PostgreSQL, and the async store's SQLite engine) and
+hands back what the statement returned, already fetched: the rows, or the number of rows
+changed. Database errors become typed store errors; the transaction has rolled back by then.
 
 A connection is held for one statement only, so one pooled engine serves every thread (blocking
 store) or task (async store) of a process: a store made from a PostgreSQL URL keeps up to
@@ -23,7 +24,7 @@ from contextlib import (
     contextmanager,
     nullcontext,
 )
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from agentctx_fast.errors import InvalidArgumentError, StoreError, StoreUnavailableError
 from agentctx_fast.stores._extras import missing_dependency, require
@@ -38,6 +39,8 @@ except ImportError as _error:
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+T = TypeVar("T")
 
 __all__ = [
     "MAX_OVERFLOW",
@@ -151,12 +154,12 @@ class BlockingSqlPort:
         write: bool = False,
         params: Mapping[str, Any] | None = None,
     ) -> Sequence[Any]:
-        with translated(action), self._serial, self._open(write) as connection:
-            return connection.execute(statement, params).all()
+        with translated(action), self._serial:
+            return _fetched(self._open(write), statement, params)
 
     async def changed(self, action: str, statement: Any) -> int:
-        with translated(action), self._serial, self._open(True) as connection:
-            return int(connection.execute(statement).rowcount)
+        with translated(action), self._serial:
+            return _counted(self._open(True), statement)
 
     async def run(self, action: str, work: Callable[[Connection], Any]) -> None:
         with translated(action), self._serial, self.engine.begin() as connection:
@@ -168,15 +171,36 @@ class BlockingSqlPort:
         with translated(action), self._serial, self.engine.begin() as connection:
             return connection.execute(statement, params).all()
 
-    def _open(self, write: bool) -> AbstractContextManager[Connection]:
+    def _open(self, write: bool) -> Callable[[], AbstractContextManager[Connection]]:
         if self._single is not None:
-            return self._single.connect()
-        return self.engine.begin() if write else self.engine.connect()
+            return self._single.connect
+        return self.engine.begin if write else self.engine.connect
+
+
+def _fetched(
+    open_connection: Callable[[], AbstractContextManager[Connection]],
+    statement: Any,
+    params: Mapping[str, Any] | None,
+) -> Sequence[Any]:
+    """The rows of ``statement`` on a connection of its own (blocking SQLAlchemy: the blocking
+    port calls it, the async port runs it in a greenlet of SQLAlchemy's asyncio layer)."""
+    with open_connection() as connection:
+        return connection.execute(statement, params).all()
+
+
+def _counted(
+    open_connection: Callable[[], AbstractContextManager[Connection]], statement: Any
+) -> int:
+    """How many rows ``statement`` changed, on a connection of its own (as `_fetched`)."""
+    with open_connection() as connection:
+        return int(connection.execute(statement).rowcount)
 
 
 class AsyncSqlPort:
     """The port over an SQLAlchemy `AsyncEngine` (aiosqlite, psycopg's async mode); on
-    PostgreSQL each statement runs on its own in autocommit, as in `BlockingSqlPort`."""
+    PostgreSQL each statement runs on its own in autocommit, as in `BlockingSqlPort`, and so it
+    does on the SQLite engine `async_engine` makes (`agentctx_fast.stores._aiosqlite`: one trip
+    to aiosqlite's thread per statement; its transactions start with ``BEGIN IMMEDIATE``)."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
@@ -185,11 +209,18 @@ class AsyncSqlPort:
         # transactions would interleave on it.
         shared = isinstance(engine.sync_engine.pool, StaticPool)
         self._serial: AbstractAsyncContextManager[Any] = asyncio.Lock() if shared else nullcontext()
-        self._single: AsyncEngine | None = (
-            engine.execution_options(isolation_level="AUTOCOMMIT")
-            if self.dialect == "postgresql"
-            else None
-        )
+        single: AsyncEngine | None = None
+        if self.dialect == "postgresql":
+            single = engine.execution_options(isolation_level="AUTOCOMMIT")
+        elif _one_trip(engine):
+            from agentctx_fast.stores._aiosqlite import ONE_STATEMENT
+
+            single = engine.execution_options(**{ONE_STATEMENT: True})
+        # A single statement is the blocking port's code run in one greenlet of SQLAlchemy's
+        # asyncio layer (`greenlet_spawn`, what `AsyncConnection` runs each call in): the
+        # checkout, the statement and the return to the pool in one, where `AsyncConnection`
+        # spends one greenlet on each and a task on the return.
+        self._single: Engine | None = None if single is None else single.sync_engine
 
     async def rows(
         self,
@@ -200,17 +231,21 @@ class AsyncSqlPort:
         params: Mapping[str, Any] | None = None,
     ) -> Sequence[Any]:
         with translated(action):
-            async with self._serial, self._open(write) as connection:
-                return (await connection.execute(statement, params)).all()
+            async with self._serial:
+                if self._single is not None:
+                    return await _greenlet_spawn(_fetched, self._single.connect, statement, params)
+                async with self._open(write) as connection:
+                    return (await connection.execute(statement, params)).all()
 
     async def changed(self, action: str, statement: Any) -> int:
         with translated(action):
-            async with self._serial, self._open(True) as connection:
-                return int((await connection.execute(statement)).rowcount)
+            async with self._serial:
+                if self._single is not None:
+                    return await _greenlet_spawn(_counted, self._single.connect, statement)
+                async with self._open(True) as connection:
+                    return int((await connection.execute(statement)).rowcount)
 
     def _open(self, write: bool) -> AbstractAsyncContextManager[AsyncConnection]:
-        if self._single is not None:
-            return self._single.connect()
         return self.engine.begin() if write else self.engine.connect()
 
     async def run(self, action: str, work: Callable[[Connection], Any]) -> None:
@@ -252,10 +287,23 @@ def async_engine(url: str) -> AsyncEngine:
     if backend == "sqlite":
         require("aiosqlite", "sql")
         parsed = parsed.set(drivername="sqlite+aiosqlite")
+        from agentctx_fast.stores import _aiosqlite
+
+        connect_args: dict[str, Any] = {}
+
+        async def connect() -> Any:
+            return await _aiosqlite.connect(*connect_args["args"], **connect_args["kwargs"])
+
         if parsed.database in (None, "", ":memory:"):
-            return create_async_engine(parsed, poolclass=StaticPool)
-        engine = create_async_engine(parsed, connect_args={"timeout": 30})
-        sa.event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+            engine = create_async_engine(parsed, poolclass=StaticPool, async_creator=connect)
+        else:
+            engine = create_async_engine(parsed, async_creator=connect)
+            sa.event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        args, kwargs = engine.dialect.create_connect_args(parsed)
+        if parsed.database not in (None, "", ":memory:"):
+            kwargs["timeout"] = 30
+        connect_args.update(args=args, kwargs=kwargs)
+        sa.event.listen(engine.sync_engine, "begin", _aiosqlite.begin_immediate)
         return engine
     if backend == "postgresql":
         require("psycopg", "postgresql")
@@ -263,6 +311,22 @@ def async_engine(url: str) -> AsyncEngine:
             parsed = parsed.set(drivername="postgresql+psycopg")
         return create_async_engine(parsed, **POOL_OPTIONS)
     return create_async_engine(parsed)
+
+
+async def _greenlet_spawn(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``, blocking SQLAlchemy code, in a greenlet of SQLAlchemy's asyncio layer."""
+    from sqlalchemy.util import greenlet_spawn
+
+    result: T = await greenlet_spawn(fn, *args)
+    return result
+
+
+def _one_trip(engine: AsyncEngine) -> bool:
+    """Whether ``engine`` is an SQLite engine `async_engine` made (its connections commit each
+    statement by themselves; its transactions begin explicitly)."""
+    from agentctx_fast.stores._aiosqlite import begin_immediate
+
+    return bool(sa.event.contains(engine.sync_engine, "begin", begin_immediate))
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -1,0 +1,362 @@
+"""The SQLite connections of an `AsyncSqlAgentStore` made from a URL (`stores._aiosqlite`): one
+trip to aiosqlite's thread per statement, single statements in autocommit, transactions begun
+with ``BEGIN IMMEDIATE``; the same typed errors, rows and locking behaviour as the blocking
+store, and nothing half-written when a caller is cancelled."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentctx_fast import AiMessage, UserMessage
+from agentctx_fast.coordinator import AgentContextCompressionState
+from agentctx_fast.errors import StoreError, StoreUnavailableError
+from agentctx_fast.stores._aiosqlite import OneTripConnection
+from agentctx_fast.stores.sql import AsyncSqlAgentStore, SqlAgentStore
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    blocking = SqlAgentStore(f"sqlite:///{tmp_path / 'agent.db'}")
+    blocking.schema().initialize()
+    blocking.close()
+    return f"sqlite:///{tmp_path / 'agent.db'}"
+
+
+def run(url: str, body: Callable[[AsyncSqlAgentStore], Awaitable[Any]]) -> Any:
+    async def main() -> Any:
+        store = AsyncSqlAgentStore(url)
+        try:
+            return await body(store)
+        finally:
+            await store.aclose()
+
+    return asyncio.run(main())
+
+
+def _trips(store: AsyncSqlAgentStore) -> Callable[[], int]:
+    """Trips made so far to the threads of the store's connections (those checked out since)."""
+    from sqlalchemy import event
+
+    seen: dict[int, tuple[OneTripConnection, int]] = {}
+
+    def checkout(_dbapi: Any, record: Any, _proxy: Any) -> None:
+        driver = record.driver_connection
+        seen.setdefault(id(driver), (driver, driver._sent))
+
+    event.listen(store.engine.sync_engine, "checkout", checkout)
+    return lambda: sum(driver._sent - before for driver, before in seen.values())
+
+
+def test_a_statement_costs_one_trip(url: str) -> None:
+    async def body(store: AsyncSqlAgentStore) -> dict[str, int]:
+        memory = store.chat_memory("c1")
+        await memory.add_message_if_absent(UserMessage("warm up", message_id="u0"))
+        trips = _trips(store)
+        counts: dict[str, int] = {}
+
+        async def count(name: str, call: Awaitable[Any]) -> None:
+            before = trips()
+            await call
+            counts[name] = trips() - before
+
+        await count("append", memory.add_message_if_absent(UserMessage("hi", message_id="u1")))
+        await count("page", memory.get_messages(10))
+        await count("point read", memory.get_message("u1"))
+        stored = await memory.get_message("u1")
+        assert stored is not None
+        await count("compare-and-set", memory.update_message(stored, stored.version))
+        await count("count", memory.message_count())
+        await count("batch", memory.add_messages_if_absent([UserMessage("b", message_id="u2")]))
+        return counts
+
+    counts = run(url, body)
+    single = {name: n for name, n in counts.items() if name != "batch"}
+    assert single == dict.fromkeys(single, 1)
+    assert counts["batch"] == 3  # BEGIN IMMEDIATE, the insert, COMMIT
+
+
+def test_the_engine_is_aiosqlite_in_autocommit(url: str) -> None:
+    async def body(store: AsyncSqlAgentStore) -> tuple[str, Any, bool]:
+        raw = await store.engine.raw_connection()
+        try:
+            driver = raw.driver_connection
+            assert isinstance(driver, OneTripConnection)
+            return store.engine.dialect.driver, driver.isolation_level, driver.in_transaction
+        finally:
+            from sqlalchemy.util import greenlet_spawn
+
+            await greenlet_spawn(raw.close)  # the pool's return may await the driver
+
+    assert run(url, body) == ("aiosqlite", None, False)
+
+
+def test_a_transaction_on_the_store_engine_is_one(url: str) -> None:
+    """``store.engine.begin()`` on the engine the store made is a real transaction: the
+    ``begin`` listener issues ``BEGIN IMMEDIATE``, so a failure rolls back every statement."""
+    from sqlalchemy import text
+
+    async def body(store: AsyncSqlAgentStore) -> list[str]:
+        table = store._tables.compression_states.name
+        insert = text(f"INSERT INTO {table} VALUES (:c, 1, x'00')")
+        async with store.engine.begin() as connection:  # several rows: executemany
+            await connection.execute(insert, [{"c": "kept1"}, {"c": "kept2"}])
+        with pytest.raises(RuntimeError):
+            async with store.engine.begin() as connection:
+                await connection.execute(insert, {"c": "undone1"})
+                await connection.execute(insert, [{"c": "undone2"}, {"c": "undone3"}])
+                raise RuntimeError("undo")
+        async with store.engine.connect() as connection:
+            found = await connection.execute(text(f"SELECT conversation_id FROM {table}"))
+            return sorted(row[0] for row in found)
+
+    assert run(url, body) == ["kept1", "kept2"]
+
+
+def test_a_failed_batch_rolls_back_every_page(url: str) -> None:
+    """A batch larger than one multi-row INSERT fails on its last row: no row of it stays, the
+    error is the blocking store's, and the connection is usable (and unlocked) afterwards."""
+    path = url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as raw:
+        raw.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON agent_messages "
+            "WHEN NEW.message_id = 'last' BEGIN SELECT RAISE(ABORT, 'refused'); END"
+        )
+    batch = [UserMessage(f"m{i}", message_id=f"m{i}") for i in range(2500)]
+    batch.append(UserMessage("last", message_id="last"))
+
+    async def body(store: AsyncSqlAgentStore) -> tuple[Exception, int, list[bool]]:
+        memory = store.chat_memory("c1")
+        with pytest.raises(StoreError) as caught:
+            await memory.add_messages_if_absent(batch)
+        count = await memory.message_count()
+        after = await memory.add_messages_if_absent(batch[:2])
+        return caught.value, count, after
+
+    error, count, after = run(url, body)
+    blocking = SqlAgentStore(url)
+    try:
+        with pytest.raises(StoreError) as blocking_error:
+            blocking.chat_memory("c2").add_messages_if_absent(batch)
+        assert type(error) is type(blocking_error.value)
+        assert str(error).split("\n")[0] == str(blocking_error.value).split("\n")[0]
+        assert "refused" in str(error)
+        assert (count, after) == (0, [True, True])
+        # nothing left locked: a blocking writer goes on at once
+        assert blocking.chat_memory("c3").add_message_if_absent(UserMessage("x", message_id="x"))
+    finally:
+        blocking.close()
+
+
+def test_errors_are_the_blocking_stores(url: str) -> None:
+    """A database error is the same typed error, with the same message, on both stores."""
+    path = url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as raw:
+        raw.execute("DROP TABLE agent_turns")
+
+    async def body(store: AsyncSqlAgentStore) -> Exception:
+        with pytest.raises(StoreError) as caught:
+            await store.turn_store().load_turn("c1", "t1")
+        return caught.value
+
+    error = run(url, body)
+    blocking = SqlAgentStore(url)
+    try:
+        with pytest.raises(StoreError) as blocking_error:
+            blocking.turn_store().load_turn("c1", "t1")
+    finally:
+        blocking.close()
+    assert isinstance(error, StoreUnavailableError)
+    assert type(error) is type(blocking_error.value)
+    assert str(error) == str(blocking_error.value)
+
+
+def _hold_write_lock(path: str, seconds: float) -> tuple[threading.Thread, threading.Event]:
+    """Another connection holds the database's write lock for ``seconds`` (from ``taken``)."""
+    taken = threading.Event()
+
+    def hold() -> None:
+        connection = sqlite3.connect(path, isolation_level=None)
+        connection.execute("BEGIN IMMEDIATE")
+        connection.execute("INSERT INTO agent_compression_states VALUES ('other', 1, x'00')")
+        taken.set()
+        time.sleep(seconds)
+        connection.execute("COMMIT")
+        connection.close()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    taken.wait(10)
+    return thread, taken
+
+
+def test_a_writer_in_another_connection_is_waited_for(url: str) -> None:
+    """While another connection holds the write lock, a write waits (the busy timeout) and then
+    goes through, and the event loop keeps running meanwhile."""
+
+    async def body(store: AsyncSqlAgentStore) -> tuple[bool, float, int]:
+        memory = store.chat_memory("c1")
+        await memory.message_count()  # the connection is open
+        ticks = 0
+        stop = asyncio.Event()
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not stop.is_set():
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        tick = asyncio.ensure_future(ticker())
+        thread, _ = _hold_write_lock(url.removeprefix("sqlite:///"), 0.4)
+        start = time.perf_counter()
+        added = await memory.add_message_if_absent(UserMessage("hi", message_id="u1"))
+        waited = time.perf_counter() - start
+        stop.set()
+        await tick
+        await asyncio.to_thread(thread.join)
+        return added, waited, ticks
+
+    added, waited, ticks = run(url, body)
+    assert added
+    assert waited >= 0.2  # it did wait for the other writer
+    assert ticks >= 10  # and the loop was not blocked meanwhile
+
+
+def test_cas_across_async_tasks_and_a_blocking_thread_loses_nothing(url: str) -> None:
+    tasks, rounds = 8, 6
+    blocking = SqlAgentStore(url)
+    blocking_states = blocking.compression_state_store()
+
+    def bump_blocking() -> None:
+        for _ in range(rounds):
+            while True:
+                state = blocking_states.load("shared") or AgentContextCompressionState("shared")
+                if blocking_states.save(
+                    replace(state, covered_tokens=state.covered_tokens + 1), state.version
+                ):
+                    break
+
+    async def body(store: AsyncSqlAgentStore) -> AgentContextCompressionState | None:
+        states = store.compression_state_store()
+
+        async def bump() -> None:
+            for _ in range(rounds):
+                while True:
+                    state = await states.load("shared") or AgentContextCompressionState("shared")
+                    bumped = replace(state, covered_tokens=state.covered_tokens + 1)
+                    if await states.save(bumped, state.version):
+                        break
+
+        await asyncio.gather(asyncio.to_thread(bump_blocking), *(bump() for _ in range(tasks)))
+        return await states.load("shared")
+
+    try:
+        final = run(url, body)
+    finally:
+        blocking.close()
+    assert final is not None
+    assert final.covered_tokens == final.version == (tasks + 1) * rounds
+
+
+def test_a_batch_cancelled_while_it_waits_for_the_lock_writes_nothing(url: str) -> None:
+    """Cancelled while its ``BEGIN IMMEDIATE`` waits for another writer: the transaction that
+    then begins is rolled back, the connection goes back to the pool without one open, and a
+    blocking writer is not kept waiting afterwards."""
+
+    async def body(store: AsyncSqlAgentStore) -> tuple[int, list[bool]]:
+        memory = store.chat_memory("c1")
+        await memory.message_count()
+        thread, _ = _hold_write_lock(url.removeprefix("sqlite:///"), 0.3)
+        batch = [UserMessage("a", message_id="a"), UserMessage("b", message_id="b")]
+        task = asyncio.ensure_future(memory.add_messages_if_absent(batch))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.to_thread(thread.join)
+        await asyncio.sleep(0.1)
+        count = await memory.message_count()
+        # the pooled connection is not left in a transaction: its next batch commits
+        again = await memory.add_messages_if_absent([AiMessage("c", message_id="c")])
+        return count, again
+
+    count, again = run(url, body)
+    assert (count, again) == (0, [True])
+    blocking = SqlAgentStore(url)
+    try:
+        start = time.perf_counter()
+        assert blocking.chat_memory("c1").add_message_if_absent(UserMessage("d", message_id="d"))
+        assert time.perf_counter() - start < 5
+        assert [m.message_id for m in blocking.chat_memory("c1").get_messages()] == ["c", "d"]
+    finally:
+        blocking.close()
+
+
+def test_a_write_cancelled_while_it_waits_is_whole_or_absent(url: str) -> None:
+    """A single write is one autocommit statement: cancelled while it waits for the lock, it is
+    then stored whole or not at all, and the store goes on."""
+    message = UserMessage("hi", message_id="u1")
+
+    async def body(store: AsyncSqlAgentStore) -> tuple[list[Any], bool]:
+        memory = store.chat_memory("c1")
+        await memory.message_count()
+        thread, _ = _hold_write_lock(url.removeprefix("sqlite:///"), 0.3)
+        task = asyncio.ensure_future(memory.add_message_if_absent(message))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.to_thread(thread.join)
+        stored = await memory.get_messages()
+        later = await memory.add_message_if_absent(UserMessage("later", message_id="u2"))
+        return stored, later
+
+    stored, later = run(url, body)
+    assert stored in ([], [message])
+    assert later
+
+
+def test_a_store_on_a_caller_engine_keeps_its_transactions(tmp_path: Path) -> None:
+    """An `AsyncEngine` the caller made (plain aiosqlite connections, their own transaction
+    handling) is used as it is: the store's writes commit and a failed batch rolls back."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    path = tmp_path / "caller.db"
+
+    async def main() -> tuple[int, int, bool]:
+        engine = create_async_engine(f"sqlite+aiosqlite:///{path}")
+        store = AsyncSqlAgentStore(engine)
+        try:
+            await store.schema().initialize()
+            raw = await engine.raw_connection()
+            one_trip = isinstance(raw.driver_connection, OneTripConnection)
+            from sqlalchemy.util import greenlet_spawn
+
+            await greenlet_spawn(raw.close)
+            memory = store.chat_memory("c1")
+            await memory.add_message_if_absent(UserMessage("hi", message_id="u1"))
+            await memory.add_messages_if_absent([UserMessage("b", message_id="u2")])
+            first = await memory.message_count()
+            with sqlite3.connect(path) as connection:
+                connection.execute(
+                    "CREATE TRIGGER refuse BEFORE INSERT ON agent_messages "
+                    "WHEN NEW.message_id = 'last' BEGIN SELECT RAISE(ABORT, 'refused'); END"
+                )
+            with pytest.raises(StoreError):
+                await memory.add_messages_if_absent(
+                    [UserMessage("x", message_id="x"), UserMessage("last", message_id="last")]
+                )
+            return first, await memory.message_count(), one_trip
+        finally:
+            await store.aclose()
+            await engine.dispose()
+
+    assert asyncio.run(main()) == (2, 2, False)
