@@ -193,23 +193,21 @@ def _user_to_openai(message: UserMessage, index: int) -> dict[str, Any]:
 
 def _ai_to_openai(message: AiMessage, index: int) -> dict[str, Any]:
     entry: dict[str, Any] = {"role": "assistant"}
-    if message.text is not None:
-        entry["content"] = message.text
-    elif not message.tool_calls and message.refusal is None:
+    text, calls, refusal = message.text, message.tool_calls, message.refusal
+    if text is not None:
+        entry["content"] = text
+    elif not calls and refusal is None:
         entry["content"] = ""  # the API needs content when there is nothing else
-    if message.refusal is not None:
-        entry["refusal"] = message.refusal
+    if refusal is not None:
+        entry["refusal"] = refusal
     if message.name is not None:
         entry["name"] = message.name
-    if message.tool_calls:
-        entry["tool_calls"] = [
-            {
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": call.arguments},
-            }
-            for call in message.tool_calls
-        ]
+    if calls:
+        out = []  # a plain loop: cheaper than a comprehension for the usual one call
+        for call in calls:
+            function = {"name": call.name, "arguments": call.arguments}
+            out.append({"id": call.id, "type": "function", "function": function})
+        entry["tool_calls"] = out
     return entry
 
 
