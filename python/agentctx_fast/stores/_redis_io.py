@@ -106,6 +106,7 @@ class RedisPort:
         # could then run twice). So the map is loaded once, before any command.
         self._initialized = not isinstance(client, AsyncRedisCluster)
         self._initializing: asyncio.Lock | None = None
+        self._blocking = isinstance(client, (redis.Redis, RedisCluster))  # replies not awaited
 
     async def script(self, action: str, lua: str, keys: list[str], args: list[Any]) -> Any:
         """Run the Lua script ``lua`` atomically on the server."""
@@ -122,7 +123,7 @@ class RedisPort:
             if not self._initialized:
                 await self._initialize()
             reply = getattr(self.client, name)(*args)
-            return await reply if inspect.isawaitable(reply) else reply
+            return reply if self._blocking else await _reply(reply)
         except _ERRORS as error:
             raise _typed(error, action) from error
 
