@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from agentctx_fast import StoreUnavailableError, UserMessage
+from agentctx_fast import AiMessage, StoreUnavailableError, UserMessage
 from agentctx_fast.coordinator import AgentContextCompressionState
 
 
@@ -80,5 +80,18 @@ def write_until_unavailable(
         return acknowledged, in_flight, type(error).__name__
     except Exception as error:  # reported to the test, which fails on anything untyped
         return acknowledged, in_flight, f"untyped {type(error).__name__}: {error}"
+    finally:
+        store.close()
+
+
+def update_and_append(kind: str, url: str, conversation_id: str) -> int:
+    """Another process's writes to a conversation a reader has cached: a compare-and-set update
+    of ``u1`` (from version 0) and a new message ``a2``; returns the updated version."""
+    store = open_store(kind, url)
+    try:
+        memory = store.chat_memory(conversation_id)
+        updated = memory.update_message(UserMessage("Where is ORD-2?", message_id="u1"), 0)
+        memory.add_message(AiMessage("ORD-2 is on its way.", message_id="a2"))
+        return int(updated.version)
     finally:
         store.close()

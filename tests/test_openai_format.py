@@ -19,6 +19,7 @@ from agentctx_fast import (
     FilePart,
     ImagePart,
     InvalidArgumentError,
+    InvalidMessageTypeError,
     Message,
     SystemMessage,
     TextPart,
@@ -409,3 +410,47 @@ def test_openai_tools_are_function_tools() -> None:
             },
         }
     ]
+
+
+def test_subclasses_convert_as_their_library_class() -> None:
+    """`to_openai` looks a library class up by its exact type; a subclass takes the isinstance
+    match and gives the same entry, and anything else is refused naming its index."""
+    call = ToolCall("c1", "get_order", "{}")
+
+    @dataclasses.dataclass(frozen=True, slots=True, eq=True)
+    class TaggedUser(UserMessage):
+        tag: str = ""
+
+    @dataclasses.dataclass(frozen=True, slots=True, eq=True)
+    class TaggedAi(AiMessage):
+        tag: str = ""
+
+    @dataclasses.dataclass(frozen=True, slots=True, eq=True)
+    class TaggedTool(ToolMessage):
+        tag: str = ""
+
+    @dataclasses.dataclass(frozen=True, slots=True, eq=True)
+    class TaggedSystem(SystemMessage):
+        tag: str = ""
+
+    @dataclasses.dataclass(frozen=True, slots=True, eq=True)
+    class TaggedAction(AgentActionMessage):
+        tag: str = ""
+
+    plain = [
+        SystemMessage("rules", message_id="s", name="ops"),
+        UserMessage("hi", message_id="u", name="ann"),
+        AiMessage("checking", (call,), message_id="a"),
+        ToolMessage("c1", "shipped", tool_name="get_order", message_id="t"),
+    ]
+    tagged = [
+        TaggedSystem("rules", message_id="s", name="ops", tag="x"),
+        TaggedUser("hi", message_id="u", name="ann", tag="x"),
+        TaggedAi("checking", (call,), message_id="a", tag="x"),
+        TaggedTool("c1", "shipped", tool_name="get_order", message_id="t", tag="x"),
+        TaggedAction(message_id="ui", tag="x"),
+    ]
+    assert to_openai(tagged) == to_openai(plain)
+    assert to_openai(tagged, include_ids=True) == to_openai(plain, include_ids=True)
+    with pytest.raises(InvalidMessageTypeError, match=r"messages\[1\] is not a Message: got dict"):
+        to_openai([plain[1], {"role": "user", "content": "hi"}])  # type: ignore[list-item]

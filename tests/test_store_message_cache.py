@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from agentctx_fast import AgentCtxError, AiMessage, UserMessage
+from agentctx_fast import AgentCtxError, AiMessage, SerializationError, UserMessage
 from agentctx_fast._cache import GenerationCache
 from agentctx_fast.stores import serializer as serializer_module
-from agentctx_fast.stores._loader import MAX_CACHED_RECORD_BYTES
-from store_fixtures import make_store, new_conversation_id
+from agentctx_fast.stores._loader import MAX_CACHED_RECORD_BYTES, MessageLoader
+from store_fixtures import make_store, new_conversation_id, store_url
+from store_workers import update_and_append
 
 SERVER_KINDS = ("sqlite", "postgresql", "redis")
 
@@ -179,3 +183,130 @@ def test_cache_info_counts_hits_and_misses(kind: str, request: pytest.FixtureReq
         assert uncached.message_cache_info() == type(info)(0, 0, 0)
     finally:
         uncached.close()
+
+
+@pytest.mark.parametrize("kind", SERVER_KINDS)
+def test_warm_reads_see_another_process_writes(kind: str, request: pytest.FixtureRequest) -> None:
+    """A reader whose cache holds a conversation's tail sees another process's compare-and-set
+    update (same length, new bytes at the same position) and its append on the next read."""
+    store = make_store(kind, request)
+    try:
+        conversation_id = new_conversation_id()
+        memory = store.chat_memory(conversation_id)
+        memory.add_messages_if_absent(
+            [
+                UserMessage("Where is ORD-1?", message_id="u1"),
+                AiMessage("Checking.", message_id="a1"),
+            ]
+        )
+        first = memory.get_messages()
+        assert all(a is b for a, b in zip(first, memory.get_messages(), strict=True))  # warm
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(1, mp_context=context) as pool:
+            version = pool.submit(
+                update_and_append, kind, str(store_url(kind, request)), conversation_id
+            ).result(timeout=120)
+        assert version == 1
+        after = memory.get_messages()
+        assert [(m.message_id, m.text, m.version) for m in after] == [
+            ("u1", "Where is ORD-2?", 1),
+            ("a1", "Checking.", 0),
+            ("a2", "ORD-2 is on its way.", 0),
+        ]
+        assert after[1] is first[1]  # the unchanged record is still the cached object
+        assert memory.get_messages(2, offset=1) == after[:2]
+        assert memory.get_model_messages(3) == after
+        updated = memory.get_message("u1")
+        assert updated is not None and (updated.text, updated.version) == ("Where is ORD-2?", 1)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("kind", [*SERVER_KINDS, "async-redis", "async-sqlite"])
+def test_warm_reads_follow_every_update_of_another_store(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    """A second store (its own client and cache) updates a message again and again by
+    compare-and-set between the reader's reads: every read returns the latest version."""
+    reader, writer = make_store(kind, request), make_store(kind, request)
+    try:
+        conversation_id = new_conversation_id()
+        mine = reader.chat_memory(conversation_id)
+        theirs = writer.chat_memory(conversation_id)
+        theirs.add_messages_if_absent(
+            [UserMessage("q", message_id="u1"), AiMessage("v0", message_id="a1")]
+        )
+        for version in range(8):
+            page = mine.get_messages()
+            assert [(m.text, m.version) for m in page] == [("q", 0), (f"v{version}", version)]
+            assert mine.get_messages() == page
+            theirs.update_message(AiMessage(f"v{version + 1}", message_id="a1"), version)
+        assert mine.get_messages(1)[0].text == "v8"
+    finally:
+        reader.close()
+        writer.close()
+
+
+def test_redis_str_replies_are_read_and_cached(request: pytest.FixtureRequest) -> None:
+    """A caller's client that decodes replies to str: its records are read right, cached, and
+    an update is seen."""
+    import redis
+
+    from agentctx_fast.stores.redis import RedisAgentStore
+
+    url = str(store_url("redis", request))
+    client = redis.Redis.from_url(url, decode_responses=True)
+    serializer = _CountingSerializer()
+    store = RedisAgentStore(client, serializer=serializer)
+    try:
+        memory = store.chat_memory(new_conversation_id())
+        memory.add_message(UserMessage("hi", message_id="u1"))
+        first = memory.get_messages()
+        assert memory.get_messages()[0] is first[0] and serializer.loads_calls == 1
+        memory.update_message(UserMessage("hi again", message_id="u1"), 0)
+        assert [(m.text, m.version) for m in memory.get_messages()] == [("hi again", 1)]
+    finally:
+        client.close()
+
+
+def _records(count: int) -> tuple[Any, list[bytes]]:
+    serializer = serializer_module.JsonAgentStoreSerializer()
+    messages = [UserMessage(f"q{i}", message_id=f"u{i}") for i in range(count)]
+    return serializer, [serializer_module.dump(serializer, m) for m in messages]
+
+
+def test_loader_generations_are_bounded_and_keep_what_is_in_use() -> None:
+    serializer, records = _records(5)
+    loader = MessageLoader(SimpleNamespace(serializer=serializer), 2)
+    first = loader.load_all("c", records[:2])
+    loader.load_all("c", records[2:3])  # the young generation rotates: u0, u1 are old
+    assert loader.load_all("c", records[:1])[0] is first[0]  # promoted back
+    loader.load_all("c", records[3:5])  # rotates again: u1 is dropped, u0 (promoted) is old
+    assert loader.info().entries <= 4
+    assert loader.load_all("c", records[:1])[0] is first[0]  # survived the second rotation
+    misses = loader.misses
+    again = loader.load_all("c", records[1:2])[0]
+    assert again == first[1] and again is not first[1] and loader.misses == misses + 1
+    assert loader.load_all("other", records[1:2])[0] is not again  # never shared
+
+
+def test_loader_counts_a_page_of_hits_and_reads_mixed_pages() -> None:
+    serializer, records = _records(4)
+    loader = MessageLoader(SimpleNamespace(serializer=serializer), 100)
+    page = loader.load_all("c", records[:3])
+    assert (loader.hits, loader.misses) == (0, 3)
+    assert loader.load_all("c", records[:3]) == page and loader.hits == 3  # all hits
+    mixed = loader.load_all("c", [memoryview(records[2]), records[3]])  # a driver buffer too
+    assert mixed[0] is page[2] and mixed[1].message_id == "u3"
+    assert (loader.hits, loader.misses) == (4, 4)
+
+
+def test_loader_rejects_a_reply_that_is_no_record_after_a_warm_read() -> None:
+    from agentctx_fast.stores._redis_io import raw
+
+    serializer, records = _records(1)
+    loader = MessageLoader(SimpleNamespace(serializer=serializer), 100)
+    loader.load_all("c", records, raw)
+    for reply in ([b"x"], 7):  # unhashable, and hashable but no record
+        with pytest.raises(SerializationError, match="unexpected Redis reply"):
+            loader.load_all("c", [records[0], reply], raw)

@@ -165,48 +165,76 @@ def _file_to_openai(part: FilePart, where: str) -> dict[str, Any]:
     return file
 
 
-def _message_to_openai(message: Message, where: str) -> dict[str, Any] | None:
-    entry: dict[str, Any]
-    if isinstance(message, SystemMessage):
-        entry = {"role": message.role, "content": message.text}
-        if message.name is not None:
-            entry["name"] = message.name
-    elif isinstance(message, UserMessage):
-        content = message.content
-        entry = {
-            "role": "user",
-            "content": content
-            if isinstance(content, str)
-            else [_part_to_openai(p, f"{where} content[{i}]") for i, p in enumerate(content)],
-        }
-        if message.name is not None:
-            entry["name"] = message.name
-    elif isinstance(message, AiMessage):
-        entry = {"role": "assistant"}
-        if message.text is not None:
-            entry["content"] = message.text
-        elif not message.tool_calls and message.refusal is None:
-            entry["content"] = ""  # the API needs content when there is nothing else
-        if message.refusal is not None:
-            entry["refusal"] = message.refusal
-        if message.name is not None:
-            entry["name"] = message.name
-        if message.tool_calls:
-            entry["tool_calls"] = [
-                {
-                    "id": call.id,
-                    "type": "function",
-                    "function": {"name": call.name, "arguments": call.arguments},
-                }
-                for call in message.tool_calls
-            ]
-    elif isinstance(message, ToolMessage):
-        entry = {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text}
-    elif isinstance(message, Message):
-        return None  # UI messages have no model form
-    else:
-        raise InvalidMessageTypeError(f"{where} is not a Message: got {type(message).__name__}")
+def _where(message: object, index: int) -> str:
+    """How an error names ``messages[index]`` (made only when one is raised)."""
+    where = f"messages[{index}]"
+    if isinstance(message, Message):
+        where = f"message {message.message_id!r} ({where})"
+    return where
+
+
+def _system_to_openai(message: SystemMessage, index: int) -> dict[str, Any]:
+    entry: dict[str, Any] = {"role": message.role, "content": message.text}
+    if message.name is not None:
+        entry["name"] = message.name
     return entry
+
+
+def _user_to_openai(message: UserMessage, index: int) -> dict[str, Any]:
+    content: Any = message.content
+    if not isinstance(content, str):
+        where = _where(message, index)
+        content = [_part_to_openai(p, f"{where} content[{i}]") for i, p in enumerate(content)]
+    entry: dict[str, Any] = {"role": "user", "content": content}
+    if message.name is not None:
+        entry["name"] = message.name
+    return entry
+
+
+def _ai_to_openai(message: AiMessage, index: int) -> dict[str, Any]:
+    entry: dict[str, Any] = {"role": "assistant"}
+    text, calls, refusal = message.text, message.tool_calls, message.refusal
+    if text is not None:
+        entry["content"] = text
+    elif not calls and refusal is None:
+        entry["content"] = ""  # the API needs content when there is nothing else
+    if refusal is not None:
+        entry["refusal"] = refusal
+    if message.name is not None:
+        entry["name"] = message.name
+    if calls:
+        out = []  # a plain loop: cheaper than a comprehension for the usual one call
+        for call in calls:
+            function = {"name": call.name, "arguments": call.arguments}
+            out.append({"id": call.id, "type": "function", "function": function})
+        entry["tool_calls"] = out
+    return entry
+
+
+def _tool_to_openai(message: ToolMessage, index: int) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text}
+
+
+# The converter of each model-visible message class (a subclass is matched by isinstance).
+_CONVERTERS: dict[type, Any] = {
+    SystemMessage: _system_to_openai,
+    UserMessage: _user_to_openai,
+    AiMessage: _ai_to_openai,
+    ToolMessage: _tool_to_openai,
+}
+
+
+def _message_to_openai(message: object, index: int) -> dict[str, Any] | None:
+    convert = _CONVERTERS.get(type(message))
+    if convert is not None:
+        return convert(message, index)  # type: ignore[no-any-return]
+    for kind, convert in _CONVERTERS.items():
+        if isinstance(message, kind):
+            return convert(message, index)  # type: ignore[no-any-return]
+    if isinstance(message, Message):
+        return None  # UI messages have no model form
+    where = _where(message, index)
+    raise InvalidMessageTypeError(f"{where} is not a Message: got {type(message).__name__}")
 
 
 @overload
@@ -235,11 +263,10 @@ def to_openai(messages: Sequence[Message], *, include_ids: bool = False) -> Any:
     the message.
     """
     out: list[dict[str, Any]] = []
+    converters = _CONVERTERS
     for index, message in enumerate(messages):
-        where = f"messages[{index}]"
-        if isinstance(message, Message):
-            where = f"message {message.message_id!r} ({where})"
-        entry = _message_to_openai(message, where)
+        convert = converters.get(type(message))  # a library class, else the slower match
+        entry = _message_to_openai(message, index) if convert is None else convert(message, index)
         if entry is None:
             continue
         if include_ids:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from agentctx_fast._backend import core
 from agentctx_fast.agent import Agent
 from agentctx_fast.errors import InvalidArgumentError, TurnNotFoundError, TurnStateError
 from agentctx_fast.memory import AsyncChatMemory
 from agentctx_fast.messages import AiMessage, Message, ToolMessage
 from agentctx_fast.runner._state import EngineState, check_turn_id
 from agentctx_fast.stores.turns import AgentTurnSnapshot
-from agentctx_fast.turns import TurnStatus, segment_turns
+from agentctx_fast.turns import TurnStatus
 
 _FIRST_PAGE_MIN = 64
 # Past what a conversation's reach was when this runner last read or wrote it: the message
@@ -85,20 +86,19 @@ def _window_reach(
     When ``current_stored``, the last segment is the current turn; otherwise every later
     segment is a history turn.
     """
-    segments = segment_turns(messages)
-    count = len(segments)
+    segments: tuple[list[int], list[int], list[bool]] = core.segment(messages)
+    starts, ends = [*segments[0], len(messages)], segments[1]  # `segment_turns`, no arrays
+    count = len(ends)
     if count < 2:
         return None
-    starts = [*segments.starts.tolist(), len(messages)]
-    ends = segments.ends.tolist()
     newest = count - 2 if current_stored else count - 1  # the newest history turn
     if newest >= max_turns:  # segments 1..newest are whole history turns
-        return int(starts[newest + 1 - max_turns])
+        return starts[newest + 1 - max_turns]
     total = 0
     for age, index in enumerate(range(newest, 0, -1)):
         total += _least_size(messages[starts[index] : ends[index]], compact and age >= keep_recent)
         if total > max_messages:
-            return int(starts[index])
+            return starts[index]
     return None
 
 

@@ -11,11 +11,10 @@ must be treated so. Objects are never shared between conversations.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentctx_fast._cache import GenerationCache
 from agentctx_fast.errors import InvalidArgumentError
 from agentctx_fast.messages import Message
 from agentctx_fast.stores.serializer import AgentStoreSerializer, load_message
@@ -33,9 +32,27 @@ MAX_CACHED_RECORD_BYTES = 256 * 1024
 
 class MessageLoader:
     """Decodes a store's message records with its current serializer, reusing the object of a
-    record of the same conversation read before. ``cache_size=0`` decodes every time."""
+    record of the same conversation read before. ``cache_size=0`` decodes every time.
 
-    __slots__ = ("_cache", "_cache_size", "_serializer", "_store", "hits", "misses")
+    The cache has two generations (as `GenerationCache`: a full young generation becomes the old
+    one, the previous old one is dropped, and a hit in the old generation is promoted), each a
+    dict of conversation id to a dict of record bytes to message: a page whose records are all
+    in its conversation's young dict is answered by one lookup per record, with no key to
+    build. A generation holds at most ``cache_size`` records and about `GENERATION_BYTES`.
+    """
+
+    __slots__ = (
+        "_cache_size",
+        "_old",
+        "_old_entries",
+        "_serializer",
+        "_store",
+        "_young",
+        "_young_bytes",
+        "_young_entries",
+        "hits",
+        "misses",
+    )
 
     def __init__(self, store: Any, cache_size: int) -> None:
         if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 0:
@@ -45,46 +62,79 @@ class MessageLoader:
         self._store = store
         self._cache_size = cache_size
         self._serializer: AgentStoreSerializer = store.serializer
-        self._cache = self._new_cache()
+        self._clear()
         self.hits = 0
         self.misses = 0
 
-    def _new_cache(self) -> GenerationCache[tuple[str, bytes], Message] | None:
-        if self._cache_size == 0:
-            return None
-        return GenerationCache(self._cache_size, GENERATION_BYTES)
+    def _clear(self) -> None:
+        self._young: dict[str, dict[bytes, Message]] = {}
+        self._old: dict[str, dict[bytes, Message]] = {}
+        self._young_entries = self._old_entries = self._young_bytes = 0
 
     def __call__(self, conversation_id: str, data: bytes) -> Message:
         """The message of one record of ``conversation_id``."""
         return self.load_all(conversation_id, (data,))[0]
 
-    def load_all(self, conversation_id: str, records: Iterable[bytes]) -> list[Message]:
+    def load_all(
+        self,
+        conversation_id: str,
+        records: Sequence[Any],
+        convert: Callable[[Any], bytes] | None = None,
+    ) -> list[Message]:
         """The messages of ``records`` of ``conversation_id``, in order (a page of a
-        conversation's tail: mostly hits, so the per-page work is done once)."""
+        conversation's tail: mostly hits). ``convert`` turns a driver's reply into the record's
+        bytes (raising `SerializationError` for a reply that is not a record); the replies are
+        tried as they are first, as keys of the conversation's young generation."""
         serializer = self._store.serializer
         if serializer is not self._serializer:
-            self._serializer, self._cache = serializer, self._new_cache()
-        cache = self._cache
-        if cache is None:
+            self._serializer = serializer
+            self._clear()
+        if self._cache_size == 0:
+            if convert is not None:
+                records = [convert(data) for data in records]
             return [load_message(serializer, data) for data in records]
-        get, put = cache.get, cache.put
+        young = self._young.get(conversation_id)
+        if young is not None:
+            try:  # every record a hit: no conversion, no key, no bookkeeping per record
+                messages = list(map(young.__getitem__, records))
+            except (KeyError, TypeError, ValueError):  # a miss, or a reply that is no key
+                pass
+            else:
+                self.hits += len(messages)
+                return messages
+        return self._load_each(conversation_id, records, convert, serializer)
+
+    def _load_each(
+        self,
+        conversation_id: str,
+        records: Sequence[Any],
+        convert: Callable[[Any], bytes] | None,
+        serializer: AgentStoreSerializer,
+    ) -> list[Message]:
+        young = self._young.get(conversation_id) or {}
+        old = self._old.get(conversation_id) or {}
         messages: list[Message] = []
         append = messages.append
         hits = 0
         try:
             for data in records:
+                if convert is not None:
+                    data = convert(data)
                 size = len(data)
                 if size > MAX_CACHED_RECORD_BYTES:
                     append(load_message(serializer, data))
                     continue
                 if type(data) is not bytes:  # a driver's buffer type: a key must be immutable
                     data = bytes(data)
-                key = (conversation_id, data)
-                message = get(key)
+                message = young.get(data)
                 if message is None:
-                    self.misses += 1
-                    message = load_message(serializer, data)
-                    put(key, message, size)
+                    message = old.get(data)
+                    if message is None:
+                        self.misses += 1
+                        message = load_message(serializer, data)
+                    else:
+                        hits += 1
+                    young = self._put(conversation_id, data, message, size)
                 else:
                     hits += 1
                 append(message)
@@ -92,10 +142,25 @@ class MessageLoader:
             self.hits += hits
         return messages
 
+    def _put(
+        self, conversation_id: str, data: bytes, message: Message, size: int
+    ) -> dict[bytes, Message]:
+        """Keeps ``message`` in the young generation (rotating it first when full); returns the
+        conversation's young dict."""
+        if self._young_entries >= self._cache_size or self._young_bytes >= GENERATION_BYTES:
+            self._old, self._young = self._young, {}
+            self._old_entries, self._young_entries, self._young_bytes = self._young_entries, 0, 0
+        young = self._young.get(conversation_id)
+        if young is None:
+            young = self._young[conversation_id] = {}
+        young[data] = message
+        self._young_entries += 1
+        self._young_bytes += size
+        return young
+
     def info(self) -> MessageCacheInfo:
         """What the cache holds and how often it answered."""
-        cache = self._cache
-        return MessageCacheInfo(self.hits, self.misses, 0 if cache is None else len(cache))
+        return MessageCacheInfo(self.hits, self.misses, self._young_entries + self._old_entries)
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,16 +37,23 @@ _UNAVAILABLE = (
 )
 
 
+_ERRORS = (redis_exc.RedisError, redis_exc.RedisClusterException)
+
+
 @contextmanager
 def translated(action: str) -> Iterator[None]:
     """Redis errors become typed store errors (a cluster that is down or has a slot without a
     master is unavailable too)."""
     try:
         yield
-    except _UNAVAILABLE as error:
-        raise StoreUnavailableError(f"Redis unavailable while {action}: {error}") from error
-    except (redis_exc.RedisError, redis_exc.RedisClusterException) as error:
-        raise StoreError(f"Redis error while {action}: {error}") from error
+    except _ERRORS as error:
+        raise _typed(error, action) from error
+
+
+def _typed(error: BaseException, action: str) -> StoreError:
+    if isinstance(error, _UNAVAILABLE):
+        return StoreUnavailableError(f"Redis unavailable while {action}: {error}")
+    return StoreError(f"Redis error while {action}: {error}")
 
 
 def raw(value: object) -> bytes:
@@ -99,6 +106,7 @@ class RedisPort:
         # could then run twice). So the map is loaded once, before any command.
         self._initialized = not isinstance(client, AsyncRedisCluster)
         self._initializing: asyncio.Lock | None = None
+        self._blocking = isinstance(client, (redis.Redis, RedisCluster))  # replies not awaited
 
     async def script(self, action: str, lua: str, keys: list[str], args: list[Any]) -> Any:
         """Run the Lua script ``lua`` atomically on the server."""
@@ -111,9 +119,13 @@ class RedisPort:
 
     async def command(self, action: str, name: str, *args: Any) -> Any:
         """Run one Redis command (a client method by name: ``hget``, ``llen``, …)."""
-        with translated(action):
-            await self._initialize()
-            return await _reply(getattr(self.client, name)(*args))
+        try:  # `translated`, inline: a page read is the hot path
+            if not self._initialized:
+                await self._initialize()
+            reply = getattr(self.client, name)(*args)
+            return reply if self._blocking else await _reply(reply)
+        except _ERRORS as error:
+            raise _typed(error, action) from error
 
     async def _initialize(self) -> None:
         if self._initialized:

@@ -296,9 +296,10 @@ class AsyncRedisChatMemory(AsyncChatMemory):
     def __init__(self, store: _RedisStoreBase, conversation_id: str) -> None:
         self._store = store
         self.conversation_id = conversation_id
-        self._records = store._key("conv", conversation_id, "r")
-        self._index = store._key("conv", conversation_id, "i")
-        self._visible = store._key("conv", conversation_id, "vp")
+        keys = store._key("conv", conversation_id)  # each key is this plus ":r", ":i", ":vp"
+        self._records = keys + ":r"
+        self._index = keys + ":i"
+        self._visible = keys + ":vp"
 
     async def add_message_if_absent(self, message: Message) -> bool:
         check_message(message)
@@ -352,9 +353,7 @@ class AsyncRedisChatMemory(AsyncChatMemory):
         return self._load(records)
 
     def _load(self, records: Sequence[Any]) -> list[Message]:
-        return self._store._load_message.load_all(
-            self.conversation_id, [raw(record) for record in records]
-        )
+        return self._store._load_message.load_all(self.conversation_id, records, raw)
 
     async def get_message(self, message_id: str) -> Message | None:
         check_identifier(message_id, "message_id")
