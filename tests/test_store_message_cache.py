@@ -88,6 +88,62 @@ def test_invalid_cache_size(kind: str, size: Any, request: pytest.FixtureRequest
         make_store(kind, request, message_cache_size=size)
 
 
+@pytest.mark.parametrize("kind", SERVER_KINDS)
+@pytest.mark.parametrize("size", [-1, 2.0, False, "64"])
+def test_invalid_cache_bytes(kind: str, size: Any, request: pytest.FixtureRequest) -> None:
+    with pytest.raises(
+        AgentCtxError, match=f"message_cache_bytes must be an int >= 0, got {size!r}"
+    ):
+        make_store(kind, request, message_cache_bytes=size)
+
+
+@pytest.mark.parametrize("kind", SERVER_KINDS)
+def test_cache_bytes_zero_decodes_every_read(kind: str, request: pytest.FixtureRequest) -> None:
+    serializer = _CountingSerializer()
+    store = make_store(kind, request, serializer=serializer, message_cache_bytes=0)
+    try:
+        memory = store.chat_memory(new_conversation_id())
+        memory.add_message(UserMessage("hi", message_id="u1"))
+        first, second = memory.get_messages(), memory.get_messages()
+        assert first == second and first[0] is not second[0]
+        assert serializer.loads_calls == 2
+        assert store.message_cache_info().entries == 0
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("kind", SERVER_KINDS)
+def test_cache_is_bounded_in_bytes(kind: str, request: pytest.FixtureRequest) -> None:
+    """A byte budget of about four records keeps at most about that many, whatever the count."""
+    record = len(serializer_module.dump(
+        serializer_module.JsonAgentStoreSerializer(), UserMessage("x" * 1_000, message_id="u00")
+    ))  # fmt: skip
+    store = make_store(kind, request, message_cache_bytes=4 * record)
+    try:
+        memory = store.chat_memory(new_conversation_id())
+        for i in range(20):
+            memory.add_message(UserMessage("x" * 1_000, message_id=f"u{i:02d}"))
+        messages = memory.get_messages()
+        assert len(messages) == 20
+        # Two generations of about two records each (a generation rotates once it is full).
+        assert store.message_cache_info().entries <= 6
+        assert memory.get_message("u19") is messages[-1]  # the newest are kept
+    finally:
+        store.close()
+
+
+def test_loader_rotates_a_generation_at_half_the_byte_budget() -> None:
+    serializer, records = _records(6)
+    size = max(len(r) for r in records)
+    loader = MessageLoader(SimpleNamespace(serializer=serializer), 100, 4 * size)
+    first = loader.load_all("c", records)
+    assert loader.info().entries <= 6 and loader.misses == 6
+    misses = loader.misses
+    assert loader.load_all("c", records[-1:])[0] is first[-1]  # kept
+    assert loader.load_all("c", records[:1])[0] is not first[0]  # rotated out
+    assert loader.misses == misses + 1
+
+
 def test_generation_cache_is_bounded_and_keeps_what_is_in_use() -> None:
     cache: GenerationCache[int, str] = GenerationCache(3)
     for key in range(3):

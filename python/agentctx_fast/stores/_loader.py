@@ -23,8 +23,9 @@ DEFAULT_MESSAGE_CACHE_SIZE = 16_384
 """Messages per cache generation: a store keeps at most twice as many decoded, the recent
 tails (about 100 messages each) of some 300 conversations."""
 
-GENERATION_BYTES = 32 * 1024 * 1024
-"""Record bytes per cache generation: the cache keeps at most about twice as many."""
+DEFAULT_MESSAGE_CACHE_BYTES = 64 * 1024 * 1024
+"""Record bytes a store's cache keeps at most (about; half per generation): the ~100-message
+tails of some 300 tool-heavy conversations."""
 
 MAX_CACHED_RECORD_BYTES = 256 * 1024
 """Larger records (a big tool result) are decoded on every read instead of kept."""
@@ -38,11 +39,13 @@ class MessageLoader:
     one, the previous old one is dropped, and a hit in the old generation is promoted), each a
     dict of conversation id to a dict of record bytes to message: a page whose records are all
     in its conversation's young dict is answered by one lookup per record, with no key to
-    build. A generation holds at most ``cache_size`` records and about `GENERATION_BYTES`.
+    build. A generation holds at most ``cache_size`` records and about half ``cache_bytes`` of
+    records.
     """
 
     __slots__ = (
         "_cache_size",
+        "_generation_bytes",
         "_old",
         "_old_entries",
         "_serializer",
@@ -54,13 +57,19 @@ class MessageLoader:
         "misses",
     )
 
-    def __init__(self, store: Any, cache_size: int) -> None:
-        if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 0:
-            raise InvalidArgumentError(
-                f"message_cache_size must be an int >= 0, got {cache_size!r}"
-            )
+    def __init__(
+        self, store: Any, cache_size: int, cache_bytes: int = DEFAULT_MESSAGE_CACHE_BYTES
+    ) -> None:
+        for name, value in (
+            ("message_cache_size", cache_size),
+            ("message_cache_bytes", cache_bytes),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidArgumentError(f"{name} must be an int >= 0, got {value!r}")
         self._store = store
-        self._cache_size = cache_size
+        # Either limit at 0 turns the cache off.
+        self._cache_size = cache_size if cache_bytes else 0
+        self._generation_bytes = max(1, cache_bytes // 2)
         self._serializer: AgentStoreSerializer = store.serializer
         self._clear()
         self.hits = 0
@@ -147,7 +156,7 @@ class MessageLoader:
     ) -> dict[bytes, Message]:
         """Keeps ``message`` in the young generation (rotating it first when full); returns the
         conversation's young dict."""
-        if self._young_entries >= self._cache_size or self._young_bytes >= GENERATION_BYTES:
+        if self._young_entries >= self._cache_size or self._young_bytes >= self._generation_bytes:
             self._old, self._young = self._young, {}
             self._old_entries, self._young_entries, self._young_bytes = self._young_entries, 0, 0
         young = self._young.get(conversation_id)

@@ -47,6 +47,7 @@ from agentctx_fast.messages import Message
 from agentctx_fast.stores._bridge import BlockingCompressionStateStore
 from agentctx_fast.stores._common import check_conversation_id, check_key_prefix
 from agentctx_fast.stores._loader import (
+    DEFAULT_MESSAGE_CACHE_BYTES,
     DEFAULT_MESSAGE_CACHE_SIZE,
     MessageCacheInfo,
     MessageLoader,
@@ -154,13 +155,14 @@ class _RedisStoreBase:
         key_prefix: str,
         serializer: AgentStoreSerializer | None,
         message_cache_size: int,
+        message_cache_bytes: int,
     ) -> None:
         self.client = client
         self._owns_client = owns_client
         self._port = RedisPort(client)
         self.key_prefix = key_prefix
         self.serializer: AgentStoreSerializer = serializer or JsonAgentStoreSerializer()
-        self._load_message = MessageLoader(self, message_cache_size)
+        self._load_message = MessageLoader(self, message_cache_size, message_cache_bytes)
 
     def message_cache_info(self) -> MessageCacheInfo:
         """Hits, misses and entries of the decoded-record cache (its hit rate is a metric a
@@ -205,12 +207,15 @@ class RedisAgentStore(_RedisStoreBase):
         serializer: AgentStoreSerializer | None = None,
         *,
         message_cache_size: int = DEFAULT_MESSAGE_CACHE_SIZE,
+        message_cache_bytes: int = DEFAULT_MESSAGE_CACHE_BYTES,
     ) -> None:
         check_key_prefix(key_prefix)
         client, owns = _client_argument(
             client_or_url, (redis.Redis, RedisCluster), redis.Redis.from_url
         )
-        super().__init__(client, owns, key_prefix, serializer, message_cache_size)
+        super().__init__(
+            client, owns, key_prefix, serializer, message_cache_size, message_cache_bytes
+        )
         self.client: redis.Redis | RedisCluster = client
         self._turn_store: RedisAgentTurnStore | None = None
 
@@ -254,6 +259,7 @@ class AsyncRedisAgentStore(_RedisStoreBase):
         serializer: AgentStoreSerializer | None = None,
         *,
         message_cache_size: int = DEFAULT_MESSAGE_CACHE_SIZE,
+        message_cache_bytes: int = DEFAULT_MESSAGE_CACHE_BYTES,
     ) -> None:
         check_key_prefix(key_prefix)
         import redis.asyncio as aioredis
@@ -262,7 +268,9 @@ class AsyncRedisAgentStore(_RedisStoreBase):
         client, owns = _client_argument(
             client_or_url, (aioredis.Redis, AsyncRedisCluster), aioredis.Redis.from_url
         )
-        super().__init__(client, owns, key_prefix, serializer, message_cache_size)
+        super().__init__(
+            client, owns, key_prefix, serializer, message_cache_size, message_cache_bytes
+        )
         self._turn_store: AsyncRedisAgentTurnStore | None = None
 
     def chat_memory(self, conversation_id: str) -> AsyncRedisChatMemory:

@@ -43,6 +43,7 @@ from agentctx_fast.messages import Message
 from agentctx_fast.stores._bridge import BlockingCompressionStateStore
 from agentctx_fast.stores._common import check_conversation_id, check_table_prefix
 from agentctx_fast.stores._loader import (
+    DEFAULT_MESSAGE_CACHE_BYTES,
     DEFAULT_MESSAGE_CACHE_SIZE,
     MessageCacheInfo,
     MessageLoader,
@@ -137,12 +138,13 @@ class _SqlStoreBase:
         table_prefix: str,
         serializer: AgentStoreSerializer | None,
         message_cache_size: int,
+        message_cache_bytes: int,
     ) -> None:
         self._port = port
         self._owns_engine = owns_engine
         self.table_prefix = table_prefix
         self.serializer: AgentStoreSerializer = serializer or JsonAgentStoreSerializer()
-        self._load_message = MessageLoader(self, message_cache_size)
+        self._load_message = MessageLoader(self, message_cache_size, message_cache_bytes)
         self._dialect = port.dialect
         self._tables = _Tables(table_prefix, self._dialect)
         self._pages = _PageStatements(self._tables.messages)
@@ -298,12 +300,18 @@ class SqlAgentStore(_SqlStoreBase):
         serializer: AgentStoreSerializer | None = None,
         *,
         message_cache_size: int = DEFAULT_MESSAGE_CACHE_SIZE,
+        message_cache_bytes: int = DEFAULT_MESSAGE_CACHE_BYTES,
     ) -> None:
         check_table_prefix(table_prefix)
         engine, owns = _engine_argument(engine_or_url, sa.engine.Engine, blocking_engine)
         self.engine: Engine = engine
         super().__init__(
-            BlockingSqlPort(engine), owns, table_prefix, serializer, message_cache_size
+            BlockingSqlPort(engine),
+            owns,
+            table_prefix,
+            serializer,
+            message_cache_size,
+            message_cache_bytes,
         )
 
     def schema(self) -> SqlSchema:
@@ -348,13 +356,21 @@ class AsyncSqlAgentStore(_SqlStoreBase):
         serializer: AgentStoreSerializer | None = None,
         *,
         message_cache_size: int = DEFAULT_MESSAGE_CACHE_SIZE,
+        message_cache_bytes: int = DEFAULT_MESSAGE_CACHE_BYTES,
     ) -> None:
         check_table_prefix(table_prefix)
         from sqlalchemy.ext.asyncio import AsyncEngine
 
         engine, owns = _engine_argument(url_or_async_engine, AsyncEngine, async_engine)
         self.engine: AsyncEngine = engine
-        super().__init__(AsyncSqlPort(engine), owns, table_prefix, serializer, message_cache_size)
+        super().__init__(
+            AsyncSqlPort(engine),
+            owns,
+            table_prefix,
+            serializer,
+            message_cache_size,
+            message_cache_bytes,
+        )
 
     def schema(self) -> AsyncSqlSchema:
         """The schema manager: ``await store.schema().initialize()`` before first use."""
