@@ -766,3 +766,36 @@ def test_plain_tools_of_concurrent_turns_run_side_by_side() -> None:
     statuses, results = asyncio.run(main())
     assert statuses == [TurnStatus.COMPLETED] * 2
     assert "released" in results[0] and "set" in results[1]
+
+
+def test_a_plain_tool_sees_the_callers_context_variables() -> None:
+    """As with `asyncio.to_thread`: a request id set in a context variable by the service
+    reaches a plain tool running in a worker thread (and the tool's own changes stay there)."""
+    import contextvars
+
+    from agentctx_fast import AsyncInMemoryAgentStore
+
+    request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="none")
+
+    def lookup() -> str:
+        seen = request_id.get()
+        request_id.set("changed by the tool")
+        return f"request {seen}"
+
+    async def main() -> tuple[list[str], str]:
+        store = AsyncInMemoryAgentStore()
+        runner = AsyncAgentRunner(store)
+        agent = Agent(
+            "a",
+            AsyncScriptedChatModel([_call("c1", "lookup"), AiMessage("done")]),
+            tools=[Tool("lookup", lookup)],
+        )
+        request_id.set("r-42")
+        await runner.run(agent, "conversation", "go")
+        texts = [m.text for m in await store.chat_memory("conversation").get_messages()]
+        await runner.aclose()
+        return texts, request_id.get()
+
+    texts, after = asyncio.run(main())
+    assert "request r-42" in texts
+    assert after == "r-42"

@@ -14,6 +14,7 @@ live as long as the process (a call in flight when the interpreter exits does no
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 import queue
 import threading
@@ -24,7 +25,13 @@ T = TypeVar("T")
 
 MAX_WORKERS = min(32, (os.cpu_count() or 1) + 4)
 
-_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any], tuple[Any, ...]]
+_Job = tuple[
+    asyncio.AbstractEventLoop,
+    "asyncio.Future[Any]",
+    contextvars.Context,
+    Callable[..., Any],
+    tuple[Any, ...],
+]
 
 
 class _Workers:
@@ -46,22 +53,22 @@ class _Workers:
                 start = True
         if start:
             threading.Thread(target=self._work, name="agentctx-worker", daemon=True).start()
-        self._jobs.put((loop, future, fn, args))
+        self._jobs.put((loop, future, contextvars.copy_context(), fn, args))
         return future
 
     def _work(self) -> None:
         jobs = self._jobs
         while True:
-            loop, future, fn, args = jobs.get()
+            loop, future, context, fn, args = jobs.get()
             try:
-                outcome: tuple[Any, BaseException | None] = (fn(*args), None)
+                outcome: tuple[Any, BaseException | None] = (context.run(fn, *args), None)
             except BaseException as error:  # handed to the caller, as an executor does
                 outcome = (None, error)
             try:
                 loop.call_soon_threadsafe(_settle, future, *outcome)
             except RuntimeError:
                 pass  # the loop is closed: nobody waits for the result
-            del loop, future, fn, args, outcome
+            del loop, future, context, fn, args, outcome
             with self._lock:
                 self._idle += 1
 
@@ -87,5 +94,7 @@ os.register_at_fork(after_in_child=_forked)
 
 
 def in_worker(fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
-    """A future of ``fn(*args)``, run in a worker thread (on the running loop)."""
+    """A future of ``fn(*args)``, run in a worker thread (on the running loop) in a copy of the
+    caller's context, as `asyncio.to_thread` does (a tracing span or request id set in a
+    context variable is seen by a plain tool)."""
     return _workers.submit(fn, *args)
