@@ -546,6 +546,12 @@ def compare(ratio: float) -> str:
     return f"{format_ratio(1 / ratio)} slower"
 
 
+def bar_label(ratio: float) -> str:
+    """The note beside a compared row's bar (``ratio`` as in `compare`): it names us, as the
+    bar is the other row's."""
+    return f"agentctx_fast {compare(ratio)}"
+
+
 def needs_log(panel: Panel) -> bool:
     values = [row.value for row in panel.rows if row.value > 0]
     return len(values) > 1 and max(values) / min(values) > 20
@@ -638,8 +644,8 @@ def render(chart: Chart, run: Run, path: Path) -> None:
         for position, row, high in zip(positions, panel.rows, highs, strict=True):
             text = format_value(row.value, panel.unit)
             ratio = panel.ratio(row)
-            if ratio is not None:
-                text += f"  ·  {compare(ratio)}"
+            if ratio is not None:  # beside a peer's bar: how ours compares with it
+                text += f"  ·  {bar_label(ratio)}"
             x = high * 1.12 if log else high + top * 0.015
             axes.text(x, position, text, va="center", fontsize=8)
         for missing in panel.missing:

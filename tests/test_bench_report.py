@@ -390,3 +390,23 @@ def test_service_groups_without_a_peer_comparison_are_left_out(tmp_path: Path) -
     assert chart is not None and len(chart.panels) == 6
     assert not any("CPU" in panel.title for panel in chart.panels)
     assert report.service_chart(results(extra, tmp_path)) is None
+
+
+def test_a_peer_bar_is_labelled_with_how_agentctx_fast_compares(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The note beside a peer's bar names agentctx_fast: "74x faster" alone there would read
+    as the peer being faster."""
+    from matplotlib.figure import Figure
+
+    drawn: list[Any] = []
+    monkeypatch.setattr(Figure, "savefig", lambda self, *_, **__: drawn.append(self))
+    run = report.load(write_run(tmp_path / "run.json", window_rows()))
+    chart = report.window_chart(run.results)
+    assert chart is not None
+    report.render(chart, run, tmp_path / "window.png")
+    texts = [text.get_text() for axes in drawn[0].axes for text in axes.texts]
+    assert any(t.endswith("·  agentctx_fast 74x faster") for t in texts), texts
+    assert any(t.endswith("·  agentctx_fast 2.0x slower") for t in texts), texts  # the floor
+    assert not any(t.endswith("·  74x faster") for t in texts)
+    assert report.bar_label(0.25) == "agentctx_fast 4.0x slower"
