@@ -101,7 +101,7 @@ def test_the_engine_is_aiosqlite_in_autocommit(url: str) -> None:
 
 def test_a_transaction_on_the_store_engine_is_one(url: str) -> None:
     """``store.engine.begin()`` on the engine the store made is a real transaction: the
-    ``begin`` listener issues ``BEGIN IMMEDIATE``, so a failure rolls back every statement."""
+    ``begin`` listener issues ``BEGIN``, so a failure rolls back every statement."""
     from sqlalchemy import text
 
     async def body(store: AsyncSqlAgentStore) -> list[str]:
@@ -119,6 +119,28 @@ def test_a_transaction_on_the_store_engine_is_one(url: str) -> None:
             return sorted(row[0] for row in found)
 
     assert run(url, body) == ["kept1", "kept2"]
+
+
+def test_a_callers_read_transaction_locks_out_no_writer(url: str) -> None:
+    """A caller reading inside a transaction of ``store.engine`` (an ``AsyncSession``, say)
+    holds no write lock: the store's own writes and another process's go through meanwhile."""
+    from sqlalchemy import text
+
+    path = url.removeprefix("sqlite:///")
+
+    async def body(store: AsyncSqlAgentStore) -> list[str]:
+        memory = store.chat_memory("c1")
+        await memory.add_message_if_absent(UserMessage("first", message_id="u1"))
+        table = store._tables.messages.name
+        async with store.engine.connect() as connection:
+            await connection.execute(text(f"SELECT count(*) FROM {table}"))
+            assert connection.in_transaction()
+            with sqlite3.connect(path, timeout=0.2) as other:  # fails at once when locked
+                other.execute(f"UPDATE {table} SET message_id = message_id")
+            await memory.add_message_if_absent(UserMessage("second", message_id="u2"))
+        return [m.message_id for m in await memory.get_messages()]
+
+    assert run(url, body) == ["u1", "u2"]
 
 
 def test_a_failed_batch_rolls_back_every_page(url: str) -> None:

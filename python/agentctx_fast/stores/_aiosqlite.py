@@ -14,10 +14,11 @@ and on a busy machine each trip costs a thread switch both ways. This connection
   ``commit`` and ``rollback`` that follow it have nothing to do: they skip the trip when no
   transaction is open and no call is still queued (a caller cancelled while its statement was
   queued leaves it queued; then the rollback goes to the thread and runs after it);
-- a transaction of several statements starts with ``BEGIN IMMEDIATE``, which the engine's
-  ``begin`` listener issues for every SQLAlchemy transaction except on connections whose
-  execution options say they run one statement each (`ONE_STATEMENT`): ``IMMEDIATE`` takes the
-  write lock at once, waiting up to the busy timeout, so a transaction that reads before it
+- a write transaction of the store's (a batch, a schema change) starts with ``BEGIN
+  IMMEDIATE``, which the engine's ``begin`` listener issues on connections marked
+  `WRITE_TRANSACTION` (any other transaction on the engine begins with a deferred ``BEGIN``,
+  and a connection marked `ONE_STATEMENT` runs each statement on its own): ``IMMEDIATE`` takes
+  the write lock at once, waiting up to the busy timeout, so a transaction that reads before it
   writes never fails on a snapshot another writer has moved on.
 
 Errors are those of aiosqlite's own calls (the sqlite3 exceptions, raised to SQLAlchemy, which
@@ -33,10 +34,12 @@ from typing import Any
 
 import aiosqlite
 
-__all__ = ["ONE_STATEMENT", "OneTripConnection", "begin_immediate", "connect"]
+__all__ = ["ONE_STATEMENT", "WRITE_TRANSACTION", "OneTripConnection", "begin_immediate", "connect"]
 
 ONE_STATEMENT = "agentctx_one_statement"
 """Execution option of the engine a port runs single statements on (no ``BEGIN``)."""
+WRITE_TRANSACTION = "agentctx_write_transaction"
+"""Execution option of the engine a port runs its write transactions on (``BEGIN IMMEDIATE``)."""
 
 
 class OneTripCursor:
@@ -162,7 +165,11 @@ def connect(*args: Any, **kwargs: Any) -> OneTripConnection:
 
 
 def begin_immediate(connection: Any) -> None:
-    """The engine's ``begin`` listener: a transaction starts with ``BEGIN IMMEDIATE`` unless its
-    connection runs one statement at a time (autocommit)."""
-    if not connection.get_execution_options().get(ONE_STATEMENT):
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+    """The engine's ``begin`` listener: the store's own write transactions (`WRITE_TRANSACTION`)
+    start with ``BEGIN IMMEDIATE``, a caller's transactions on ``store.engine`` with a plain
+    (deferred) ``BEGIN``, which takes no lock until it writes, and a connection that runs one
+    statement at a time (`ONE_STATEMENT`, autocommit) with none."""
+    options = connection.get_execution_options()
+    if options.get(ONE_STATEMENT):
+        return
+    connection.exec_driver_sql("BEGIN IMMEDIATE" if options.get(WRITE_TRANSACTION) else "BEGIN")

@@ -210,12 +210,14 @@ class AsyncSqlPort:
         shared = isinstance(engine.sync_engine.pool, StaticPool)
         self._serial: AbstractAsyncContextManager[Any] = asyncio.Lock() if shared else nullcontext()
         single: AsyncEngine | None = None
+        self._writer = engine  # where `run` and `many` begin their transactions
         if self.dialect == "postgresql":
             single = engine.execution_options(isolation_level="AUTOCOMMIT")
         elif _one_trip(engine):
-            from agentctx_fast.stores._aiosqlite import ONE_STATEMENT
+            from agentctx_fast.stores._aiosqlite import ONE_STATEMENT, WRITE_TRANSACTION
 
             single = engine.execution_options(**{ONE_STATEMENT: True})
+            self._writer = engine.execution_options(**{WRITE_TRANSACTION: True})
         # A single statement is the blocking port's code run in one greenlet of SQLAlchemy's
         # asyncio layer (`greenlet_spawn`, what `AsyncConnection` runs each call in): the
         # checkout, the statement and the return to the pool in one, where `AsyncConnection`
@@ -250,14 +252,14 @@ class AsyncSqlPort:
 
     async def run(self, action: str, work: Callable[[Connection], Any]) -> None:
         with translated(action):
-            async with self._serial, self.engine.begin() as connection:
+            async with self._serial, self._writer.begin() as connection:
                 await connection.run_sync(work)
 
     async def many(
         self, action: str, statement: Any, params: Sequence[Mapping[str, Any]]
     ) -> Sequence[Any]:
         with translated(action):
-            async with self._serial, self.engine.begin() as connection:
+            async with self._serial, self._writer.begin() as connection:
                 return (await connection.execute(statement, params)).all()
 
 
