@@ -19,6 +19,16 @@ from store_workers import update_and_append
 SERVER_KINDS = ("sqlite", "postgresql", "redis")
 
 
+class _Lying(int):
+    """An int whose comparisons say it is not below anything."""
+
+    def __lt__(self, other: object) -> bool:
+        return False
+
+    def __ge__(self, other: object) -> bool:
+        return True
+
+
 class _CountingSerializer(serializer_module.JsonAgentStoreSerializer):
     def __init__(self) -> None:
         super().__init__()
@@ -68,15 +78,17 @@ def test_an_updated_record_is_read_as_updated(kind: str, request: pytest.Fixture
 
 
 @pytest.mark.parametrize("kind", SERVER_KINDS)
-def test_cache_off_decodes_every_read(kind: str, request: pytest.FixtureRequest) -> None:
+@pytest.mark.parametrize("off", ["message_cache_size", "message_cache_bytes"])
+def test_cache_off_decodes_every_read(kind: str, off: str, request: pytest.FixtureRequest) -> None:
     serializer = _CountingSerializer()
-    store = make_store(kind, request, serializer=serializer, message_cache_size=0)
+    store = make_store(kind, request, serializer=serializer, **{off: 0})
     try:
         memory = store.chat_memory(new_conversation_id())
         memory.add_message(UserMessage("hi", message_id="u1"))
         first, second = memory.get_messages(), memory.get_messages()
         assert first == second and first[0] is not second[0]
         assert serializer.loads_calls == 2
+        assert store.message_cache_info().entries == 0
     finally:
         store.close()
 
@@ -89,27 +101,12 @@ def test_invalid_cache_size(kind: str, size: Any, request: pytest.FixtureRequest
 
 
 @pytest.mark.parametrize("kind", SERVER_KINDS)
-@pytest.mark.parametrize("size", [-1, 2.0, False, "64"])
+@pytest.mark.parametrize("size", [-1, 2.0, False, "64", _Lying(-5)])
 def test_invalid_cache_bytes(kind: str, size: Any, request: pytest.FixtureRequest) -> None:
     with pytest.raises(
         AgentCtxError, match=f"message_cache_bytes must be an int >= 0, got {size!r}"
     ):
         make_store(kind, request, message_cache_bytes=size)
-
-
-@pytest.mark.parametrize("kind", SERVER_KINDS)
-def test_cache_bytes_zero_decodes_every_read(kind: str, request: pytest.FixtureRequest) -> None:
-    serializer = _CountingSerializer()
-    store = make_store(kind, request, serializer=serializer, message_cache_bytes=0)
-    try:
-        memory = store.chat_memory(new_conversation_id())
-        memory.add_message(UserMessage("hi", message_id="u1"))
-        first, second = memory.get_messages(), memory.get_messages()
-        assert first == second and first[0] is not second[0]
-        assert serializer.loads_calls == 2
-        assert store.message_cache_info().entries == 0
-    finally:
-        store.close()
 
 
 @pytest.mark.parametrize("kind", SERVER_KINDS)
@@ -366,3 +363,35 @@ def test_loader_rejects_a_reply_that_is_no_record_after_a_warm_read() -> None:
     for reply in ([b"x"], 7):  # unhashable, and hashable but no record
         with pytest.raises(SerializationError, match="unexpected Redis reply"):
             loader.load_all("c", [records[0], reply], raw)
+
+
+def test_loader_compares_no_str_reply_with_a_bytes_record() -> None:
+    """A client decoding replies to str (``decode_responses=True``) hands the loader str
+    records; a warm read never compares them with the bytes it keeps (``python -bb`` would
+    raise BytesWarning)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        from types import SimpleNamespace
+        from agentctx_fast import UserMessage
+        from agentctx_fast.stores import serializer as s
+        from agentctx_fast.stores._loader import MessageLoader
+        from agentctx_fast.stores._redis_io import raw
+
+        serializer = s.JsonAgentStoreSerializer()
+        records = [s.dump(serializer, UserMessage(f"q{i}", message_id=f"u{i}")) for i in range(3)]
+        loader = MessageLoader(SimpleNamespace(serializer=serializer), 100)
+        first = loader.load_all("c", records, raw)
+        replies = [r.decode() for r in records]
+        again = loader.load_all("c", replies, raw)
+        assert [a is b for a, b in zip(first, again)] == [True] * 3, again
+        print("ok")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-bb", "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

@@ -60,16 +60,13 @@ class MessageLoader:
     def __init__(
         self, store: Any, cache_size: int, cache_bytes: int = DEFAULT_MESSAGE_CACHE_BYTES
     ) -> None:
-        for name, value in (
-            ("message_cache_size", cache_size),
-            ("message_cache_bytes", cache_bytes),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InvalidArgumentError(f"{name} must be an int >= 0, got {value!r}")
+        size, weight = (_limit(name, value) for name, value in (
+            ("message_cache_size", cache_size), ("message_cache_bytes", cache_bytes)
+        ))  # fmt: skip
         self._store = store
         # Either limit at 0 turns the cache off.
-        self._cache_size = cache_size if cache_bytes else 0
-        self._generation_bytes = max(1, cache_bytes // 2)
+        self._cache_size = size if weight else 0
+        self._generation_bytes = max(1, weight // 2)
         self._serializer: AgentStoreSerializer = store.serializer
         self._clear()
         self.hits = 0
@@ -103,7 +100,9 @@ class MessageLoader:
                 records = [convert(data) for data in records]
             return [load_message(serializer, data) for data in records]
         young = self._young.get(conversation_id)
-        if young is not None:
+        # Replies are tried as keys only when they are bytes (a str reply hashes like its bytes
+        # and would be compared with them).
+        if young is not None and (convert is None or (records and type(records[0]) is bytes)):
             try:  # every record a hit: no conversion, no key, no bookkeeping per record
                 messages = list(map(young.__getitem__, records))
             except (KeyError, TypeError, ValueError):  # a miss, or a reply that is no key
@@ -170,6 +169,15 @@ class MessageLoader:
     def info(self) -> MessageCacheInfo:
         """What the cache holds and how often it answered."""
         return MessageCacheInfo(self.hits, self.misses, self._young_entries + self._old_entries)
+
+
+def _limit(name: str, value: object) -> int:
+    """An int >= 0 as its exact value (an int subclass's own comparisons are not asked)."""
+    if type(value) is not bool and isinstance(value, int):
+        exact = int.__index__(value)
+        if exact >= 0:
+            return exact
+    raise InvalidArgumentError(f"{name} must be an int >= 0, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
