@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -799,3 +800,26 @@ def test_a_plain_tool_sees_the_callers_context_variables() -> None:
     texts, after = asyncio.run(main())
     assert "request r-42" in texts
     assert after == "r-42"
+
+
+def test_worker_threads_count_what_they_do_when_calls_outnumber_them() -> None:
+    """More calls than the thread limit: every call runs, no more threads start than the
+    limit, and once all are done every worker is counted idle exactly once."""
+    from agentctx_fast.runner import _threads
+
+    workers = _threads._Workers()
+    gate = threading.Event()
+    calls = _threads.MAX_WORKERS * 3
+
+    async def main() -> list[int]:
+        futures = [workers.submit(lambda i=i: gate.wait(10) and i) for i in range(calls)]
+        await asyncio.sleep(0.05)
+        gate.set()
+        return list(await asyncio.gather(*futures))
+
+    assert asyncio.run(main()) == list(range(calls))
+    assert workers._threads == _threads.MAX_WORKERS
+    deadline = time.monotonic() + 5  # a worker counts itself idle just after it answers
+    while workers._idle < _threads.MAX_WORKERS and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert (workers._idle, workers._waiting) == (_threads.MAX_WORKERS, 0)

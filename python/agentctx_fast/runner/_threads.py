@@ -39,6 +39,7 @@ class _Workers:
         self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._idle = 0  # workers waiting for a job no call has claimed yet
+        self._waiting = 0  # jobs queued while every worker was busy, claimed by none yet
         self._threads = 0
 
     def submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
@@ -51,8 +52,15 @@ class _Workers:
             elif self._threads < MAX_WORKERS:
                 self._threads += 1
                 start = True
+            else:
+                self._waiting += 1  # the next worker to finish takes it
         if start:
-            threading.Thread(target=self._work, name="agentctx-worker", daemon=True).start()
+            try:
+                threading.Thread(target=self._work, name="agentctx-worker", daemon=True).start()
+            except BaseException:
+                with self._lock:
+                    self._threads -= 1
+                raise
         self._jobs.put((loop, future, contextvars.copy_context(), fn, args))
         return future
 
@@ -70,7 +78,10 @@ class _Workers:
                 pass  # the loop is closed: nobody waits for the result
             del loop, future, context, fn, args, outcome
             with self._lock:
-                self._idle += 1
+                if self._waiting:
+                    self._waiting -= 1  # goes on with a job queued meanwhile
+                else:
+                    self._idle += 1
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
