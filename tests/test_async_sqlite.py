@@ -382,3 +382,33 @@ def test_a_store_on_a_caller_engine_keeps_its_transactions(tmp_path: Path) -> No
             await engine.dispose()
 
     assert asyncio.run(main()) == (2, 2, False)
+
+
+def test_a_cancelled_call_keeps_an_in_memory_database() -> None:
+    """In-memory SQLite lives in the store's one shared connection; a caller cancelled in the
+    middle of a statement must not make SQLAlchemy drop that connection (and the database with
+    it): the statement finishes, then the caller is cancelled."""
+
+    async def main() -> tuple[int, list[str]]:
+        store = AsyncSqlAgentStore("sqlite://")
+        try:
+            await store.schema().initialize()
+            memory = store.chat_memory("c1")
+            await memory.add_message_if_absent(UserMessage("kept", message_id="u1"))
+            cancelled = 0
+            for steps in range(12):  # cut after 0, 1, 2, ... loop steps: mid-statement too
+                call = asyncio.ensure_future(memory.get_messages())
+                for _ in range(steps):
+                    await asyncio.sleep(0)
+                call.cancel()
+                try:
+                    await call
+                except asyncio.CancelledError:
+                    cancelled += 1
+            return cancelled, [m.message_id for m in await memory.get_messages()]
+        finally:
+            await store.aclose()
+
+    cancelled, ids = asyncio.run(main())
+    assert cancelled >= 6
+    assert ids == ["u1"]

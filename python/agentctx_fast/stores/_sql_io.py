@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import (
     AbstractAsyncContextManager,
     AbstractContextManager,
@@ -207,8 +207,10 @@ class AsyncSqlPort:
         self.dialect = check_dialect(engine.dialect.name)
         # One shared connection (in-memory SQLite): one operation at a time, or the tasks'
         # transactions would interleave on it.
-        shared = isinstance(engine.sync_engine.pool, StaticPool)
-        self._serial: AbstractAsyncContextManager[Any] = asyncio.Lock() if shared else nullcontext()
+        self._shared = isinstance(engine.sync_engine.pool, StaticPool)
+        self._serial: AbstractAsyncContextManager[Any] = (
+            asyncio.Lock() if self._shared else nullcontext()
+        )
         single: AsyncEngine | None = None
         self._writer = engine  # where `run` and `many` begin their transactions
         if self.dialect == "postgresql":
@@ -232,6 +234,41 @@ class AsyncSqlPort:
         write: bool = False,
         params: Mapping[str, Any] | None = None,
     ) -> Sequence[Any]:
+        return await self._whole(self._rows(action, statement, write, params))
+
+    async def changed(self, action: str, statement: Any) -> int:
+        return await self._whole(self._changed(action, statement))
+
+    async def run(self, action: str, work: Callable[[Connection], Any]) -> None:
+        await self._whole(self._run(action, work))
+
+    async def many(
+        self, action: str, statement: Any, params: Sequence[Mapping[str, Any]]
+    ) -> Sequence[Any]:
+        return await self._whole(self._many(action, statement, params))
+
+    async def _whole(self, operation: Coroutine[Any, Any, T]) -> T:
+        """``operation``; on the shared connection of an in-memory database, never cut in the
+        middle: a cancelled statement makes SQLAlchemy drop its connection, which there is the
+        database itself. A cancelled caller waits for the statement, then is cancelled."""
+        if not self._shared:
+            return await operation
+        task = asyncio.ensure_future(operation)
+        cancelled = False
+        while not task.done():
+            try:
+                await asyncio.wait((task,))
+            except asyncio.CancelledError:
+                cancelled = True
+        if cancelled:
+            if not task.cancelled():
+                task.exception()  # the caller left: the operation's own failure is not reported
+            raise asyncio.CancelledError
+        return task.result()
+
+    async def _rows(
+        self, action: str, statement: Any, write: bool, params: Mapping[str, Any] | None
+    ) -> Sequence[Any]:
         with translated(action):
             async with self._serial:
                 if self._single is not None:
@@ -239,7 +276,7 @@ class AsyncSqlPort:
                 async with self._open(write) as connection:
                     return (await connection.execute(statement, params)).all()
 
-    async def changed(self, action: str, statement: Any) -> int:
+    async def _changed(self, action: str, statement: Any) -> int:
         with translated(action):
             async with self._serial:
                 if self._single is not None:
@@ -250,12 +287,12 @@ class AsyncSqlPort:
     def _open(self, write: bool) -> AbstractAsyncContextManager[AsyncConnection]:
         return self.engine.begin() if write else self.engine.connect()
 
-    async def run(self, action: str, work: Callable[[Connection], Any]) -> None:
+    async def _run(self, action: str, work: Callable[[Connection], Any]) -> None:
         with translated(action):
             async with self._serial, self._writer.begin() as connection:
                 await connection.run_sync(work)
 
-    async def many(
+    async def _many(
         self, action: str, statement: Any, params: Sequence[Mapping[str, Any]]
     ) -> Sequence[Any]:
         with translated(action):
