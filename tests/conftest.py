@@ -120,3 +120,19 @@ def select_args(history: list[Any], options: dict[str, Any]) -> tuple[Any, ...]:
         None,
         options.get("turn_statuses"),
     )
+
+
+class IntSubclass(int):
+    """An int subclass, for arguments that must be exact ints."""
+
+
+class StrSubclass(str):
+    """A str subclass, for arguments that must be exact strs."""
+
+    __slots__ = ()
+
+
+class SystemSubclass(SystemMessage):
+    """A subclass of the library's system message."""
+
+    __slots__ = ()

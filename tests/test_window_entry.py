@@ -30,7 +30,7 @@ from agentctx_fast import (
 )
 from agentctx_fast._reference import api as reference
 from agentctx_fast.window import ContextWindow, WindowOptions, build_window_on
-from conftest import native_or_skip
+from conftest import IntSubclass, StrSubclass, SystemSubclass, native_or_skip
 from strategies import histories, window_options
 
 SETTINGS = settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -41,16 +41,7 @@ def native() -> Any:
     return native_or_skip()
 
 
-class _Int(int):
-    pass
-
-
-class _Str(str):
-    __slots__ = ()
-
-
-class _System(SystemMessage):
-    __slots__ = ()
+_Int, _Str, _System = IntSubclass, StrSubclass, SystemSubclass
 
 
 class _Estimator:

@@ -30,7 +30,7 @@ from agentctx_fast import (
 from agentctx_fast import window as window_module
 from agentctx_fast._backend import backend
 from agentctx_fast.window import ContextWindow
-from conftest import native_or_skip
+from conftest import IntSubclass, StrSubclass, SystemSubclass, native_or_skip
 from strategies import histories, window_options
 
 PYTHON_ENTRY = window_module._python_build_window
@@ -46,16 +46,7 @@ def native(monkeypatch: pytest.MonkeyPatch) -> Any:
     return module
 
 
-class _Int(int):
-    pass
-
-
-class _Str(str):
-    __slots__ = ()
-
-
-class _System(SystemMessage):
-    __slots__ = ()
+_Int, _Str, _System = IntSubclass, StrSubclass, SystemSubclass
 
 
 class _Dict(dict[str, TurnStatus]):
