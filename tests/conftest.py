@@ -21,7 +21,7 @@ from agentctx_fast import (
     TurnStatus,
     UserMessage,
 )
-from agentctx_fast.window import WindowOptions
+from agentctx_fast.window import ContextWindow, WindowOptions
 from server_fixtures import *  # noqa: F403  (session servers)
 from store_fixtures import *  # noqa: F403  (the parametrised store)
 from store_fixtures import SERVER_KINDS
@@ -136,3 +136,24 @@ class SystemSubclass(SystemMessage):
     """A subclass of the library's system message."""
 
     __slots__ = ()
+
+
+def window_outcome(build: Any, *args: Any, **kwargs: Any) -> Any:
+    """``build(*args, **kwargs)``'s window as comparable values (its messages and their
+    classes, every field, its repr), or the error's class and message."""
+    try:
+        window = build(*args, **kwargs)
+    except Exception as error:  # parity covers the class and the message
+        return ("error", type(error), str(error))
+    assert type(window) is ContextWindow
+    return (
+        window.messages,
+        [type(m) for m in window.messages],
+        window.estimated_tokens,
+        window.attached_turns,
+        window.compacted_turns,
+        window.cut_by,
+        window.repairs,
+        window.dropped_turns,
+        repr(window),
+    )

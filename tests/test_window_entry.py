@@ -30,7 +30,7 @@ from agentctx_fast import (
 )
 from agentctx_fast._reference import api as reference
 from agentctx_fast.window import ContextWindow, WindowOptions, build_window_on
-from conftest import IntSubclass, StrSubclass, SystemSubclass, native_or_skip
+from conftest import IntSubclass, StrSubclass, SystemSubclass, native_or_skip, window_outcome
 from strategies import histories, window_options
 
 SETTINGS = settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -94,22 +94,7 @@ ODD_OPTIONS = {
 def _window(
     build: Callable[..., ContextWindow], history: list[Any], options: dict[str, Any]
 ) -> Any:
-    try:
-        window = build(history, **options)
-    except Exception as error:  # parity covers the class and the message
-        return ("error", type(error), str(error))
-    assert type(window) is ContextWindow
-    return (
-        window.messages,
-        [type(m) for m in window.messages],
-        window.estimated_tokens,
-        window.attached_turns,
-        window.compacted_turns,
-        window.cut_by,
-        window.repairs,
-        window.dropped_turns,
-        repr(window),
-    )
+    return window_outcome(build, history, **options)
 
 
 def _for_reference(options: dict[str, Any]) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from agentctx_fast import (
 from agentctx_fast import window as window_module
 from agentctx_fast._backend import backend
 from agentctx_fast.window import ContextWindow
-from conftest import IntSubclass, StrSubclass, SystemSubclass, native_or_skip
+from conftest import IntSubclass, StrSubclass, SystemSubclass, native_or_skip, window_outcome
 from strategies import histories, window_options
 
 PYTHON_ENTRY = window_module._python_build_window
@@ -69,22 +69,7 @@ def _history() -> list[Message]:
     ]
 
 
-def _outcome(build: Any, *args: Any, **kwargs: Any) -> Any:
-    """The window as comparable values, or the error's class and message."""
-    try:
-        window = build(*args, **kwargs)
-    except Exception as error:
-        return ("error", type(error), str(error))
-    assert type(window) is ContextWindow
-    return (
-        window.messages,
-        window.estimated_tokens,
-        window.attached_turns,
-        window.compacted_turns,
-        window.cut_by,
-        window.repairs,
-        window.dropped_turns,
-    )
+_outcome = window_outcome
 
 
 def test_public_entry_is_the_native_function_on_the_rust_backend() -> None:
