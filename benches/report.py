@@ -546,10 +546,14 @@ def compare(ratio: float) -> str:
     return f"{format_ratio(1 / ratio)} slower"
 
 
-def bar_label(ratio: float) -> str:
-    """The note beside a compared row's bar (``ratio`` as in `compare`): it names us, as the
-    bar is the other row's."""
-    return f"agentctx_fast {compare(ratio)}"
+def bar_label(ratio: float, row: Row | None = None) -> str:
+    """The note beside a compared row's bar (``ratio`` as in `compare`). The bar is the other
+    row's, so the note names the row it is compared with: agentctx_fast beside a peer or a
+    floor, our base row (its last qualifier, "cache on") beside another of our rows."""
+    name = "agentctx_fast"
+    if row is not None and row.role == "ours" and row.versus:
+        name = row.versus.rsplit(", ", 1)[-1]
+    return f"{name} {compare(ratio)}"
 
 
 def needs_log(panel: Panel) -> bool:
@@ -645,7 +649,7 @@ def render(chart: Chart, run: Run, path: Path) -> None:
             text = format_value(row.value, panel.unit)
             ratio = panel.ratio(row)
             if ratio is not None:  # beside a peer's bar: how ours compares with it
-                text += f"  ·  {bar_label(ratio)}"
+                text += f"  ·  {bar_label(ratio, row)}"
             x = high * 1.12 if log else high + top * 0.015
             axes.text(x, position, text, va="center", fontsize=8)
         for missing in panel.missing:

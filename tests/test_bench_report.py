@@ -410,3 +410,5 @@ def test_a_peer_bar_is_labelled_with_how_agentctx_fast_compares(
     assert any(t.endswith("·  agentctx_fast 2.0x slower") for t in texts), texts  # the floor
     assert not any(t.endswith("·  74x faster") for t in texts)
     assert report.bar_label(0.25) == "agentctx_fast 4.0x slower"
+    ours = report.Row("read, cache off", 2.0, "ours", versus="read + window, cache on")
+    assert report.bar_label(1.6, ours) == "cache on 1.6x faster"
