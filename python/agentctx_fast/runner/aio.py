@@ -16,6 +16,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
+from agentctx_fast._tasks import wait_uncut
 from agentctx_fast.agent import Agent, AgentTurn
 from agentctx_fast.coordinator import InMemoryCompressionStateStore, awaitable_state_store
 from agentctx_fast.errors import InvalidArgumentError
@@ -144,12 +145,7 @@ class AsyncAgentRunner:
         finally:
             if not task.done():
                 io.interrupt()
-                cancelled = False
-                while not task.done():  # the turn closes itself before we go on
-                    try:
-                        await asyncio.wait((task,))
-                    except asyncio.CancelledError:
-                        cancelled = True  # goes on once the turn has closed
+                cancelled = await wait_uncut(task)  # the turn closes itself before we go on
                 if not task.cancelled():
                     task.exception()  # the consumer left: its failure is not reported
                 if cancelled:

@@ -26,6 +26,7 @@ from contextlib import (
 )
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from agentctx_fast._tasks import wait_uncut
 from agentctx_fast.errors import InvalidArgumentError, StoreError, StoreUnavailableError
 from agentctx_fast.stores._extras import missing_dependency, require
 
@@ -254,13 +255,7 @@ class AsyncSqlPort:
         if not self._shared:
             return await operation
         task = asyncio.ensure_future(operation)
-        cancelled = False
-        while not task.done():
-            try:
-                await asyncio.wait((task,))
-            except asyncio.CancelledError:
-                cancelled = True
-        if cancelled:
+        if await wait_uncut(task):
             if not task.cancelled():
                 task.exception()  # the caller left: the operation's own failure is not reported
             raise asyncio.CancelledError
