@@ -417,25 +417,16 @@ def test_subclasses_convert_as_their_library_class() -> None:
     match and gives the same entry, and anything else is refused naming its index."""
     call = ToolCall("c1", "get_order", "{}")
 
-    @dataclasses.dataclass(frozen=True, slots=True, eq=True)
-    class TaggedUser(UserMessage):
-        tag: str = ""
+    def tagged_class(base: type) -> Any:
+        """A subclass of ``base`` with one more field."""
+        field = ("tag", str, dataclasses.field(default=""))
+        return dataclasses.make_dataclass(
+            f"Tagged{base.__name__}", [field], bases=(base,), frozen=True, slots=True
+        )
 
-    @dataclasses.dataclass(frozen=True, slots=True, eq=True)
-    class TaggedAi(AiMessage):
-        tag: str = ""
-
-    @dataclasses.dataclass(frozen=True, slots=True, eq=True)
-    class TaggedTool(ToolMessage):
-        tag: str = ""
-
-    @dataclasses.dataclass(frozen=True, slots=True, eq=True)
-    class TaggedSystem(SystemMessage):
-        tag: str = ""
-
-    @dataclasses.dataclass(frozen=True, slots=True, eq=True)
-    class TaggedAction(AgentActionMessage):
-        tag: str = ""
+    TaggedSystem, TaggedUser, TaggedAi, TaggedTool, TaggedAction = map(
+        tagged_class, (SystemMessage, UserMessage, AiMessage, ToolMessage, AgentActionMessage)
+    )
 
     plain = [
         SystemMessage("rules", message_id="s", name="ops"),
