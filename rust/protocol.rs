@@ -38,6 +38,10 @@ struct OpenCall<M> {
     caller: M,
     position: usize,
     call_index: usize,
+    /// `fingerprint` of the call's id: open calls are told apart by it before their ids are
+    /// compared (a turn's ids often share a prefix and a length, so comparing them outright
+    /// would compare their bytes for every open call).
+    key: u64,
 }
 
 impl<M: Borrow<MessageInfo>> OpenCall<M> {
@@ -48,6 +52,36 @@ impl<M: Borrow<MessageInfo>> OpenCall<M> {
             .get(self.call_index)
             .map_or("", String::as_str)
     }
+}
+
+/// A cheap digest of a call id (its length, first and last 8 bytes): equal ids have equal
+/// fingerprints, so ids with different ones differ and need no comparison.
+#[inline]
+fn fingerprint(id: &str) -> u64 {
+    let bytes = id.as_bytes();
+    let len = bytes.len() as u64;
+    let word = |chunk: Option<&[u8]>| {
+        chunk
+            .and_then(|chunk| <[u8; 8]>::try_from(chunk).ok())
+            .map_or(0, u64::from_le_bytes)
+    };
+    let half = |chunk: Option<&[u8]>| {
+        chunk
+            .and_then(|chunk| <[u8; 4]>::try_from(chunk).ok())
+            .map_or(0, |bytes| u64::from(u32::from_le_bytes(bytes)))
+    };
+    let (head, tail) = match bytes.len() {
+        8.. => (word(bytes.get(..8)), word(bytes.get(bytes.len() - 8..))),
+        // Shorter ids: their first and last four bytes (overlapping when fewer than 8).
+        4.. => (half(bytes.get(..4)), half(bytes.get(bytes.len() - 4..))),
+        _ => (
+            bytes
+                .iter()
+                .fold(0u64, |packed, byte| packed << 8 | u64::from(*byte)),
+            0,
+        ),
+    };
+    head ^ tail.rotate_left(29) ^ len.wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
 /// Turns with at most this many open calls are searched linearly; beyond it an index keeps a
@@ -83,16 +117,19 @@ impl<M: Borrow<MessageInfo> + Clone> OpenCalls<M> {
         self.calls.is_empty()
     }
 
-    fn find(&self, id: &str) -> Option<usize> {
+    fn find(&self, id: &str, key: u64) -> Option<usize> {
         match &self.index {
             Some(index) => index.get(id).copied(),
-            None => self.calls.iter().position(|call| call.id() == id),
+            None => self
+                .calls
+                .iter()
+                .position(|call| call.key == key && call.id() == id),
         }
     }
 
     /// Opens `call`; false when its id is already open.
     fn open(&mut self, call: OpenCall<M>) -> bool {
-        if self.find(call.id()).is_some() {
+        if self.find(call.id(), call.key).is_some() {
             return false;
         }
         if self.index.is_none() && self.calls.len() >= LINEAR_OPEN_CALLS {
@@ -113,7 +150,7 @@ impl<M: Borrow<MessageInfo> + Clone> OpenCalls<M> {
 
     /// Closes the open call `id`; false when it is not open.
     fn close(&mut self, id: &str) -> bool {
-        let Some(slot) = self.find(id) else {
+        let Some(slot) = self.find(id, fingerprint(id)) else {
             return false;
         };
         self.calls.swap_remove(slot);
@@ -137,6 +174,7 @@ impl<M: Borrow<MessageInfo> + Clone> OpenCalls<M> {
                         caller: message.clone(),
                         position,
                         call_index,
+                        key: fingerprint(call_id),
                     };
                     if !self.open(call) {
                         found(Violation {
