@@ -8,10 +8,12 @@ use super::message::{core_of, tokens, MessageCore};
 use crate::model::{Item, MessageInfo, Source};
 use crate::tokens::missing_result_tokens;
 use crate::window::{missing_result_id, MISSING_RESULT_TEXT};
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 use std::borrow::Borrow;
+use std::cell::Cell;
 use std::collections::HashMap;
 use typed_arena::Arena;
 
@@ -63,10 +65,21 @@ pub fn sequence<'py>(
     })
 }
 
-/// A message a window read, and its core.
+/// A message a window read, and its core. The message is held until the window's list takes
+/// it over (`History::into_objects`: no count taken and dropped per message).
 pub struct Read<'py> {
-    pub object: Bound<'py, PyAny>,
+    object: Cell<Option<Bound<'py, PyAny>>>,
     pub core: Bound<'py, MessageCore>,
+}
+
+impl<'py> Read<'py> {
+    /// A new reference to the message (None once the window's list took it).
+    pub fn object(&self) -> Option<Bound<'py, PyAny>> {
+        let object = self.object.take();
+        let copy = object.clone();
+        self.object.set(object);
+        copy
+    }
 }
 
 /// Where a window keeps what it read: each message is held once, and the turns, the open
@@ -153,7 +166,10 @@ impl<'a, 'py> History<'a, 'py> {
     ) -> Result<&'a Read<'py>, Failure> {
         let object = self.items.get(index)?;
         let core = core_of(self.library, &object, Where::Index(index))?;
-        let read: &'a Read<'py> = self.reads.alloc(Read { object, core });
+        let read: &'a Read<'py> = self.reads.alloc(Read {
+            object: Cell::new(Some(object)),
+            core,
+        });
         if index == self.head.len() {
             self.head.push(read);
         } else if from_end == Some(self.tail.len()) {
@@ -162,12 +178,52 @@ impl<'a, 'py> History<'a, 'py> {
         Ok(read)
     }
 
+    /// The message `messages[index]` held, read once.
+    pub fn object(&mut self, index: usize) -> Result<Bound<'py, PyAny>, Failure> {
+        self.read(index)?.object().ok_or_else(given_away)
+    }
+
     /// The message for one item of the window: an original or a synthetic result.
     pub fn materialize(&mut self, item: Item) -> Result<Bound<'py, PyAny>, Failure> {
         match item {
-            Item::Original(index) => Ok(self.read(index)?.object.clone()),
+            Item::Original(index) => self.object(index),
             Item::MissingResult { caller, call } => self.missing_result(caller, call),
         }
+    }
+
+    /// The window's messages, `system` first then `items`: the synthetic results are made
+    /// first (that runs Python code), then each message read is handed over to the window.
+    pub fn into_objects(
+        mut self,
+        items: &[Item],
+        system: Option<Bound<'py, PyAny>>,
+    ) -> Result<Vec<Bound<'py, PyAny>>, Failure> {
+        for item in items {
+            if let Item::MissingResult { caller, call } = *item {
+                self.missing_result(caller, call)?;
+            }
+        }
+        let first = usize::from(system.is_some());
+        let mut objects = Vec::with_capacity(items.len() + first);
+        objects.extend(system);
+        for (position, item) in items.iter().enumerate() {
+            let object = match *item {
+                Item::Original(index) => match self.read(index)?.object.take() {
+                    Some(object) => object,
+                    // The same message twice: its first place holds it.
+                    None => items
+                        .iter()
+                        .position(|earlier| earlier == item)
+                        .filter(|earlier| *earlier < position)
+                        .and_then(|earlier| objects.get(earlier + first))
+                        .cloned()
+                        .ok_or_else(given_away)?,
+                },
+                Item::MissingResult { caller, call } => self.missing_result(caller, call)?,
+            };
+            objects.push(object);
+        }
+        Ok(objects)
     }
 
     /// The synthetic result closing call `call` of the AI message at `caller`, made once,
@@ -237,12 +293,14 @@ impl<'a, 'py> Source for History<'a, 'py> {
             total += u128::from(match item {
                 Item::Original(index) => {
                     let read = self.read(*index)?;
-                    tokens(
-                        self.library,
-                        &read.object,
-                        read.core.get(),
-                        Where::Index(*index),
-                    )?
+                    let core = read.core.get();
+                    match core.known_tokens() {
+                        Some(known) => known,
+                        None => {
+                            let object = read.object().ok_or_else(given_away)?;
+                            tokens(self.library, &object, core, Where::Index(*index))?
+                        }
+                    }
                 }
                 Item::MissingResult { .. } => missing_result_tokens(),
             });
@@ -278,4 +336,10 @@ impl<'a, 'py> Source for History<'a, 'py> {
         let status = statuses.get_item(&key)?;
         Ok(Some(status.eq(self.library.completed.bind(py))?))
     }
+}
+
+/// A read message asked for after the window's list took it over (a bug of this file).
+#[cold]
+fn given_away() -> Failure {
+    PyRuntimeError::new_err("agentctx_fast: a read message was handed over twice").into()
 }

@@ -42,6 +42,15 @@ impl MessageCore {
     }
 }
 
+impl MessageCore {
+    /// The heuristic tokens counted so far (None until first counted).
+    #[inline]
+    pub fn known_tokens(&self) -> Option<u64> {
+        let known = self.tokens.load(Ordering::Relaxed);
+        (known != u64::MAX).then_some(known)
+    }
+}
+
 impl Borrow<MessageInfo> for MessageCore {
     fn borrow(&self) -> &MessageInfo {
         &self.info

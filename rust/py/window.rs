@@ -135,7 +135,7 @@ fn choose<'py>(
     history.system = system;
     if use_leading_system {
         history.system = match core_window::leading_system(&mut history)? {
-            Some(index) => Some(history.read(index)?.object.clone()),
+            Some(index) => Some(history.object(index)?),
             None => None,
         };
     }
@@ -148,11 +148,8 @@ fn choose<'py>(
     let result = core_window::select(&mut history, &options)?;
     // Every message exists before the list does: making a synthetic result runs Python code,
     // which must never see a list that is not full.
-    let mut objects = Vec::with_capacity(result.items.len() + 1);
-    objects.extend(history.system.clone());
-    for item in &result.items {
-        objects.push(history.materialize(*item)?);
-    }
+    let system = history.system.take();
+    let objects = history.into_objects(&result.items, system)?;
     Ok(Chosen {
         messages: PyList::new(messages.py(), objects)?,
         has_system: options.has_system,
