@@ -175,8 +175,9 @@ class Message:
     metadata: dict[str, Any] = field(default_factory=dict, kw_only=True, compare=True)
     version: int = field(default=0, kw_only=True)
     turn_id: str | None = field(default=None, kw_only=True)
-    # The Rust core's cached view of this message (set by the extension on first use).
-    _core: Any = field(default=None, init=False, repr=False, compare=False)
+    # Each message kind declares `_core` first of its own fields (so it is the fifth field of
+    # every kind, as when `Message` declared it): what a core read of the message, set on
+    # first use. A slot of the message's own class is read without walking its bases.
 
     model_visible: ClassVar[bool] = True
     _kind: ClassVar[int] = -1
@@ -216,6 +217,7 @@ class SystemMessage(Message):
     """The agent's instructions. ``role`` is ``"system"`` or ``"developer"`` (the role newer
     OpenAI models read instructions under); ``name`` an optional participant name."""
 
+    _core: Any = field(default=None, init=False, repr=False, compare=False)
     text: str = ""
     role: str = field(default="system", kw_only=True)
     name: str | None = field(default=None, kw_only=True)
@@ -237,6 +239,7 @@ class UserMessage(Message):
     """A user's message: plain text, or a tuple of multimodal parts; ``name`` an optional
     participant name (to tell several users apart)."""
 
+    _core: Any = field(default=None, init=False, repr=False, compare=False)
     content: str | tuple[Part, ...] = ""
     name: str | None = field(default=None, kw_only=True)
     _kind: ClassVar[int] = KIND_USER
@@ -273,6 +276,7 @@ class AiMessage(Message):
     produced it (stored with the message; not part of the tool protocol or token estimates).
     """
 
+    _core: Any = field(default=None, init=False, repr=False, compare=False)
     text: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     refusal: str | None = field(default=None, kw_only=True)
@@ -315,6 +319,7 @@ class AiMessage(Message):
 class ToolMessage(Message):
     """The result of the tool call ``tool_call_id``."""
 
+    _core: Any = field(default=None, init=False, repr=False, compare=False)
     tool_call_id: str = ""
     text: str = ""
     tool_name: str | None = None
@@ -338,6 +343,7 @@ class ToolMessage(Message):
 class AgentActionMessage(Message):
     """A UI action (e.g. a button the page shows). Never sent to a model."""
 
+    _core: Any = field(default=None, init=False, repr=False, compare=False)
     payload: dict[str, Any] | None = None
     model_visible: ClassVar[bool] = False
     _kind: ClassVar[int] = KIND_ACTION
@@ -351,6 +357,7 @@ class AgentActionMessage(Message):
 class AgentFormMessage(Message):
     """A UI form, e.g. an approval request. Never sent to a model."""
 
+    _core: Any = field(default=None, init=False, repr=False, compare=False)
     payload: dict[str, Any] | None = None
     status: str | None = None
     model_visible: ClassVar[bool] = False

@@ -46,7 +46,9 @@ pub struct Library {
     /// `(ContextWindow,)`: the arguments of `object.__new__` for a new window, made once.
     pub new_window_args: Py<PyTuple>,
     pub index: Py<PyAny>,
-    pub core_slot: Member,
+    /// Each kind's `_core` slot, in `KINDS` order: a message's own class defines it, so
+    /// reading it from a message of the exact class checks no bases.
+    pub core_slots: [Member; 6],
     /// `ContextWindow`'s slots, in `WINDOW_FIELDS` order, written as `new_window` writes them.
     pub window_slots: [Member; 7],
     pub cut_names: [Py<PyString>; 3],
@@ -104,7 +106,12 @@ impl Library {
         let builtins = py.import("builtins")?;
         let context_window = class(&types, "ContextWindow")?;
         let library = Library {
-            core_slot: Member::capture(&message, "_core")?,
+            core_slots: {
+                let [a, b, c, d, e, f] = kinds
+                    .each_ref()
+                    .map(|kind| Member::capture(kind.bind(py), "_core"));
+                [a?, b?, c?, d?, e?, f?]
+            },
             message: message.unbind(),
             kinds,
             text_part: class(&messages, "TextPart")?.unbind(),
@@ -151,12 +158,29 @@ impl Library {
     /// The kind of a library message class, by identity.
     #[inline]
     pub fn exact_kind(&self, class: *mut ffi::PyTypeObject) -> Option<Kind> {
+        self.exact_slot(class).map(|(kind, _)| kind)
+    }
+
+    /// The kind of a library message class, by identity, and its `_core` slot.
+    #[inline]
+    pub fn exact_slot(&self, class: *mut ffi::PyTypeObject) -> Option<(Kind, &Member)> {
         let pointer = class.cast::<ffi::PyObject>();
         self.kinds
             .iter()
             .zip(KINDS)
-            .find(|(known, _)| known.as_ptr() == pointer)
-            .map(|(_, (kind, _))| kind)
+            .zip(&self.core_slots)
+            .find(|((known, _), _)| known.as_ptr() == pointer)
+            .map(|((_, (kind, _)), slot)| (kind, slot))
+    }
+
+    /// The `_core` slot of messages of `kind`.
+    #[inline]
+    pub fn core_slot(&self, kind: Kind) -> Option<&Member> {
+        KINDS
+            .iter()
+            .zip(&self.core_slots)
+            .find(|((known, _), _)| *known == kind)
+            .map(|(_, slot)| slot)
     }
 }
 

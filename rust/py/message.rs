@@ -8,7 +8,7 @@
 //! was first read, on both cores.
 
 use super::errors::{invalid_argument, invalid_message_type, type_name, Failure, Where};
-use super::library::{Library, KINDS};
+use super::library::{Library, Member, KINDS};
 use super::tokens::count_str;
 use crate::model::{Kind, MessageInfo};
 use crate::tokens::{MEDIA_PART_TOKENS, MESSAGE_OVERHEAD, TOOL_CALL_OVERHEAD};
@@ -103,14 +103,21 @@ pub fn core_of<'py>(
     at: Where<'_>,
 ) -> Result<Bound<'py, MessageCore>, Failure> {
     // The common case, inlined into each read: a library message whose core is kept.
-    if library.exact_kind(message.get_type_ptr()).is_some() {
-        if let Ok(cached) = library.core_slot.read(message) {
+    if let Some((_, slot)) = library.exact_slot(message.get_type_ptr()) {
+        if let Ok(cached) = slot.read(message) {
             if let Ok(core) = cached.cast_into_exact::<MessageCore>() {
                 return Ok(core);
             }
         }
     }
     core_of_any(library, message, at)
+}
+
+/// The `_core` slot of messages of `kind` (every kind has one: checked on import).
+fn core_slot(library: &Library, kind: Kind) -> Result<&Member, Failure> {
+    library
+        .core_slot(kind)
+        .ok_or_else(|| Library::missing().into())
 }
 
 /// `core_of` for any object: a subclass, a message whose core is not kept yet, a non-message.
@@ -122,7 +129,8 @@ fn core_of_any<'py>(
     at: Where<'_>,
 ) -> Result<Bound<'py, MessageCore>, Failure> {
     let kind = kind_of(library, message, at)?;
-    match library.core_slot.read(message) {
+    let slot = core_slot(library, kind)?;
+    match slot.read(message) {
         Ok(cached) => match cached.cast_into_exact::<MessageCore>() {
             Ok(core) => Ok(core),
             Err(_) => read_core(library, message, kind, at),
@@ -190,7 +198,7 @@ fn read_core<'py>(
             tokens: AtomicU64::new(u64::MAX),
         },
     )?;
-    library.core_slot.write(message, core.as_any())?;
+    core_slot(library, kind)?.write(message, core.as_any())?;
     Ok(core)
 }
 

@@ -47,10 +47,11 @@ MESSAGE_OVERHEAD = 4
 TOOL_CALL_OVERHEAD = 3
 MEDIA_PART_TOKENS = 85
 
-# The `_core` slot as `Message` defines it, read and written whatever a subclass defines.
-_SLOT = Message.__dict__["_core"]
-_slot_get: Callable[[object], object] = _SLOT.__get__
-_slot_set: Callable[[object, object], None] = _SLOT.__set__
+# Each kind's `_core` slot as its library class defines it, read and written whatever a
+# subclass defines, by kind code.
+_SLOTS = tuple(cls.__dict__["_core"] for cls, _ in sorted(KINDS, key=lambda entry: entry[1]))
+_slot_get: tuple[Callable[[object], object], ...] = tuple(slot.__get__ for slot in _SLOTS)
+_slot_set: tuple[Callable[[object, object], None], ...] = tuple(slot.__set__ for slot in _SLOTS)
 # A type's own name (`PyType_GetName`), which a metaclass cannot override.
 _type_name: Callable[[type], str] = type.__dict__["__name__"].__get__
 
@@ -143,7 +144,7 @@ def view(message: object, where: str) -> MessageView:
     """The message's view, read on first use and kept on the message."""
     kind = kind_of(message, where)
     try:
-        cached = _slot_get(message)
+        cached = _slot_get[kind](message)
     except AttributeError:  # never set: a subclass's __init__ kept it from the slot
         cached = None
     if type(cached) is MessageView:
@@ -168,7 +169,7 @@ def view(message: object, where: str) -> MessageView:
         result.final_text = text is not None and len(text) > 0 and not ids
     elif kind == KIND_TOOL:
         result.tool_call_id = _identifier(message.tool_call_id, where, "tool_call_id")  # type: ignore[attr-defined]
-    _slot_set(message, result)
+    _slot_set[kind](message, result)
     return result
 
 
