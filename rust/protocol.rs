@@ -38,10 +38,10 @@ struct OpenCall<M> {
     caller: M,
     position: usize,
     call_index: usize,
-    /// `fingerprint` of the call's id: open calls are told apart by it before their ids are
-    /// compared (a turn's ids often share a prefix and a length, so comparing them outright
-    /// would compare their bytes for every open call).
-    key: u64,
+    /// The call's id as an `IdKey`: open calls are told apart by it, and ids of at most 16
+    /// bytes are compared by it alone (a turn's ids often share a prefix and a length, so
+    /// comparing them outright would read both strings for every open call).
+    key: IdKey,
 }
 
 impl<M: Borrow<MessageInfo>> OpenCall<M> {
@@ -54,34 +54,49 @@ impl<M: Borrow<MessageInfo>> OpenCall<M> {
     }
 }
 
-/// A cheap digest of a call id (its length, first and last 8 bytes): equal ids have equal
-/// fingerprints, so ids with different ones differ and need no comparison.
-#[inline]
-fn fingerprint(id: &str) -> u64 {
-    let bytes = id.as_bytes();
-    let len = bytes.len() as u64;
-    let word = |chunk: Option<&[u8]>| {
-        chunk
-            .and_then(|chunk| <[u8; 8]>::try_from(chunk).ok())
-            .map_or(0, u64::from_le_bytes)
-    };
-    let half = |chunk: Option<&[u8]>| {
-        chunk
-            .and_then(|chunk| <[u8; 4]>::try_from(chunk).ok())
-            .map_or(0, |bytes| u64::from(u32::from_le_bytes(bytes)))
-    };
-    let (head, tail) = match bytes.len() {
-        8.. => (word(bytes.get(..8)), word(bytes.get(bytes.len() - 8..))),
-        // Shorter ids: their first and last four bytes (overlapping when fewer than 8).
-        4.. => (half(bytes.get(..4)), half(bytes.get(bytes.len() - 4..))),
-        _ => (
-            bytes
-                .iter()
-                .fold(0u64, |packed, byte| packed << 8 | u64::from(*byte)),
-            0,
-        ),
-    };
-    head ^ tail.rotate_left(29) ^ len.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+/// A call id's length and its first and last 8 bytes (4 and 4 for a shorter id, every byte
+/// for one under 4): equal ids have equal keys, and ids of at most 16 bytes with equal keys
+/// are equal (their bytes are all in the key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct IdKey {
+    len: usize,
+    head: u64,
+    tail: u64,
+}
+
+impl IdKey {
+    #[inline]
+    fn of(id: &str) -> IdKey {
+        let bytes = id.as_bytes();
+        let len = bytes.len();
+        let word = |chunk: Option<&[u8]>| {
+            chunk
+                .and_then(|chunk| <[u8; 8]>::try_from(chunk).ok())
+                .map_or(0, u64::from_le_bytes)
+        };
+        let half = |chunk: Option<&[u8]>| {
+            chunk
+                .and_then(|chunk| <[u8; 4]>::try_from(chunk).ok())
+                .map_or(0, |bytes| u64::from(u32::from_le_bytes(bytes)))
+        };
+        let (head, tail) = match len {
+            8.. => (word(bytes.get(..8)), word(bytes.get(len - 8..))),
+            4.. => (half(bytes.get(..4)), half(bytes.get(len - 4..))),
+            _ => (
+                bytes
+                    .iter()
+                    .fold(0u64, |packed, byte| packed << 8 | u64::from(*byte)),
+                0,
+            ),
+        };
+        IdKey { len, head, tail }
+    }
+
+    /// Whether the key holds every byte of its id.
+    #[inline]
+    fn is_whole(&self) -> bool {
+        self.len <= 16
+    }
 }
 
 /// Turns with at most this many open calls are searched linearly; beyond it an index keeps a
@@ -117,13 +132,13 @@ impl<M: Borrow<MessageInfo> + Clone> OpenCalls<M> {
         self.calls.is_empty()
     }
 
-    fn find(&self, id: &str, key: u64) -> Option<usize> {
+    fn find(&self, id: &str, key: IdKey) -> Option<usize> {
         match &self.index {
             Some(index) => index.get(id).copied(),
             None => self
                 .calls
                 .iter()
-                .position(|call| call.key == key && call.id() == id),
+                .position(|call| call.key == key && (key.is_whole() || call.id() == id)),
         }
     }
 
@@ -150,7 +165,7 @@ impl<M: Borrow<MessageInfo> + Clone> OpenCalls<M> {
 
     /// Closes the open call `id`; false when it is not open.
     fn close(&mut self, id: &str) -> bool {
-        let Some(slot) = self.find(id, fingerprint(id)) else {
+        let Some(slot) = self.find(id, IdKey::of(id)) else {
             return false;
         };
         self.calls.swap_remove(slot);
@@ -174,7 +189,7 @@ impl<M: Borrow<MessageInfo> + Clone> OpenCalls<M> {
                         caller: message.clone(),
                         position,
                         call_index,
-                        key: fingerprint(call_id),
+                        key: IdKey::of(call_id),
                     };
                     if !self.open(call) {
                         found(Violation {
@@ -369,6 +384,34 @@ mod tests {
         }
         all.sort_by_key(|v| (v.0, v.1));
         all.into_iter().map(|(_, _, k, m, id)| (k, m, id)).collect()
+    }
+
+    #[test]
+    fn ids_alike_at_both_ends_are_told_apart() {
+        // Same length, same first and last 8 bytes: only the middle tells these apart.
+        let (x, y) = ("call_abcd_X_wxyz1234", "call_abcd_Y_wxyz1234");
+        let segment = [ai("a", &[x]), tool("t1", y), tool("t2", x)];
+        let got: Vec<_> = validate_segment(segment.iter())
+            .into_iter()
+            .map(|v| (v.kind, v.message_id, v.tool_call_id))
+            .collect();
+        assert_eq!(got, naive(&segment));
+        assert_eq!(
+            got,
+            [(ViolationKind::OrphanResult, "t1".to_owned(), y.to_owned())]
+        );
+        // Every length up to 16 is keyed whole: ids differing in any one byte differ.
+        for len in 1..=20 {
+            let base = "abcdefghijklmnopqrst".get(..len).unwrap_or_default();
+            for at in 0..len {
+                let mut other = base.as_bytes().to_vec();
+                other[at] = b'_';
+                let other = String::from_utf8(other).unwrap_or_default();
+                let segment = [ai("a", &[base]), tool("t", &other)];
+                let got = validate_segment(segment.iter()).len();
+                assert_eq!(got, 2, "len {len}, byte {at}"); // an orphan and a missing result
+            }
+        }
     }
 
     #[test]

@@ -118,31 +118,81 @@ fn repaired<M: Borrow<MessageInfo>>(
     }
 }
 
+/// The working buffers of `select_in`. A caller that builds many windows keeps one and
+/// passes it to each, so a window allocates little more than what it returns; it holds no
+/// message between windows, only room.
+#[derive(Debug, Default)]
+pub struct Buffers {
+    current: Vec<Item>,
+    views: Vec<Item>,
+    kept: Vec<(usize, usize, u128)>,
+    items: Vec<Item>,
+}
+
+/// Buffers grown past this many entries are not kept for the next window.
+const KEPT_AT_MOST: usize = 4096;
+
+impl Buffers {
+    /// Takes back a window's `items` once the caller is done with them, as room for the next.
+    pub fn give_back(&mut self, mut items: Vec<Item>) {
+        items.clear();
+        if items.capacity() <= KEPT_AT_MOST && items.capacity() > self.items.capacity() {
+            self.items = items;
+        }
+    }
+
+    fn trim(&mut self) {
+        for buffer in [&mut self.current, &mut self.views] {
+            if buffer.capacity() > KEPT_AT_MOST {
+                *buffer = Vec::new();
+            }
+        }
+        if self.kept.capacity() > KEPT_AT_MOST {
+            self.kept = Vec::new();
+        }
+    }
+}
+
 /// Apply rules 1-7 of SPEC §5 to `source`.
+pub fn select<S: Source>(source: &mut S, options: &WindowOptions) -> Result<Window, S::Error> {
+    select_in(source, options, &mut Buffers::default())
+}
+
+/// `select`, working in `buffers`.
 ///
 /// Buffers are shared by the turns (one turn, one set of open calls, one list of kept views),
 /// so a window allocates a handful of times whatever the number of turns it attaches.
-pub fn select<S: Source>(source: &mut S, options: &WindowOptions) -> Result<Window, S::Error> {
+pub fn select_in<S: Source>(
+    source: &mut S,
+    options: &WindowOptions,
+    buffers: &mut Buffers,
+) -> Result<Window, S::Error> {
+    buffers.trim();
     let mut turns = TurnsBackward::new(source.len());
     let Some((current_start, current_end)) = turns.next_turn(source)? else {
         return Err(CoreError::NoUserMessage.into());
     };
     let mut turn: Turn<S::Message> = Vec::with_capacity(16);
     visible_into(source, current_start, current_end, &mut turn)?;
-    let current_items: Vec<Item> = originals(&turn).collect();
+    let current_items = &mut buffers.current;
+    current_items.clear();
+    current_items.extend(originals(&turn));
     let system_tokens = if options.has_system {
         source.system_tokens()?
     } else {
         0
     };
     let mut total_messages = current_items.len();
-    let mut total_tokens = system_tokens.saturating_add(source.tokens(&current_items)?);
+    let mut total_tokens = system_tokens.saturating_add(source.tokens(current_items)?);
     // The views of kept turns, newest turn first, and (history position, length, tokens) of each.
     // At most 1 KiB up front: allocators serve small blocks from per-thread caches, and a
     // window usually holds a few dozen messages.
-    let mut views: Vec<Item> = Vec::with_capacity(options.max_attached_messages.min(40));
-    let mut kept: Vec<(usize, usize, u128)> =
-        Vec::with_capacity(options.max_attached_turns.min(64));
+    let views = &mut buffers.views;
+    views.clear();
+    views.reserve(options.max_attached_messages.min(40));
+    let kept = &mut buffers.kept;
+    kept.clear();
+    kept.reserve(options.max_attached_turns.min(64));
     let mut repairs_by_turn: Vec<Vec<Violation>> = Vec::new(); // newest first
     let mut open = OpenCalls::new();
     let mut violations = Vec::new();
@@ -196,7 +246,7 @@ pub fn select<S: Source>(source: &mut S, options: &WindowOptions) -> Result<Wind
         } else if violations.is_empty() {
             views.extend(originals(&turn));
         } else {
-            repaired(&turn, &violations, &mut views);
+            repaired(&turn, &violations, views);
         }
         let view = views.get(view_start..).unwrap_or_default();
         let view_tokens = if view.is_empty() {
@@ -229,7 +279,9 @@ pub fn select<S: Source>(source: &mut S, options: &WindowOptions) -> Result<Wind
             kept.push((seen, view_len, view_tokens));
         }
     }
-    let mut items = Vec::with_capacity(total_messages);
+    let mut items = std::mem::take(&mut buffers.items);
+    items.clear();
+    items.reserve(total_messages);
     let (mut older_count, mut older_tokens) = (0usize, 0u128);
     let mut view_end = views.len();
     for &(position, view_len, view_tokens) in kept.iter().rev() {
@@ -241,7 +293,7 @@ pub fn select<S: Source>(source: &mut S, options: &WindowOptions) -> Result<Wind
         items.extend_from_slice(views.get(view_start..view_end).unwrap_or_default());
         view_end = view_start;
     }
-    items.extend(current_items);
+    items.extend_from_slice(current_items);
     Ok(Window {
         items,
         older_count,

@@ -5,7 +5,7 @@ use super::errors::{invalid_argument, type_name, Failure};
 use super::history::{History, Reads};
 use super::library::Library;
 use crate::protocol::Violation;
-use crate::window::{self as core_window, CutBy, Window, WindowOptions};
+use crate::window::{self as core_window, Buffers, CutBy, Window, WindowOptions};
 use pyo3::exceptions::{PyImportError, PyOverflowError};
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -20,6 +20,25 @@ thread_local! {
     /// no other tuple can take its identity.
     static LAST_LIMITS: RefCell<Option<(Py<PyTuple>, WindowOptions)>> =
         const { RefCell::new(None) };
+    /// Room for the next window's selection (`Buffers` holds no message between windows).
+    /// A window built while another is (from a callback) finds none and makes its own.
+    static BUFFERS: RefCell<Option<Buffers>> = const { RefCell::new(None) };
+}
+
+fn take_buffers() -> Buffers {
+    BUFFERS
+        .with(|kept| kept.try_borrow_mut().ok().and_then(|mut kept| kept.take()))
+        .unwrap_or_default()
+}
+
+fn keep_buffers(buffers: Buffers) {
+    BUFFERS.with(|kept| {
+        if let Ok(mut kept) = kept.try_borrow_mut() {
+            if kept.is_none() {
+                *kept = Some(buffers);
+            }
+        }
+    });
 }
 
 /// A limit as the core holds it: an exact int >= 0; one past the core's range is `max` (no
@@ -145,11 +164,22 @@ fn choose<'py>(
         has_system: history.system.is_some(),
         ..options
     };
-    let result = core_window::select(&mut history, &options)?;
+    let mut buffers = take_buffers();
+    let selected = core_window::select_in(&mut history, &options, &mut buffers);
+    let mut result = match selected {
+        Ok(result) => result,
+        Err(error) => {
+            keep_buffers(buffers);
+            return Err(error);
+        }
+    };
     // Every message exists before the list does: making a synthetic result runs Python code,
     // which must never see a list that is not full.
     let system = history.system.take();
-    let objects = history.into_objects(&result.items, system)?;
+    let objects = history.into_objects(&result.items, system);
+    buffers.give_back(std::mem::take(&mut result.items));
+    keep_buffers(buffers);
+    let objects = objects?;
     Ok(Chosen {
         messages: PyList::new(messages.py(), objects)?,
         has_system: options.has_system,
