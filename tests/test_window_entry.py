@@ -4,6 +4,7 @@ code, the shared layer handles every other option; both agree with the reference
 from __future__ import annotations
 
 import copy
+import dataclasses
 import gc
 import pickle
 import sys
@@ -20,15 +21,19 @@ from hypothesis import strategies as st
 
 import agentctx_fast
 from agentctx_fast import (
+    AgentActionMessage,
+    AgentFormMessage,
     AiMessage,
     HeuristicTokenEstimator,
     Message,
     SystemMessage,
     ToolCall,
+    ToolMessage,
     TurnStatus,
     UserMessage,
 )
 from agentctx_fast._reference import api as reference
+from agentctx_fast._reference.read import MessageView
 from agentctx_fast.window import ContextWindow, WindowOptions, build_window_on
 from conftest import IntSubclass, StrSubclass, SystemSubclass, native_or_skip, window_outcome
 from strategies import histories, window_options
@@ -231,6 +236,41 @@ def test_cached_core_slot_is_read_only_when_it_holds_a_core(
     assert _window(_keywords(native), changed, options) == _window(
         _keywords(reference), changed, _for_reference(options)
     )
+
+
+KINDS = (SystemMessage, UserMessage, AiMessage, ToolMessage, AgentActionMessage, AgentFormMessage)
+
+
+class _Shouting(UserMessage):
+    """A subclass of a kind: it keeps its core in its kind's slot."""
+
+
+@pytest.mark.parametrize("engine", ["rust", "python"])
+def test_each_kind_keeps_the_core_in_its_own_slot(engine: str) -> None:
+    """Each kind declares `_core` as its fifth field (its own slot, so reading it from a
+    message of that exact class checks no bases); a window keeps every message's core there:
+    a `MessageCore` on the Rust core, a `MessageView` on the reference."""
+    assert "_core" not in Message.__dict__
+    for kind in KINDS:
+        assert [field.name for field in dataclasses.fields(kind)].index("_core") == 4
+        assert "_core" in kind.__dict__
+    module = native_or_skip() if engine == "rust" else reference
+    core_type = module.MessageCore if engine == "rust" else MessageView
+    calls = (ToolCall("c1", "lookup", "{}"),)
+    history = [
+        SystemMessage("Be brief.", message_id="s"),
+        _Shouting("hi", message_id="u1"),
+        AiMessage(None, calls, message_id="a1"),
+        ToolMessage("c1", "found", message_id="t1"),
+        AgentActionMessage({"button": "ok"}, message_id="x1"),
+        AgentFormMessage({"field": 1}, "open", message_id="f1"),
+        AiMessage("done", message_id="a2"),
+    ]
+    window = build_window_on(module, history)
+    assert [m.message_id for m in window.messages] == ["s", "u1", "a1", "t1", "a2"]
+    for message, kind in zip(history, (0, 1, 2, 3, 4, 5, 2), strict=True):
+        slot = KINDS[kind].__dict__["_core"]
+        assert type(slot.__get__(message)) is core_type, message.message_id
 
 
 def _history_with_missing_results() -> list[Message]:
