@@ -91,6 +91,17 @@ pub trait Source {
     /// Estimated tokens of a view (the items are in window order). Token counts are summed
     /// in `u128`: counts are below 2**63 each, so no window's sum can overflow.
     fn tokens(&mut self, items: &[Item]) -> Result<u128, Self::Error>;
+    /// `tokens(items)` for a turn kept whole: `items` are the originals of `turn`'s messages,
+    /// in order. A source that keeps each message's count can sum them from `turn` without
+    /// looking the items up again.
+    fn turn_tokens(
+        &mut self,
+        turn: &[(usize, Self::Message)],
+        items: &[Item],
+    ) -> Result<u128, Self::Error> {
+        let _ = turn;
+        self.tokens(items)
+    }
     /// Tokens of the system message of the window.
     fn system_tokens(&mut self) -> Result<u128, Self::Error>;
     /// The recorded status of a turn: `Some(true)` for COMPLETED, `None` without a record.

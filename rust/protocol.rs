@@ -132,6 +132,7 @@ impl<M: Borrow<MessageInfo> + Clone> OpenCalls<M> {
         self.calls.is_empty()
     }
 
+    #[inline]
     fn find(&self, id: &str, key: IdKey) -> Option<usize> {
         match &self.index {
             Some(index) => index.get(id).copied(),

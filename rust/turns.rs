@@ -203,6 +203,7 @@ impl<M: Borrow<MessageInfo>> TurnsBackward<M> {
 }
 
 /// Replaces `turn` with the model-visible messages of `source[start..end]`.
+#[inline]
 pub fn visible_into<S: Source>(
     source: &mut S,
     start: usize,

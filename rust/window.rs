@@ -183,7 +183,7 @@ pub fn select_in<S: Source>(
         0
     };
     let mut total_messages = current_items.len();
-    let mut total_tokens = system_tokens.saturating_add(source.tokens(current_items)?);
+    let mut total_tokens = system_tokens.saturating_add(source.turn_tokens(&turn, current_items)?);
     // The views of kept turns, newest turn first, and (history position, length, tokens) of each.
     // At most 1 KiB up front: allocators serve small blocks from per-thread caches, and a
     // window usually holds a few dozen messages.
@@ -239,11 +239,12 @@ pub fn select_in<S: Source>(
                 .iter()
                 .any(|v| v.kind == ViolationKind::DuplicateCallId);
         let view_start = views.len();
+        let whole = !is_compacted && !left_out && violations.is_empty();
         if is_compacted {
             views.extend([Item::Original(first_index), Item::Original(last_index)]);
         } else if left_out {
             // The turn is repaired by leaving it out.
-        } else if violations.is_empty() {
+        } else if whole {
             views.extend(originals(&turn));
         } else {
             repaired(&turn, &violations, views);
@@ -251,6 +252,8 @@ pub fn select_in<S: Source>(
         let view = views.get(view_start..).unwrap_or_default();
         let view_tokens = if view.is_empty() {
             0
+        } else if whole {
+            source.turn_tokens(&turn, view)?
         } else {
             source.tokens(view)?
         };

@@ -27,7 +27,7 @@ pub struct Items<'py> {
 }
 
 impl<'py> Items<'py> {
-    #[inline]
+    #[inline(always)]
     pub fn get(&self, index: usize) -> PyResult<Bound<'py, PyAny>> {
         if let Some(list) = &self.list {
             list.get_item(index)
@@ -306,6 +306,25 @@ impl<'a, 'py> Source for History<'a, 'py> {
             });
         }
         Ok(total)
+    }
+
+    fn turn_tokens(
+        &mut self,
+        turn: &[(usize, CoreView<'a>)],
+        items: &[Item],
+    ) -> Result<u128, Failure> {
+        if self.count_tokens.is_none() {
+            let mut total = 0u128;
+            for (_, message) in turn {
+                match message.0.known_tokens() {
+                    Some(known) => total += u128::from(known),
+                    // One not counted yet: every message counted as `tokens` counts them.
+                    None => return self.tokens(items),
+                }
+            }
+            return Ok(total);
+        }
+        self.tokens(items)
     }
 
     fn system_tokens(&mut self) -> Result<u128, Failure> {
