@@ -13,7 +13,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+import contextvars
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Mapping, Sequence
 from typing import Any
 
 from agentctx_fast._tasks import wait_uncut
@@ -152,29 +153,93 @@ class AsyncAgentRunner:
                     raise asyncio.CancelledError
 
 
-def _started(io: AsyncTurnIO, turn: Coroutine[Any, Any, AgentTurn]) -> asyncio.Task[AgentTurn]:
-    """The turn in a task of its own, so that a cancellation of its caller is handed to it as
-    a request (`AsyncTurnIO.interrupt`) and never cuts a store write in the middle."""
-    task = asyncio.ensure_future(turn)
+def _started(io: AsyncTurnIO, turn: Coroutine[Any, Any, AgentTurn]) -> asyncio.Future[AgentTurn]:
+    """The turn's future. It runs at once, in the caller's task, as far as it gets without
+    waiting (all of a turn whose store, model and tools never wait, such as the in-memory
+    store with async callables), as Python 3.12's eager tasks do; what is left after its first
+    wait goes on in a task of its own, so that a cancellation of its caller is handed to it as
+    a request (`AsyncTurnIO.interrupt`) and never cuts a store write in the middle.
+
+    A turn that ends without waiting costs no task and no round of the event loop. Either way
+    it runs in a copy of the caller's context, as a task would."""
+    loop = asyncio.get_running_loop()
+    context = contextvars.copy_context()
+    try:
+        waiting = context.run(turn.send, None)
+    except (Exception, asyncio.CancelledError) as outcome:  # it ended without waiting
+        ended: asyncio.Future[AgentTurn] = loop.create_future()
+        if isinstance(outcome, StopIteration):
+            ended.set_result(outcome.value)
+        elif isinstance(outcome, asyncio.CancelledError):
+            ended.cancel()
+        else:
+            ended.set_exception(outcome)
+        return ended
+    resumed = _Resumed(turn, waiting).run()
+    context.run(resumed.send, None)  # to its first line: see `_Resumed.__await__`
+    task = loop.create_task(resumed, context=context)
     io.bind(task)
     return task
 
 
+class _Resumed:
+    """A started coroutine, suspended on ``waiting`` (what it yielded), carried on by a task."""
+
+    __slots__ = ("_turn", "_waiting")
+
+    def __init__(self, turn: Coroutine[Any, Any, AgentTurn], waiting: object) -> None:
+        self._turn = turn
+        self._waiting = waiting
+
+    async def run(self) -> AgentTurn:
+        return await self
+
+    def __await__(self) -> Generator[Any, None, AgentTurn]:
+        turn, waiting = self._turn, self._waiting
+        thrown: BaseException | None = None
+        try:
+            # `_started` runs us to here before the task gets us, so that a cancellation of
+            # the task before it first runs reaches the turn (which holds its lease by now)
+            # instead of ending an unstarted coroutine.
+            yield
+        except GeneratorExit:
+            turn.close()
+            raise
+        except BaseException as error:
+            thrown = error
+        while True:
+            if thrown is not None:  # thrown in by the task (a cancellation): passed on
+                try:
+                    waiting = turn.throw(thrown)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
+                thrown = None
+            try:
+                yield waiting  # the task waits for it as it would have for the turn
+            except GeneratorExit:
+                turn.close()
+                raise
+            except BaseException as error:
+                thrown = error
+                continue
+            return (yield from turn.__await__())
+
+
 async def _ended(
-    io: AsyncTurnIO, turn: Coroutine[Any, Any, AgentTurn] | asyncio.Task[AgentTurn]
+    io: AsyncTurnIO, turn: Coroutine[Any, Any, AgentTurn] | asyncio.Future[AgentTurn]
 ) -> AgentTurn:
     """The turn's result. Cancelling the caller meanwhile (once or more) interrupts the turn,
     waits for it to close itself (its calls answered, its lease freed) and then goes on to
     the caller as `asyncio.CancelledError`."""
-    task = turn if isinstance(turn, asyncio.Task) else _started(io, turn)
-    while True:
+    task = turn if isinstance(turn, asyncio.Future) else _started(io, turn)
+    while not task.done():
         try:
-            result = await asyncio.shield(task)
-            break
+            await asyncio.shield(task)
         except asyncio.CancelledError:
             if task.done():
                 raise
             io.interrupt()
+    result = task.result()
     if io.cancelled:
         raise asyncio.CancelledError
     return result
