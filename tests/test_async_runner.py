@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -1012,3 +1013,46 @@ def test_a_plain_tool_running_when_the_loop_shuts_down_keeps_its_result() -> Non
     assert validate_tool_protocol(stored) == []
     assert model.remaining == 1
     assert nxt.status is TurnStatus.COMPLETED
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["returns", "raises"])
+def test_a_call_done_before_its_caller_has_left_submit_is_answered_at_once(
+    monkeypatch: pytest.MonkeyPatch, fails: bool
+) -> None:
+    """The worker ran the call while the caller was still waking it (here: the caller waits
+    for that): the caller takes the answer itself, and its future is done when it gets it."""
+    from agentctx_fast.runner import _threads
+
+    give = _threads._Worker.give
+
+    def give_and_wait(worker: Any, job: Any) -> None:
+        give(worker, job)
+        for _ in range(1000):
+            if job.outcome is not None:
+                return
+            time.sleep(0.005)
+        raise AssertionError("the worker never ran the call")
+
+    def call(value: str) -> str:
+        if fails:
+            raise ValueError(value)
+        return value
+
+    workers = _threads._Workers()
+
+    async def main() -> list[tuple[bool, str]]:
+        await workers.submit(str, "a worker, idle again")
+        monkeypatch.setattr(_threads._Worker, "give", give_and_wait)
+        answers = []
+        for value in ("first", "second"):
+            future = workers.submit(call, value)
+            done = future.done()
+            try:
+                answers.append((done, await future))
+            except ValueError as error:
+                answers.append((done, f"raised {error}"))
+        return answers
+
+    expected = ["raised first", "raised second"] if fails else ["first", "second"]
+    assert asyncio.run(main()) == [(True, text) for text in expected]
+    assert workers._threads == 1

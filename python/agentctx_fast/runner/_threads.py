@@ -3,12 +3,12 @@
 A call is one byte sent to an idle worker's socket (the worker waits on its end) and one
 ``call_soon_threadsafe`` back to the caller's loop: about half of what ``run_in_executor`` costs
 (its work item, its lock-guarded queue and the chained asyncio future), which a tool turn pays
-for every plain tool call. A socket rather than a lock wakes the worker: the kernel treats a
-socket wake-up as a hand-over and tends to run the worker where the waking loop is about to
-wait, and the send lets go of the GIL, so a short call often runs and answers before the
-loop has even gone to wait for it (measured in benches/bench_async_runner.py); a long call in
-Python code holds the loop back for a switch interval at most, as it would whenever the loop
-woke meanwhile.
+for every plain tool call. The send lets go of the GIL, and a short call often runs to its end
+in the worker before the caller has left `_Workers.submit`: the caller then takes the answer
+itself, and the call costs neither the loop's wake-up nor a round of the loop (a long call in
+Python code holds the caller back for a switch interval at most, as it would whenever the
+loop woke meanwhile). A socket rather than a lock wakes the worker: the kernel treats a
+socket wake-up as a hand-over, and tends to run the worker where the caller is about to wait.
 
 A worker counts itself idle before it answers, so the next call, made as soon as the caller
 has the answer, finds it: calls in a row use one thread. As with the loop's default executor,
@@ -19,7 +19,7 @@ flight when the interpreter exits does not hold it).
 
 The future of a call cannot be cancelled (`_Call`): the call runs to its end whatever its
 caller does, and the caller awaits it directly, without `asyncio.shield`'s extra future and
-round of the event loop.
+round of the loop.
 """
 
 from __future__ import annotations
@@ -37,13 +37,29 @@ T = TypeVar("T")
 
 MAX_WORKERS = min(32, (os.cpu_count() or 1) + 4)
 
-_Job = tuple[
-    asyncio.AbstractEventLoop,
-    "asyncio.Future[Any]",
-    contextvars.Context,
-    Callable[..., Any],
-    tuple[Any, ...],
-]
+_Outcome = tuple[Any, BaseException | None]  # (result, None) or (None, error)
+
+
+class _Job:
+    """One call: run by a worker, answered through the caller's loop, or left for the caller
+    when it is done before the caller has left `_Workers.submit` (``detached`` still False)."""
+
+    __slots__ = ("args", "context", "detached", "fn", "future", "loop", "outcome")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[Any],
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+    ) -> None:
+        self.loop = loop
+        self.future = future
+        self.context = contextvars.copy_context()
+        self.fn = fn
+        self.args = args
+        self.outcome: _Outcome | None = None
+        self.detached = False
 
 
 class _Worker:
@@ -76,7 +92,7 @@ class _Workers:
     def submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = _Call(loop=loop)
-        job: _Job = (loop, future, contextvars.copy_context(), fn, args)
+        job = _Job(loop, future, fn, args)
         with self._lock:
             worker = self._idle.pop() if self._idle else None
             start = worker is None and self._threads < MAX_WORKERS
@@ -95,27 +111,35 @@ class _Workers:
                 with self._lock:
                     self._threads -= 1
                 raise
+        with self._lock:
+            outcome, job.detached = job.outcome, True
+        if outcome is not None:  # done while we woke the worker: no round of the loop
+            _settle(future, *outcome)
         return future
 
     def _work(self, worker: _Worker) -> None:
         job: _Job | None = worker.next_job()
         while job is not None:
-            loop, future, context, fn, args = job
             try:
-                outcome: tuple[Any, BaseException | None] = (context.run(fn, *args), None)
+                outcome: _Outcome = (job.context.run(job.fn, *job.args), None)
             except BaseException as error:  # handed to the caller, as an executor does
                 outcome = (None, error)
             # Counted idle before it answers: a call made as soon as the caller is woken finds
             # this worker, which is about to wait (and a socket send never misses it).
             with self._lock:
-                job = self._backlog.popleft() if self._backlog else None
-                if job is None:
+                nxt = self._backlog.popleft() if self._backlog else None
+                if nxt is None:
                     self._idle.append(worker)
-            try:
-                loop.call_soon_threadsafe(_settle, future, *outcome)
-            except RuntimeError:
-                pass  # the loop is closed: nobody waits for the result
-            del loop, future, context, fn, args, outcome
+                post = job.detached
+                if not post:
+                    job.outcome = outcome  # the caller is still in `submit`: it answers
+            if post:
+                try:
+                    job.loop.call_soon_threadsafe(_settle, job.future, *outcome)
+                except RuntimeError:
+                    pass  # the loop is closed: nobody waits for the result
+            del outcome
+            job = nxt
             if job is None:
                 job = worker.next_job()
 
