@@ -1056,3 +1056,42 @@ def test_a_call_done_before_its_caller_has_left_submit_is_answered_at_once(
     expected = ["raised first", "raised second"] if fails else ["first", "second"]
     assert asyncio.run(main()) == [(True, text) for text in expected]
     assert workers._threads == 1
+
+
+def test_a_turn_runs_as_its_own_task_from_its_first_step() -> None:
+    """The turn's first step runs at once but as the task that carries the turn on (as an
+    eager task does): a tool sees one task before and after it waits, never its caller's,
+    and a timeout entered before the wait ends the tool's wait, not the caller."""
+    from agentctx_fast import AsyncInMemoryAgentStore
+
+    seen: list[asyncio.Task[Any] | None] = []
+
+    async def which() -> str:
+        seen.append(asyncio.current_task())
+        await asyncio.sleep(0)
+        seen.append(asyncio.current_task())
+        return "looked"
+
+    async def bounded() -> str:
+        async with asyncio.timeout(0.05):
+            await asyncio.sleep(10)
+        return "never"
+
+    agent = Agent(
+        "a",
+        AsyncScriptedChatModel([_call("c1", "which"), _call("c2", "bounded"), AiMessage("done")]),
+        tools=[Tool("which", which), Tool("bounded", bounded)],
+    )
+
+    async def main() -> tuple[Any, asyncio.Task[Any] | None]:
+        runner = AsyncAgentRunner(AsyncInMemoryAgentStore())
+        turn = await runner.run(agent, "conversation", "go")
+        await runner.aclose()
+        return turn, asyncio.current_task()
+
+    turn, caller = asyncio.run(main())
+    assert turn.status is TurnStatus.COMPLETED
+    assert len(seen) == 2 and seen[0] is seen[1] and seen[0] is not caller
+    results = {m.tool_call_id: m for m in turn.messages if ":tool:" in m.message_id}
+    assert results["c1"].text == "looked"
+    assert results["c2"].is_error and "TimeoutError" in results["c2"].text

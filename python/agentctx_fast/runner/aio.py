@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+from asyncio.tasks import _enter_task, _leave_task
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from agentctx_fast._tasks import wait_uncut
 from agentctx_fast.agent import Agent, AgentTurn
@@ -154,19 +155,30 @@ class AsyncAgentRunner:
 
 
 def _started(io: AsyncTurnIO, turn: Coroutine[Any, Any, AgentTurn]) -> asyncio.Future[AgentTurn]:
-    """The turn's future. It runs at once, in the caller's task, as far as it gets without
-    waiting (all of a turn whose store, model and tools never wait, such as the in-memory
-    store with async callables), as Python 3.12's eager tasks do; what is left after its first
-    wait goes on in a task of its own, so that a cancellation of its caller is handed to it as
+    """The turn in a task of its own, so that a cancellation of its caller is handed to it as
     a request (`AsyncTurnIO.interrupt`) and never cuts a store write in the middle.
 
-    A turn that ends without waiting costs no task and no round of the event loop. Either way
-    it runs in a copy of the caller's context, as a task would."""
+    The task starts eagerly, as Python 3.12's eager tasks do: its first step runs at once, as
+    that task (``asyncio.current_task()``, a timeout or a cancel scope entered meanwhile are
+    its own) and in its copy of the caller's context. A turn that ends in that step (one whose
+    store, model and tools never wait, such as the in-memory store with async callables) is
+    answered at once: its caller takes no round of the event loop to get it.
+    """
     loop = asyncio.get_running_loop()
     context = contextvars.copy_context()
+    carried = _Carried(turn)
+    steps = carried.run()
+    steps.send(None)  # to its first line: see `_Carried.__await__`
+    task = loop.create_task(steps, context=context)
+    io.bind(task)
+    caller = asyncio.current_task(loop)
+    if caller is not None:
+        _leave_task(loop, caller)
+    _enter_task(loop, task)
     try:
-        waiting = context.run(turn.send, None)
+        carried.waiting = context.run(turn.send, None)
     except (Exception, asyncio.CancelledError) as outcome:  # it ended without waiting
+        carried.ended = True
         ended: asyncio.Future[AgentTurn] = loop.create_future()
         if isinstance(outcome, StopIteration):
             ended.set_result(outcome.value)
@@ -175,38 +187,45 @@ def _started(io: AsyncTurnIO, turn: Coroutine[Any, Any, AgentTurn]) -> asyncio.F
         else:
             ended.set_exception(outcome)
         return ended
-    resumed = _Resumed(turn, waiting).run()
-    context.run(resumed.send, None)  # to its first line: see `_Resumed.__await__`
-    task = loop.create_task(resumed, context=context)
-    io.bind(task)
-    return task
+    finally:
+        _leave_task(loop, task)
+        if caller is not None:
+            _enter_task(loop, caller)
+    return cast("asyncio.Task[AgentTurn]", task)  # its None is for a turn already answered
 
 
-class _Resumed:
-    """A started coroutine, suspended on ``waiting`` (what it yielded), carried on by a task."""
+class _Carried:
+    """A turn whose first step `_started` runs, carried on by its task from where it waits."""
 
-    __slots__ = ("_turn", "_waiting")
+    __slots__ = ("_turn", "ended", "waiting")
 
-    def __init__(self, turn: Coroutine[Any, Any, AgentTurn], waiting: object) -> None:
+    def __init__(self, turn: Coroutine[Any, Any, AgentTurn]) -> None:
         self._turn = turn
-        self._waiting = waiting
+        self.waiting: object = None  # what the turn yielded (waits for) after its first step
+        self.ended = False  # the first step ended it: the task has nothing left to do
 
-    async def run(self) -> AgentTurn:
+    async def run(self) -> AgentTurn | None:
         return await self
 
-    def __await__(self) -> Generator[Any, None, AgentTurn]:
-        turn, waiting = self._turn, self._waiting
+    def __await__(self) -> Generator[Any, None, AgentTurn | None]:
+        turn = self._turn
         thrown: BaseException | None = None
         try:
             # `_started` runs us to here before the task gets us, so that a cancellation of
-            # the task before it first runs reaches the turn (which holds its lease by now)
+            # the task before it first runs reaches the turn (which holds its lease by then)
             # instead of ending an unstarted coroutine.
             yield
         except GeneratorExit:
-            turn.close()
+            if not self.ended:
+                turn.close()
             raise
         except BaseException as error:
+            if self.ended:
+                raise
             thrown = error
+        if self.ended:
+            return None
+        waiting = self.waiting
         while True:
             if thrown is not None:  # thrown in by the task (a cancellation): passed on
                 try:
