@@ -819,7 +819,279 @@ def test_worker_threads_count_what_they_do_when_calls_outnumber_them() -> None:
 
     assert asyncio.run(main()) == list(range(calls))
     assert workers._threads == _threads.MAX_WORKERS
-    deadline = time.monotonic() + 5  # a worker counts itself idle just after it answers
-    while workers._idle < _threads.MAX_WORKERS and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert (workers._idle, workers._waiting) == (_threads.MAX_WORKERS, 0)
+    # A worker counts itself idle before it answers: once every answer is in, all are idle.
+    assert (len(workers._idle), len(workers._backlog)) == (_threads.MAX_WORKERS, 0)
+
+
+def test_one_worker_serves_plain_calls_made_one_after_another() -> None:
+    """A worker counts itself idle before it answers, so the next call, made as soon as its
+    caller has the answer, finds it: calls in a row never start a second thread."""
+    from agentctx_fast.runner import _threads
+
+    workers = _threads._Workers()
+
+    async def main() -> list[int]:
+        return [await workers.submit(lambda i=i: i * i) for i in range(50)]
+
+    assert asyncio.run(main()) == [i * i for i in range(50)]
+    assert workers._threads == 1
+    assert (len(workers._idle), len(workers._backlog)) == (1, 0)
+
+
+def test_a_call_in_a_worker_runs_to_its_end_whatever_its_caller_does() -> None:
+    """The future of a plain call cannot be cancelled: a task cancelled while it waits for one
+    gets `asyncio.CancelledError` once the call has ended, and the result is kept."""
+    from agentctx_fast.runner._threads import in_worker
+
+    release = threading.Event()
+    seen: list[str] = []
+
+    async def main() -> tuple[bool, bool, str]:
+        future = in_worker(lambda: release.wait(10) and "done")
+        refused = future.cancel()
+
+        async def wait() -> str:
+            return await future
+
+        waiting = asyncio.ensure_future(wait())
+        await asyncio.sleep(0.01)
+        waiting.cancel()
+        await asyncio.sleep(0.05)
+        still_waiting = not waiting.done()  # the cancellation waits for the call
+        release.set()
+        try:
+            await waiting
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+        return refused, still_waiting, future.result()
+
+    assert asyncio.run(main()) == (False, True, "done")
+    assert seen == ["cancelled"]
+
+
+def test_a_turn_that_never_waits_takes_no_round_of_the_event_loop() -> None:
+    """On the in-memory store with an async model and async tools a turn never waits: it runs
+    to its end in the caller's task, before anything else the loop has ready."""
+    from agentctx_fast import AsyncInMemoryAgentStore
+
+    async def lookup(order_id: str) -> str:
+        return f"{order_id} shipped"
+
+    agent = Agent(
+        "a",
+        AsyncScriptedChatModel(
+            [_call("c1", "lookup", '{"order_id": "ORD-1"}'), AiMessage("Shipped.")]
+        ),
+        tools=[Tool("lookup", lookup)],
+    )
+
+    async def main() -> tuple[list[str], Any, list[str]]:
+        runner = AsyncAgentRunner(AsyncInMemoryAgentStore())
+        ran: list[str] = []
+        asyncio.get_running_loop().call_soon(ran.append, "other work")
+        turn = await runner.run(agent, "conversation", "where is ORD-1?")
+        before = list(ran)
+        await asyncio.sleep(0)
+        await runner.aclose()
+        return before, turn, ran
+
+    before, turn, ran = asyncio.run(main())
+    assert turn.status is TurnStatus.COMPLETED
+    assert [m.text for m in turn.messages][-2:] == ["ORD-1 shipped", "Shipped."]
+    assert before == [] and ran == ["other work"]
+
+
+@pytest.mark.parametrize("waits", [False, True], ids=["never-waits", "waits"])
+def test_a_turn_runs_in_a_copy_of_the_callers_context(waits: bool) -> None:
+    """As in a task of its own: an async tool sees the caller's context variables, and what it
+    sets stays in the turn (before and after the turn's first wait) and never reaches the
+    caller."""
+    import contextvars
+
+    from agentctx_fast import AsyncInMemoryAgentStore
+
+    request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="none")
+
+    async def lookup() -> str:
+        seen = request_id.get()
+        request_id.set("set by the tool")
+        if waits:
+            await asyncio.sleep(0)
+        return f"saw {seen}, then {request_id.get()}"
+
+    agent = Agent(
+        "a",
+        AsyncScriptedChatModel([_call("c1", "lookup"), _call("c2", "lookup"), AiMessage("ok")]),
+        tools=[Tool("lookup", lookup)],
+    )
+
+    async def main() -> tuple[list[str], str]:
+        runner = AsyncAgentRunner(AsyncInMemoryAgentStore())
+        request_id.set("r-42")
+        turn = await runner.run(agent, "conversation", "go")
+        await runner.aclose()
+        return [m.text for m in turn.messages if ":tool:" in m.message_id], request_id.get()
+
+    results, after = asyncio.run(main())
+    assert results == [
+        "saw r-42, then set by the tool",
+        "saw set by the tool, then set by the tool",
+    ]
+    assert after == "r-42"
+
+
+def test_a_turn_whose_task_is_cancelled_before_it_first_runs_frees_the_conversation() -> None:
+    """The loop stops just after a turn started and waited (its lease taken, the rest of it
+    handed to a task that has not run yet); shutting the loop down cancels every task, as
+    `asyncio.run` does: the turn still ends cancelled and frees its conversation."""
+    from agentctx_fast import AsyncInMemoryAgentStore
+
+    store = AsyncInMemoryAgentStore()
+    model = _WaitingModel()
+    loop = asyncio.new_event_loop()
+    try:
+        runner = AsyncAgentRunner(store)
+        caller = loop.create_task(runner.run(Agent("a", model), "conversation", "first"))
+        loop.call_soon(loop.stop)  # after the caller's first step, before the turn's task
+        loop.run_forever()
+        assert model.entered.is_set() and not caller.done()
+        tasks = asyncio.all_tasks(loop)
+        assert len(tasks) >= 2  # the caller and the rest of its turn (and the lease keeper)
+        for task in tasks:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        assert caller.cancelled()
+
+        async def after() -> tuple[Any, Any]:
+            stored = await store.chat_memory("conversation").get_messages()
+            first = await runner.turn("conversation", stored[0].turn_id)
+            second = Agent("a", AsyncScriptedChatModel([AiMessage("second answer")]))
+            return first, await runner.run(second, "conversation", "second")
+
+        first, nxt = loop.run_until_complete(after())
+        loop.run_until_complete(runner.aclose())
+    finally:
+        loop.close()
+    assert first.status is TurnStatus.CANCELLED
+    assert nxt.status is TurnStatus.COMPLETED
+
+
+def test_a_plain_tool_running_when_the_loop_shuts_down_keeps_its_result() -> None:
+    """Every task is cancelled (as `asyncio.run` does on its way out) while a plain tool runs
+    in its worker: the tool finishes, its result is stored, the turn ends cancelled and the
+    conversation is free."""
+    from agentctx_fast import AsyncInMemoryAgentStore
+
+    store = AsyncInMemoryAgentStore()
+    tool, entered, release = _blocked_tool("slow_refund", "refund issued")
+    model = AsyncScriptedChatModel([_call("c1", "slow_refund"), AiMessage("never used")])
+    loop = asyncio.new_event_loop()
+    try:
+        runner = AsyncAgentRunner(store)
+        caller = loop.create_task(runner.run(Agent("a", model, tools=[tool]), "conv", "go"))
+        loop.run_until_complete(loop.run_in_executor(None, entered.wait, 10))
+        tasks = asyncio.all_tasks(loop)
+        for task in tasks:
+            task.cancel()
+        loop.call_later(0.05, release.set)
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        assert caller.cancelled()
+
+        async def after() -> tuple[Any, list[Message], Any]:
+            stored = await store.chat_memory("conv").get_messages()
+            first = await runner.turn("conv", stored[0].turn_id)
+            second = Agent("a", AsyncScriptedChatModel([AiMessage("second answer")]))
+            return first, stored, await runner.run(second, "conv", "again")
+
+        first, stored, nxt = loop.run_until_complete(after())
+        loop.run_until_complete(runner.aclose())
+    finally:
+        loop.close()
+    assert first.status is TurnStatus.CANCELLED
+    results = [m for m in stored if getattr(m, "tool_call_id", None) == "c1"]
+    assert [(m.text, m.is_error) for m in results] == [("refund issued", False)]
+    assert validate_tool_protocol(stored) == []
+    assert model.remaining == 1
+    assert nxt.status is TurnStatus.COMPLETED
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["returns", "raises"])
+def test_a_call_done_before_its_caller_has_left_submit_is_answered_at_once(
+    monkeypatch: pytest.MonkeyPatch, fails: bool
+) -> None:
+    """The worker ran the call while the caller was still waking it (here: the caller waits
+    for that): the caller takes the answer itself, and its future is done when it gets it."""
+    from agentctx_fast.runner import _threads
+
+    give = _threads._Worker.give
+
+    def give_and_wait(worker: Any, job: Any) -> None:
+        give(worker, job)
+        for _ in range(1000):
+            if job.outcome is not None:
+                return
+            time.sleep(0.005)
+        raise AssertionError("the worker never ran the call")
+
+    def call(value: str) -> str:
+        if fails:
+            raise ValueError(value)
+        return value
+
+    workers = _threads._Workers()
+
+    async def main() -> list[tuple[bool, str]]:
+        await workers.submit(str, "a worker, idle again")
+        monkeypatch.setattr(_threads._Worker, "give", give_and_wait)
+        answers = []
+        for value in ("first", "second"):
+            future = workers.submit(call, value)
+            done = future.done()
+            try:
+                answers.append((done, await future))
+            except ValueError as error:
+                answers.append((done, f"raised {error}"))
+        return answers
+
+    expected = ["raised first", "raised second"] if fails else ["first", "second"]
+    assert asyncio.run(main()) == [(True, text) for text in expected]
+    assert workers._threads == 1
+
+
+def test_a_turn_runs_as_its_own_task_from_its_first_step() -> None:
+    """The turn's first step runs at once but as the task that carries the turn on (as an
+    eager task does): a tool sees one task before and after it waits, never its caller's,
+    and a timeout entered before the wait ends the tool's wait, not the caller."""
+    from agentctx_fast import AsyncInMemoryAgentStore
+
+    seen: list[asyncio.Task[Any] | None] = []
+
+    async def which() -> str:
+        seen.append(asyncio.current_task())
+        await asyncio.sleep(0)
+        seen.append(asyncio.current_task())
+        return "looked"
+
+    async def bounded() -> str:
+        async with asyncio.timeout(0.05):
+            await asyncio.sleep(10)
+        return "never"
+
+    agent = Agent(
+        "a",
+        AsyncScriptedChatModel([_call("c1", "which"), _call("c2", "bounded"), AiMessage("done")]),
+        tools=[Tool("which", which), Tool("bounded", bounded)],
+    )
+
+    async def main() -> tuple[Any, asyncio.Task[Any] | None]:
+        runner = AsyncAgentRunner(AsyncInMemoryAgentStore())
+        turn = await runner.run(agent, "conversation", "go")
+        await runner.aclose()
+        return turn, asyncio.current_task()
+
+    turn, caller = asyncio.run(main())
+    assert turn.status is TurnStatus.COMPLETED
+    assert len(seen) == 2 and seen[0] is seen[1] and seen[0] is not caller
+    results = {m.tool_call_id: m for m in turn.messages if ":tool:" in m.message_id}
+    assert results["c1"].text == "looked"
+    assert results["c2"].is_error and "TimeoutError" in results["c2"].text

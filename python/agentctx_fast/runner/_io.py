@@ -139,9 +139,11 @@ class AsyncTurnIO:
         """``fn(*args)`` in a worker thread, which is never cut off (its side effect happens
         either way): even a cancellation of the turn's own task (the loop shutting down) lets
         it finish and is remembered, so the turn keeps the result and ends."""
-        future = in_worker(fn, *args)
+        future = in_worker(fn, *args)  # cannot be cancelled: a cancellation waits for it
         try:
-            return await asyncio.shield(future)
-        except asyncio.CancelledError:
-            self.cancelled = True
             return await future
+        except asyncio.CancelledError:
+            if not future.done():
+                raise
+            self.cancelled = True
+            return future.result()

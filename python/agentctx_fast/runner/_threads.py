@@ -1,22 +1,34 @@
 """The worker threads of the async runner's plain (blocking) models and tools.
 
-A call is one put on a queue that an idle worker is already waiting on, and one
+A call is one byte sent to an idle worker's socket (the worker waits on its end) and one
 ``call_soon_threadsafe`` back to the caller's loop: about half of what ``run_in_executor`` costs
 (its work item, its lock-guarded queue and the chained asyncio future), which a tool turn pays
-for every plain tool call.
+for every plain tool call. The send lets go of the GIL, and a short call often runs to its end
+in the worker before the caller has left `_Workers.submit`: the caller then takes the answer
+itself, and the call costs neither the loop's wake-up nor a round of the loop (a long call in
+Python code holds the caller back for a switch interval at most, as it would whenever the
+loop woke meanwhile). A socket rather than a lock wakes the worker: the kernel treats a
+socket wake-up as a hand-over, and tends to run the worker where the caller is about to wait.
 
-As with the loop's default executor, at most ``min(32, cpus + 4)`` threads run calls at once
-and more calls wait for one; a thread starts only when no worker is idle, so a call never
-waits behind another one while the limit allows a new thread. Workers are daemon threads that
-live as long as the process (a call in flight when the interpreter exits does not hold it).
+A worker counts itself idle before it answers, so the next call, made as soon as the caller
+has the answer, finds it: calls in a row use one thread. As with the loop's default executor,
+at most ``min(32, cpus + 4)`` threads run calls at once and more calls wait for one; a thread
+starts only when no worker is idle, so a call never waits behind another one while the limit
+allows a new thread. Workers are daemon threads that live as long as the process (a call in
+flight when the interpreter exits does not hold it).
+
+The future of a call cannot be cancelled (`_Call`): the call runs to its end whatever its
+caller does, and the caller awaits it directly, without `asyncio.shield`'s extra future and
+round of the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
 import os
-import queue
+import socket
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -25,63 +37,124 @@ T = TypeVar("T")
 
 MAX_WORKERS = min(32, (os.cpu_count() or 1) + 4)
 
-_Job = tuple[
-    asyncio.AbstractEventLoop,
-    "asyncio.Future[Any]",
-    contextvars.Context,
-    Callable[..., Any],
-    tuple[Any, ...],
-]
+_Outcome = tuple[Any, BaseException | None]  # (result, None) or (None, error)
+
+
+class _Job:
+    """One call: run by a worker, answered through the caller's loop, or left for the caller
+    when it is done before the caller has left `_Workers.submit` (``detached`` still False)."""
+
+    __slots__ = ("args", "context", "detached", "fn", "future", "loop", "outcome")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[Any],
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+    ) -> None:
+        self.loop = loop
+        self.future = future
+        self.context = contextvars.copy_context()
+        self.fn = fn
+        self.args = args
+        self.outcome: _Outcome | None = None
+        self.detached = False
+
+
+class _Worker:
+    """One worker thread and the socket that wakes it; ``job`` is what it runs next."""
+
+    __slots__ = ("_waiting", "_wake", "job")
+
+    def __init__(self, job: _Job) -> None:
+        self.job: _Job | None = job
+        self._wake, self._waiting = socket.socketpair()
+
+    def give(self, job: _Job) -> None:
+        self.job = job
+        self._wake.send(b"\0")
+
+    def next_job(self) -> _Job:
+        while self.job is None:
+            self._waiting.recv(1)
+        job, self.job = self.job, None
+        return job
 
 
 class _Workers:
     def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._idle = 0  # workers waiting for a job no call has claimed yet
-        self._waiting = 0  # jobs queued while every worker was busy, claimed by none yet
+        self._idle: list[_Worker] = []  # waiting for a job, the one that ran last at the end
+        self._backlog: collections.deque[_Job] = collections.deque()  # every worker busy
         self._threads = 0
 
     def submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
+        future: asyncio.Future[T] = _Call(loop=loop)
+        job = _Job(loop, future, fn, args)
         with self._lock:
-            start = False
-            if self._idle:
-                self._idle -= 1  # this job is that worker's: the next call looks further
-            elif self._threads < MAX_WORKERS:
+            worker = self._idle.pop() if self._idle else None
+            start = worker is None and self._threads < MAX_WORKERS
+            if start:
                 self._threads += 1
-                start = True
-            else:
-                self._waiting += 1  # the next worker to finish takes it
-        if start:
+            elif worker is None:
+                self._backlog.append(job)  # the next worker to finish takes it
+        if worker is not None:
+            worker.give(job)
+        elif start:
             try:
-                threading.Thread(target=self._work, name="agentctx-worker", daemon=True).start()
+                threading.Thread(
+                    target=self._work, args=(_Worker(job),), name="agentctx-worker", daemon=True
+                ).start()
             except BaseException:
                 with self._lock:
                     self._threads -= 1
                 raise
-        self._jobs.put((loop, future, contextvars.copy_context(), fn, args))
+        with self._lock:
+            outcome, job.detached = job.outcome, True
+        if outcome is not None:  # done while we woke the worker: no round of the loop
+            _settle(future, *outcome)
         return future
 
-    def _work(self) -> None:
-        jobs = self._jobs
-        while True:
-            loop, future, context, fn, args = jobs.get()
+    def _work(self, worker: _Worker) -> None:
+        job: _Job | None = worker.next_job()
+        while job is not None:
             try:
-                outcome: tuple[Any, BaseException | None] = (context.run(fn, *args), None)
+                outcome: _Outcome = (job.context.run(job.fn, *job.args), None)
             except BaseException as error:  # handed to the caller, as an executor does
                 outcome = (None, error)
-            try:
-                loop.call_soon_threadsafe(_settle, future, *outcome)
-            except RuntimeError:
-                pass  # the loop is closed: nobody waits for the result
-            del loop, future, context, fn, args, outcome
+            # Counted idle before it answers: a call made as soon as the caller is woken finds
+            # this worker, which is about to wait (and a socket send never misses it).
             with self._lock:
-                if self._waiting:
-                    self._waiting -= 1  # goes on with a job queued meanwhile
-                else:
-                    self._idle += 1
+                nxt = self._backlog.popleft() if self._backlog else None
+                if nxt is None:
+                    self._idle.append(worker)
+                post = job.detached
+                if not post:
+                    job.outcome = outcome  # the caller is still in `submit`: it answers
+            if post:
+                try:
+                    job.loop.call_soon_threadsafe(_settle, job.future, *outcome)
+                except RuntimeError:
+                    pass  # the loop is closed: nobody waits for the result
+            del outcome
+            job = nxt
+            if job is None:
+                job = worker.next_job()
+
+
+class _Call(asyncio.Future[T]):
+    """The future of a call in a worker thread, which runs to its end whatever its caller
+    does: it cannot be cancelled. A task cancelled while it awaits one is woken when the call
+    has ended and gets its `asyncio.CancelledError` then, the result still in the future.
+
+    Awaiting it directly spares the extra future, callbacks and event-loop round that
+    ``await asyncio.shield(future)`` costs, for the same outcome.
+    """
+
+    def cancel(self, msg: Any = None) -> bool:
+        return False
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:

@@ -13,8 +13,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
-from typing import Any
+import contextvars
+from asyncio.tasks import _enter_task, _leave_task
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Mapping, Sequence
+from typing import Any, cast
 
 from agentctx_fast._tasks import wait_uncut
 from agentctx_fast.agent import Agent, AgentTurn
@@ -152,29 +154,111 @@ class AsyncAgentRunner:
                     raise asyncio.CancelledError
 
 
-def _started(io: AsyncTurnIO, turn: Coroutine[Any, Any, AgentTurn]) -> asyncio.Task[AgentTurn]:
+def _started(io: AsyncTurnIO, turn: Coroutine[Any, Any, AgentTurn]) -> asyncio.Future[AgentTurn]:
     """The turn in a task of its own, so that a cancellation of its caller is handed to it as
-    a request (`AsyncTurnIO.interrupt`) and never cuts a store write in the middle."""
-    task = asyncio.ensure_future(turn)
+    a request (`AsyncTurnIO.interrupt`) and never cuts a store write in the middle.
+
+    The task starts eagerly, as Python 3.12's eager tasks do: its first step runs at once, as
+    that task (``asyncio.current_task()``, a timeout or a cancel scope entered meanwhile are
+    its own) and in its copy of the caller's context. A turn that ends in that step (one whose
+    store, model and tools never wait, such as the in-memory store with async callables) is
+    answered at once: its caller takes no round of the event loop to get it.
+    """
+    loop = asyncio.get_running_loop()
+    context = contextvars.copy_context()
+    carried = _Carried(turn)
+    steps = carried.run()
+    steps.send(None)  # to its first line: see `_Carried.__await__`
+    task = loop.create_task(steps, context=context)
     io.bind(task)
-    return task
+    caller = asyncio.current_task(loop)
+    if caller is not None:
+        _leave_task(loop, caller)
+    _enter_task(loop, task)
+    try:
+        carried.waiting = context.run(turn.send, None)
+    except (Exception, asyncio.CancelledError) as outcome:  # it ended without waiting
+        carried.ended = True
+        ended: asyncio.Future[AgentTurn] = loop.create_future()
+        if isinstance(outcome, StopIteration):
+            ended.set_result(outcome.value)
+        elif isinstance(outcome, asyncio.CancelledError):
+            ended.cancel()
+        else:
+            ended.set_exception(outcome)
+        return ended
+    finally:
+        _leave_task(loop, task)
+        if caller is not None:
+            _enter_task(loop, caller)
+    return cast("asyncio.Task[AgentTurn]", task)  # its None is for a turn already answered
+
+
+class _Carried:
+    """A turn whose first step `_started` runs, carried on by its task from where it waits."""
+
+    __slots__ = ("_turn", "ended", "waiting")
+
+    def __init__(self, turn: Coroutine[Any, Any, AgentTurn]) -> None:
+        self._turn = turn
+        self.waiting: object = None  # what the turn yielded (waits for) after its first step
+        self.ended = False  # the first step ended it: the task has nothing left to do
+
+    async def run(self) -> AgentTurn | None:
+        return await self
+
+    def __await__(self) -> Generator[Any, None, AgentTurn | None]:
+        turn = self._turn
+        thrown: BaseException | None = None
+        try:
+            # `_started` runs us to here before the task gets us, so that a cancellation of
+            # the task before it first runs reaches the turn (which holds its lease by then)
+            # instead of ending an unstarted coroutine.
+            yield
+        except GeneratorExit:
+            if not self.ended:
+                turn.close()
+            raise
+        except BaseException as error:
+            if self.ended:
+                raise
+            thrown = error
+        if self.ended:
+            return None
+        waiting = self.waiting
+        while True:
+            if thrown is not None:  # thrown in by the task (a cancellation): passed on
+                try:
+                    waiting = turn.throw(thrown)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
+                thrown = None
+            try:
+                yield waiting  # the task waits for it as it would have for the turn
+            except GeneratorExit:
+                turn.close()
+                raise
+            except BaseException as error:
+                thrown = error
+                continue
+            return (yield from turn.__await__())
 
 
 async def _ended(
-    io: AsyncTurnIO, turn: Coroutine[Any, Any, AgentTurn] | asyncio.Task[AgentTurn]
+    io: AsyncTurnIO, turn: Coroutine[Any, Any, AgentTurn] | asyncio.Future[AgentTurn]
 ) -> AgentTurn:
     """The turn's result. Cancelling the caller meanwhile (once or more) interrupts the turn,
     waits for it to close itself (its calls answered, its lease freed) and then goes on to
     the caller as `asyncio.CancelledError`."""
-    task = turn if isinstance(turn, asyncio.Task) else _started(io, turn)
-    while True:
+    task = turn if isinstance(turn, asyncio.Future) else _started(io, turn)
+    while not task.done():
         try:
-            result = await asyncio.shield(task)
-            break
+            await asyncio.shield(task)
         except asyncio.CancelledError:
             if task.done():
                 raise
             io.interrupt()
+    result = task.result()
     if io.cancelled:
         raise asyncio.CancelledError
     return result
