@@ -20,6 +20,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from agentctx_fast.agent import Agent, AgentTurn
@@ -120,32 +121,44 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
         try:
             if stale is not None:
                 await self._recover(io, memory, conversation_id, stale, agent)
-            # Under the lease only a caller error stores a turn's user message id before the
-            # turn: a caller's own UserMessage is checked here, before anything is written; a
-            # str gets an id made from the turn id, and a reused turn id is refused by
-            # save_turn (or, with an in-process turn store, by add_message_if_absent below).
-            if (
-                not isinstance(message, str)
-                and (await memory.get_message(user.message_id)) is not None
-            ):
-                raise DuplicateMessageError(
-                    f"message {user.message_id!r} is already stored in conversation "
-                    f"{conversation_id!r}: a new turn needs a new user message"
-                )
-            if not await self.turn_store.save_turn(snapshot, 0):
-                raise TurnStateError(f"turn {turn_id!r} already exists")
-            run.snapshot = replace(snapshot, version=1)
-            run.history = await self._history(agent, memory, conversation_id, current_stored=False)
-            if not await memory.add_message_if_absent(user):
-                raise DuplicateMessageError(
-                    f"message {user.message_id!r} is already stored in conversation "
-                    f"{conversation_id!r}: the turn id was used before, or another writer "
-                    "stored it"
-                )
+            await self._together(
+                run, "opening a turn", partial(self._open, run, memory, snapshot, user, message)
+            )
         except BaseException:
             await self._abandon(run)
             raise
         return await self._drive(run)
+
+    async def _open(
+        self,
+        run: TurnRun,
+        memory: AsyncChatMemory,
+        snapshot: AgentTurnSnapshot,
+        user: UserMessage,
+        message: UserMessage | str,
+    ) -> None:
+        """A new turn's record, its history read and its user message stored (store calls
+        only: `_together` runs them as one unit)."""
+        conversation_id, turn_id = snapshot.conversation_id, snapshot.turn_id
+        # Under the lease only a caller error stores a turn's user message id before the
+        # turn: a caller's own UserMessage is checked here, before anything is written; a
+        # str gets an id made from the turn id, and a reused turn id is refused by
+        # save_turn (or, with an in-process turn store, by add_message_if_absent below).
+        if not isinstance(message, str) and (await memory.get_message(user.message_id)) is not None:
+            raise DuplicateMessageError(
+                f"message {user.message_id!r} is already stored in conversation "
+                f"{conversation_id!r}: a new turn needs a new user message"
+            )
+        if not await self.turn_store.save_turn(snapshot, 0):
+            raise TurnStateError(f"turn {turn_id!r} already exists")
+        run.snapshot = replace(snapshot, version=1)
+        run.history = await self._history(run.agent, memory, conversation_id, current_stored=False)
+        if not await memory.add_message_if_absent(user):
+            raise DuplicateMessageError(
+                f"message {user.message_id!r} is already stored in conversation "
+                f"{conversation_id!r}: the turn id was used before, or another writer "
+                "stored it"
+            )
 
     async def run_history(
         self, io: TurnIO, agent: Agent, history: list[Message], message: UserMessage | str
@@ -404,24 +417,35 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
                     run, TurnStatus.FAILED, error=f"model failed: {type(error).__name__}: {error}"
                 )
             self._observe_reply(run, window, reply, started)
-            # Ask the server after every model call: a takeover drops the reply, and a cancel
-            # from another process is seen before any tool runs or the turn completes.
-            await self._check_lease(run, ask=True)
             if not isinstance(reply, AiMessage):
+                await self._check_lease(run, ask=True)
                 self._check_cancel(run)
                 return await self._finish(
                     run,
                     TurnStatus.FAILED,
                     error=f"model returned {type(reply).__name__}, not an AiMessage",
                 )
-            run.steps += 1
-            ai = replace(reply, message_id=f"{run.turn_id}:ai:{run.steps}", turn_id=run.turn_id)
-            await self._append(run, ai)
-            self._check_cancel(run)  # a cancelled reply stays on record; its calls never run
-            if not ai.tool_calls:
-                return await self._finish(run, TurnStatus.COMPLETED, final=ai)
+            ended, ai = await self._together(
+                run, "recording a reply", partial(self._record, run, reply)
+            )
+            if ended is not None:
+                return ended
             waiting = await self._call_tools(run, ai)
             self._check_cancel(run)  # a cancel during the step's last tool
             if waiting:
                 return await self._suspend(run, waiting)
             await self._save(run, TurnStatus.RUNNING)
+
+    async def _record(self, run: TurnRun, reply: AiMessage) -> tuple[AgentTurn | None, AiMessage]:
+        """The model's reply stored, and the turn completed if it is the final answer (store
+        calls only: `_together` runs them as one unit)."""
+        # Ask the server after every model call: a takeover drops the reply, and a cancel
+        # from another process is seen before any tool runs or the turn completes.
+        await self._check_lease(run, ask=True)
+        run.steps += 1
+        ai = replace(reply, message_id=f"{run.turn_id}:ai:{run.steps}", turn_id=run.turn_id)
+        await self._append(run, ai)
+        self._check_cancel(run)  # a cancelled reply stays on record; its calls never run
+        if not ai.tool_calls:
+            return await self._finish(run, TurnStatus.COMPLETED, final=ai), ai
+        return None, ai
