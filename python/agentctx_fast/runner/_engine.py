@@ -35,7 +35,7 @@ from agentctx_fast.memory import AsyncChatMemory
 from agentctx_fast.messages import AiMessage, Message, UserMessage
 from agentctx_fast.metrics import AgentMetrics
 from agentctx_fast.runner._io import Cancelled
-from agentctx_fast.runner._leases import LeaseKeeper
+from agentctx_fast.runner._leases import HeldLease, LeaseKeeper
 from agentctx_fast.runner._persist import Persistence
 from agentctx_fast.runner._reads import HistoryReads
 from agentctx_fast.runner._state import (
@@ -48,6 +48,7 @@ from agentctx_fast.runner._state import (
     user_message,
     view,
 )
+from agentctx_fast.runner._tools import HeldResult
 from agentctx_fast.runner._windows import WindowBuilding
 from agentctx_fast.stores._common import check_conversation_id
 from agentctx_fast.stores.turns import (
@@ -112,34 +113,57 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
             updated_at=now,
         )
         dump_snapshot(snapshot)  # refuse unserialisable metadata before taking the conversation
-        owner = uuid.uuid4().hex
-        stale = await self.turn_store.acquire_conversation(
-            conversation_id, turn_id, owner, self._lease_seconds, now
-        )
-        lease = self._keeper.hold(conversation_id, turn_id, owner)
-        run = TurnRun(io, agent, conversation_id, turn_id, memory, [], [user], None, lease)
+        run = TurnRun(io, agent, conversation_id, turn_id, memory, [], [user])
         try:
+            stale = await self._together(
+                run, "opening a turn", partial(self._open, run, snapshot, user, message)
+            )
+            if run.lease is not None:
+                self._keeper.keep(run.lease)
             if stale is not None:
                 await self._recover(io, memory, conversation_id, stale, agent)
-            await self._together(
-                run, "opening a turn", partial(self._open, run, memory, snapshot, user, message)
-            )
+                await self._together(
+                    run, "opening a turn", partial(self._start, run, snapshot, user, message)
+                )
         except BaseException:
-            await self._abandon(run)
+            if run.lease is not None:  # the conversation was taken: close the turn, free it
+                await self._abandon(run)
             raise
         return await self._drive(run)
 
     async def _open(
         self,
         run: TurnRun,
-        memory: AsyncChatMemory,
+        snapshot: AgentTurnSnapshot,
+        user: UserMessage,
+        message: UserMessage | str,
+    ) -> str | None:
+        """The conversation taken for a new turn (`AgentConversationBusyError` if another turn
+        holds it) and, unless a turn whose process died held it (its id is returned, to be
+        closed first), the turn started (store calls only: `_together` runs them as one unit).
+        """
+        owner = uuid.uuid4().hex
+        conversation_id, turn_id = snapshot.conversation_id, snapshot.turn_id
+        stale = await self.turn_store.acquire_conversation(
+            conversation_id, turn_id, owner, self._lease_seconds, snapshot.created_at
+        )
+        run.lease = HeldLease(conversation_id, turn_id, owner, self._clock())
+        if stale is None:
+            await self._start(run, snapshot, user, message)
+        return stale
+
+    async def _start(
+        self,
+        run: TurnRun,
         snapshot: AgentTurnSnapshot,
         user: UserMessage,
         message: UserMessage | str,
     ) -> None:
-        """A new turn's record, its history read and its user message stored (store calls
-        only: `_together` runs them as one unit)."""
+        """A new turn's record, its history read and its user message stored, under its lease
+        (store calls only)."""
         conversation_id, turn_id = snapshot.conversation_id, snapshot.turn_id
+        memory = run.memory
+        assert memory is not None
         # Under the lease only a caller error stores a turn's user message id before the
         # turn: a caller's own UserMessage is checked here, before anything is written; a
         # str gets an id made from the turn id, and a reused turn id is refused by
@@ -358,7 +382,7 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
             if run.messages[-1] is last:  # the final answer was stored, its record was not
                 return await self._finish(run, TurnStatus.COMPLETED, final=last)
             return None
-        waiting = await self._call_tools(run, last, interrupted=True)
+        waiting, _ = await self._call_tools(run, last, interrupted=True)
         self._check_cancel(run)
         if waiting:
             return await self._suspend(run, waiting)
@@ -430,7 +454,12 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
             )
             if ended is not None:
                 return ended
-            waiting = await self._call_tools(run, ai)
+            waiting, held = await self._call_tools(run, ai, hold_last=True)
+            if held is not None and not waiting:
+                await self._step_done(run, held)
+                continue
+            if held is not None:
+                await self._store_result(run, held)
             self._check_cancel(run)  # a cancel during the step's last tool
             if waiting:
                 return await self._suspend(run, waiting)
@@ -449,3 +478,17 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
         if not ai.tool_calls:
             return await self._finish(run, TurnStatus.COMPLETED, final=ai), ai
         return None, ai
+
+    async def _step_done(self, run: TurnRun, held: HeldResult) -> None:
+        """A step whose calls all ran: its last result stored and the turn's record saved as
+        one unit of store I/O, then the result's event."""
+        try:
+            await self._together(run, "recording a step", partial(self._record_step, run, held))
+        finally:
+            if run.messages and run.messages[-1] is held[0]:  # stored
+                await self._emit_result(run, held)
+
+    async def _record_step(self, run: TurnRun, held: HeldResult) -> None:
+        await self._store_result(run, held, emit=False)
+        self._check_cancel(run)  # a cancel during the step's last tool
+        await self._save(run, TurnStatus.RUNNING)
