@@ -4,11 +4,15 @@ A port runs one statement in its own connection (in a transaction when it writes
 own in autocommit, which is as atomic: PostgreSQL, and the async store's SQLite engine) and
 hands back what the statement returned, already fetched: the rows, or the number of rows
 changed. Database errors become typed store errors; the transaction has rolled back by then.
+``together`` runs several calls as one unit of I/O where the driver allows it (the async store's
+SQLite engine: one trip to a connection's thread, held for the unit); each call is still its
+own statement or transaction, so a unit is not a transaction.
 
-A connection is held for one statement only, so one pooled engine serves every thread (blocking
-store) or task (async store) of a process: a store made from a PostgreSQL URL keeps up to
-`POOL_SIZE` connections open and opens at most `MAX_OVERFLOW` more under load; a caller past
-that waits up to `POOL_TIMEOUT` seconds for a free one, then gets `StoreUnavailableError`.
+Otherwise a connection is held for one statement only, so one pooled engine serves every
+thread (blocking store) or task (async store) of a process: a store made from a PostgreSQL
+URL keeps up to `POOL_SIZE` connections open and opens at most `MAX_OVERFLOW` more under load;
+a caller past that waits up to `POOL_TIMEOUT` seconds for a free one, then gets
+`StoreUnavailableError`.
 Connections are checked with a ping when taken from the pool (a restarted server costs one
 failed ping, not a failed call).
 """
