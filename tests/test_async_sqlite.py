@@ -612,10 +612,20 @@ def test_a_turn_costs_two_trips_a_tool_turn_four(url: str) -> None:
     """A plain turn: the opening (lease, record, history, user message) and the reply's
     recording (lease check, reply, record, release) are one trip each; a tool step adds one
     for the reply with the call and one for the result and the turn's record."""
+    from agentctx_fast import ToolCall
+
     plain = _turns_trips(url, [AiMessage("Hello.")])
     tool = _turns_trips(url, _tool_replies())
+    two_calls = AiMessage(
+        tool_calls=(
+            ToolCall("call-1", "lookup", '{"order_id": "o1"}'),
+            ToolCall("call-2", "lookup", '{"order_id": "o2"}'),
+        )
+    )
+    two = _turns_trips(url, [two_calls, AiMessage("Both shipped.")])
     assert plain == ([2, 2], ["completed", "completed"])
     assert tool == ([4, 4], ["completed", "completed"])
+    assert two == ([5, 5], ["completed", "completed"])  # the first result is one trip more
 
 
 def test_a_replaced_store_method_runs_call_by_call(

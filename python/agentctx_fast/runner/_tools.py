@@ -42,7 +42,8 @@ class ToolSteps(EngineState):
         forms = _forms(run.messages) if interrupted else {}
         waiting: list[PendingApproval] = []
         held: HeldResult | None = None
-        for call in ai.tool_calls:
+        last = len(ai.tool_calls) - 1
+        for index, call in enumerate(ai.tool_calls):
             if interrupted and call.id in answered:
                 continue
             if not interrupted:
@@ -65,7 +66,7 @@ class ToolSteps(EngineState):
             else:
                 outcome = await self._invoke(run, tool, call.arguments)
             result = (self._result_message(run, call.id, call.name, outcome), outcome)
-            if hold_last and call is ai.tool_calls[-1]:
+            if hold_last and index == last:
                 held = result
             else:
                 await self._store_result(run, result)
