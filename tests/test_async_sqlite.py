@@ -708,3 +708,43 @@ def test_a_runner_reads_back_no_status_it_recorded(url: str) -> None:
         store.close()
     assert own == 0
     assert (theirs, then) == (3, 0)
+
+
+def test_concurrent_calls_on_an_in_memory_database_interleave_no_transaction() -> None:
+    """Many tasks' batches and compare-and-sets on the one shared connection of an in-memory
+    database: each call's transaction is whole on the connection's thread, so none fails on
+    another's ``BEGIN`` and nothing is lost."""
+    tasks, rounds = 12, 5
+
+    async def main() -> tuple[int, int]:
+        store = AsyncSqlAgentStore("sqlite://")
+        try:
+            await store.schema().initialize()
+            states = store.compression_state_store()
+
+            async def worker(n: int) -> None:
+                memory = store.chat_memory(f"c{n % 3}")
+                for r in range(rounds):
+                    await memory.add_messages_if_absent(
+                        [
+                            UserMessage("a", message_id=f"{n}-{r}-a"),
+                            AiMessage("b", message_id=f"{n}-{r}-b"),
+                        ]
+                    )
+                    while True:
+                        state = await states.load("shared") or AgentContextCompressionState(
+                            "shared"
+                        )
+                        bumped = replace(state, covered_tokens=state.covered_tokens + 1)
+                        if await states.save(bumped, state.version):
+                            break
+
+            await asyncio.gather(*(worker(n) for n in range(tasks)))
+            counts = [await store.chat_memory(f"c{i}").message_count() for i in range(3)]
+            final = await states.load("shared")
+            assert final is not None
+            return sum(counts), final.covered_tokens
+        finally:
+            await store.aclose()
+
+    assert asyncio.run(main()) == (tasks * rounds * 2, tasks * rounds)
