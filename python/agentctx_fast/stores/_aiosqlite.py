@@ -223,6 +223,10 @@ class _Lent:
 
     def __init__(self, connection: sqlite3.Connection) -> None:
         self._connection = connection
+        # what every statement calls, bound once (the rest goes through `__getattr__`)
+        self.cursor = connection.cursor
+        self.commit = connection.commit
+        self.rollback = connection.rollback
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._connection, name)
