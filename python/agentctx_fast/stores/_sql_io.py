@@ -250,8 +250,9 @@ class AsyncSqlPort:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         self.dialect = check_dialect(engine.dialect.name)
-        # One shared connection (in-memory SQLite): one operation at a time, or the tasks'
-        # transactions would interleave on it.
+        # One shared connection (an in-memory SQLite engine of the caller's): one operation at
+        # a time, or the tasks' transactions would interleave on it (on the engine
+        # `async_engine` makes, each call is whole on the connection's thread instead).
         self._shared = isinstance(engine.sync_engine.pool, StaticPool)
         self._serial: AbstractAsyncContextManager[Any] = (
             asyncio.Lock() if self._shared else nullcontext()
@@ -276,10 +277,10 @@ class AsyncSqlPort:
                 writer=blocking.execution_options(**{WRITE_TRANSACTION: True}),
                 checkpoint=self._checkpoint,
             )
-        # A single statement is the blocking port's code run in one greenlet of SQLAlchemy's
-        # asyncio layer (`greenlet_spawn`, what `AsyncConnection` runs each call in): the
-        # checkout, the statement and the return to the pool in one, where `AsyncConnection`
-        # spends one greenlet on each and a task on the return.
+        # Elsewhere a single statement is the blocking port's code run in one greenlet of
+        # SQLAlchemy's asyncio layer (`greenlet_spawn`, what `AsyncConnection` runs each call
+        # in): the checkout, the statement and the return to the pool in one, where
+        # `AsyncConnection` spends one greenlet on each and a task on the return.
         self._single: Engine | None = None if single is None else single.sync_engine
 
     async def rows(
