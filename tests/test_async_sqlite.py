@@ -56,7 +56,7 @@ def _trips(store: AsyncSqlAgentStore) -> Callable[[], int]:
     return lambda: sum(driver._sent - before for driver, before in seen.values())
 
 
-def test_a_statement_costs_one_trip(url: str) -> None:
+def test_a_call_costs_one_trip(url: str) -> None:
     async def body(store: AsyncSqlAgentStore) -> dict[str, int]:
         memory = store.chat_memory("c1")
         await memory.add_message_if_absent(UserMessage("warm up", message_id="u0"))
@@ -79,9 +79,8 @@ def test_a_statement_costs_one_trip(url: str) -> None:
         return counts
 
     counts = run(url, body)
-    single = {name: n for name, n in counts.items() if name != "batch"}
-    assert single == dict.fromkeys(single, 1)
-    assert counts["batch"] == 3  # BEGIN IMMEDIATE, the insert, COMMIT
+    # the batch too: BEGIN IMMEDIATE, the insert and COMMIT run in one trip
+    assert counts == dict.fromkeys(counts, 1)
 
 
 def test_the_engine_is_aiosqlite_in_autocommit(url: str) -> None:
@@ -412,3 +411,340 @@ def test_a_cancelled_call_keeps_an_in_memory_database() -> None:
     cancelled, ids = asyncio.run(main())
     assert cancelled >= 6
     assert ids == ["u1"]
+
+
+# -- several calls in one trip (`AsyncSqlPort.together`), and the turns that use it ---------
+
+
+def test_calls_together_are_one_trip_each_committed_on_its_own(url: str) -> None:
+    """Three calls as one unit: one trip, each call's write committed by itself (a blocking
+    store on another connection sees them all), the results those of the calls."""
+    ids = ["u1", "u2", "u3"]
+
+    async def body(store: AsyncSqlAgentStore) -> tuple[int, list[bool], int]:
+        memory = store.chat_memory("c1")
+        await memory.message_count()
+        trips = _trips(store)
+
+        async def work() -> tuple[list[bool], int]:
+            first = await memory.add_message_if_absent(UserMessage("a", message_id="u1"))
+            rest = await memory.add_messages_if_absent(
+                [UserMessage("b", message_id="u2"), UserMessage("c", message_id="u3")]
+            )
+            again = await memory.add_message_if_absent(UserMessage("a", message_id="u1"))
+            return [first, *rest, again], await memory.message_count()
+
+        before = trips()
+        added, count = await store._port.together("test", work)
+        return trips() - before, added, count
+
+    trips, added, count = run(url, body)
+    assert trips == 1
+    assert (added, count) == ([True, True, True, False], 3)
+    blocking = SqlAgentStore(url)
+    try:
+        assert [m.message_id for m in blocking.chat_memory("c1").get_messages()] == ids
+    finally:
+        blocking.close()
+
+
+def test_a_failing_call_together_rolls_back_only_its_own_transaction(url: str) -> None:
+    """A call that fails in a unit: its transaction rolls back, the calls before it stay
+    committed, the error is the blocking store's, and the connection goes on unlocked."""
+    path = url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as raw:
+        raw.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON agent_messages "
+            "WHEN NEW.message_id = 'last' BEGIN SELECT RAISE(ABORT, 'refused'); END"
+        )
+    kept = [UserMessage("k", message_id="k1"), UserMessage("k", message_id="k2")]
+    refused = [UserMessage("x", message_id="x"), UserMessage("last", message_id="last")]
+    reached: list[str] = []
+
+    async def body(store: AsyncSqlAgentStore) -> tuple[Exception, list[str]]:
+        memory = store.chat_memory("c1")
+
+        async def work() -> None:
+            await memory.add_messages_if_absent(kept)
+            reached.append("kept")
+            await memory.add_messages_if_absent(refused)
+            reached.append("after the failure")  # never
+
+        with pytest.raises(StoreError) as caught:
+            await store._port.together("test", work)
+        await memory.add_message_if_absent(UserMessage("then", message_id="then"))
+        return caught.value, [m.message_id for m in await memory.get_messages()]
+
+    error, stored = run(url, body)
+    assert reached == ["kept"]
+    assert stored == ["k1", "k2", "then"]
+    blocking = SqlAgentStore(url)
+    try:
+        with pytest.raises(StoreError) as blocking_error:
+            blocking.chat_memory("c2").add_messages_if_absent(refused)
+        assert type(error) is type(blocking_error.value)
+        assert str(error).split("\n")[0] == str(blocking_error.value).split("\n")[0]
+        assert blocking.chat_memory("c3").add_message_if_absent(UserMessage("y", message_id="y"))
+    finally:
+        blocking.close()
+
+
+def test_a_unit_cancelled_while_it_waits_stops_before_its_next_step(url: str) -> None:
+    """Cancelled while its first call (a batch) waits for another writer's lock: the trip
+    ends (the caller is cancelled only then), the batch's transaction, begun once the lock is
+    free, is rolled back before it writes, and the unit's next call never runs."""
+    reached: list[str] = []
+
+    async def body(store: AsyncSqlAgentStore) -> tuple[float, int]:
+        memory = store.chat_memory("c1")
+        await memory.message_count()
+        thread, _ = _hold_write_lock(url.removeprefix("sqlite:///"), 0.5)
+
+        async def work() -> None:
+            reached.append("first")
+            await memory.add_messages_if_absent([UserMessage("a", message_id="a")])
+            reached.append("second")  # never: the first call raised
+            await memory.add_message_if_absent(UserMessage("b", message_id="b"))
+
+        task = asyncio.ensure_future(store._port.together("test", work))
+        await asyncio.sleep(0.15)
+        task.cancel()
+        start = time.perf_counter()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        waited = time.perf_counter() - start
+        await asyncio.to_thread(thread.join)
+        return waited, await memory.message_count()
+
+    waited, count = run(url, body)
+    assert reached == ["first"]
+    assert count == 0
+    assert waited >= 0.1  # the cancelled caller waited for the trip (the lock, ~0.35 s more)
+    blocking = SqlAgentStore(url)
+    try:
+        start = time.perf_counter()
+        assert blocking.chat_memory("c1").add_message_if_absent(UserMessage("d", message_id="d"))
+        assert time.perf_counter() - start < 5
+    finally:
+        blocking.close()
+
+
+def test_cancelled_units_keep_an_in_memory_database() -> None:
+    """In-memory SQLite: units of several calls cancelled at every point of their trip never
+    drop the shared connection (the database), and what each unit wrote is whole: a unit's
+    calls that ran are stored, those after the cancellation are not."""
+
+    async def main() -> tuple[int, list[str], int]:
+        store = AsyncSqlAgentStore("sqlite://")
+        try:
+            await store.schema().initialize()
+            memory = store.chat_memory("c1")
+            await memory.add_message_if_absent(UserMessage("kept", message_id="u1"))
+            cancelled = 0
+            for steps in range(12):
+
+                async def work(steps: int = steps) -> None:
+                    await memory.add_message_if_absent(UserMessage("x", message_id=f"a{steps}"))
+                    await memory.get_messages()
+                    await memory.add_message_if_absent(UserMessage("y", message_id=f"b{steps}"))
+
+                call = asyncio.ensure_future(store._port.together("test", work))
+                for _ in range(steps):
+                    await asyncio.sleep(0)
+                call.cancel()
+                try:
+                    await call
+                except asyncio.CancelledError:
+                    cancelled += 1
+            ids = [m.message_id for m in await memory.get_messages()]
+            pairs = sum(f"b{steps}" in ids and f"a{steps}" not in ids for steps in range(12))
+            return cancelled, ids, pairs
+        finally:
+            await store.aclose()
+
+    cancelled, ids, second_without_first = asyncio.run(main())
+    assert cancelled >= 6
+    assert ids[0] == "u1"
+    assert second_without_first == 0
+
+
+def _turns_trips(
+    url: str, replies: list[AiMessage], patch: Callable[[], None] | None = None
+) -> tuple[list[int], list[str]]:
+    """Trips per turn of an `AsyncAgentRunner` on the async SQLite store (the second and
+    third turns of a conversation), and the turns' statuses."""
+    from agentctx_fast import Agent, AsyncAgentRunner, AsyncScriptedChatModel, Tool
+
+    async def body(store: AsyncSqlAgentStore) -> tuple[list[int], list[str]]:
+        if patch is not None:
+            patch()
+        runner = AsyncAgentRunner(store)
+        agent = Agent(
+            "a",
+            AsyncScriptedChatModel(replies, cycle=True),
+            tools=[Tool("lookup", lambda order_id: {"order_id": order_id})],
+        )
+        await runner.run(agent, "c1", "first")
+        trips = _trips(store)
+        counts, statuses = [], []
+        for text in ("second", "third"):
+            before = trips()
+            turn = await runner.run(agent, "c1", text)
+            counts.append(trips() - before)
+            statuses.append(turn.status.value)
+        await runner.aclose()
+        return counts, statuses
+
+    result: tuple[list[int], list[str]] = run(url, body)
+    return result
+
+
+def _tool_replies() -> list[AiMessage]:
+    from agentctx_fast import ToolCall
+
+    return [
+        AiMessage(tool_calls=(ToolCall("call-1", "lookup", '{"order_id": "o1"}'),)),
+        AiMessage("It has shipped."),
+    ]
+
+
+def test_a_turn_costs_two_trips_a_tool_turn_four(url: str) -> None:
+    """A plain turn: the opening (lease, record, history, user message) and the reply's
+    recording (lease check, reply, record, release) are one trip each; a tool step adds one
+    for the reply with the call and one for the result and the turn's record."""
+    from agentctx_fast import ToolCall
+
+    plain = _turns_trips(url, [AiMessage("Hello.")])
+    tool = _turns_trips(url, _tool_replies())
+    two_calls = AiMessage(
+        tool_calls=(
+            ToolCall("call-1", "lookup", '{"order_id": "o1"}'),
+            ToolCall("call-2", "lookup", '{"order_id": "o2"}'),
+        )
+    )
+    two = _turns_trips(url, [two_calls, AiMessage("Both shipped.")])
+    assert plain == ([2, 2], ["completed", "completed"])
+    assert tool == ([4, 4], ["completed", "completed"])
+    assert two == ([5, 5], ["completed", "completed"])  # the first result is one trip more
+
+
+def test_a_replaced_store_method_runs_call_by_call(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chat memory whose method was replaced (here by one that awaits the event loop) may
+    await anything: the runner then makes its calls one by one, and the turn completes."""
+    from agentctx_fast.stores.sql import AsyncSqlChatMemory
+
+    original = AsyncSqlChatMemory.add_message_if_absent
+    seen: list[str] = []
+
+    async def yielding(self: AsyncSqlChatMemory, message: Any) -> bool:
+        await asyncio.sleep(0)  # needs the event loop: never on a connection's thread
+        seen.append(message.message_id)
+        return await original(self, message)
+
+    def patch() -> None:
+        monkeypatch.setattr(AsyncSqlChatMemory, "add_message_if_absent", yielding)
+
+    counts, statuses = _turns_trips(url, [AiMessage("Hello.")], patch)
+    assert statuses == ["completed", "completed"]
+    assert len(seen) == 6  # user and reply of each of three turns went through it
+    assert all(count > 2 for count in counts)  # one trip per call: no unit
+
+
+def test_a_subclassed_memory_offers_no_unit(url: str) -> None:
+    from agentctx_fast.stores._common import shared_port
+    from agentctx_fast.stores.sql import AsyncSqlChatMemory
+
+    class Mine(AsyncSqlChatMemory):
+        pass
+
+    async def body(store: AsyncSqlAgentStore) -> tuple[Any, Any, Any, Any]:
+        memory = store.chat_memory("c1")
+        turns = store.turn_store()
+        other = AsyncSqlAgentStore(url)
+        try:
+            return (
+                shared_port(turns, memory),
+                shared_port(turns, Mine(store, "c1")),
+                shared_port(turns, other.chat_memory("c1")),
+                shared_port(turns, None),
+            )
+        finally:
+            await other.aclose()
+
+    same, subclass, other_store, alone = run(url, body)
+    assert same is not None and alone is same
+    assert subclass is None and other_store is None
+
+
+def test_a_runner_reads_back_no_status_it_recorded(url: str) -> None:
+    """The window's statuses of history turns: a turn this runner ended is not read back from
+    the store by the next turn (a final status never changes), one another runner ended is
+    read once. Counted in the statements of a blocking runner."""
+    from sqlalchemy import event
+
+    from agentctx_fast import Agent, AgentRunner, ScriptedChatModel
+
+    store = SqlAgentStore(url)
+    statements: list[str] = []
+    event.listen(store.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    reads = lambda: sum("FROM agent_turns" in s for s in statements)  # noqa: E731
+    agent = Agent("a", ScriptedChatModel([AiMessage("Hello.")], cycle=True))
+    try:
+        runner = AgentRunner(store)
+        runner.run(agent, "c1", "first")
+        before = reads()
+        for text in ("second", "third"):
+            assert runner.run(agent, "c1", text).status.value == "completed"
+        own = reads() - before
+        other = AgentRunner(store)  # knows none of them: reads each once
+        before = reads()
+        other.run(agent, "c1", "fourth")
+        theirs = reads() - before
+        other.run(agent, "c1", "fifth")
+        then = reads() - before - theirs
+    finally:
+        store.close()
+    assert own == 0
+    assert (theirs, then) == (3, 0)
+
+
+def test_concurrent_calls_on_an_in_memory_database_interleave_no_transaction() -> None:
+    """Many tasks' batches and compare-and-sets on the one shared connection of an in-memory
+    database: each call's transaction is whole on the connection's thread, so none fails on
+    another's ``BEGIN`` and nothing is lost."""
+    tasks, rounds = 12, 5
+
+    async def main() -> tuple[int, int]:
+        store = AsyncSqlAgentStore("sqlite://")
+        try:
+            await store.schema().initialize()
+            states = store.compression_state_store()
+
+            async def worker(n: int) -> None:
+                memory = store.chat_memory(f"c{n % 3}")
+                for r in range(rounds):
+                    await memory.add_messages_if_absent(
+                        [
+                            UserMessage("a", message_id=f"{n}-{r}-a"),
+                            AiMessage("b", message_id=f"{n}-{r}-b"),
+                        ]
+                    )
+                    while True:
+                        state = await states.load("shared") or AgentContextCompressionState(
+                            "shared"
+                        )
+                        bumped = replace(state, covered_tokens=state.covered_tokens + 1)
+                        if await states.save(bumped, state.version):
+                            break
+
+            await asyncio.gather(*(worker(n) for n in range(tasks)))
+            counts = [await store.chat_memory(f"c{i}").message_count() for i in range(3)]
+            final = await states.load("shared")
+            assert final is not None
+            return sum(counts), final.covered_tokens
+        finally:
+            await store.aclose()
+
+    assert asyncio.run(main()) == (tasks * rounds * 2, tasks * rounds)

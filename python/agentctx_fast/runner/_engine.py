@@ -20,6 +20,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from agentctx_fast.agent import Agent, AgentTurn
@@ -34,7 +35,7 @@ from agentctx_fast.memory import AsyncChatMemory
 from agentctx_fast.messages import AiMessage, Message, UserMessage
 from agentctx_fast.metrics import AgentMetrics
 from agentctx_fast.runner._io import Cancelled
-from agentctx_fast.runner._leases import LeaseKeeper
+from agentctx_fast.runner._leases import HeldLease, LeaseKeeper
 from agentctx_fast.runner._persist import Persistence
 from agentctx_fast.runner._reads import HistoryReads
 from agentctx_fast.runner._state import (
@@ -47,6 +48,7 @@ from agentctx_fast.runner._state import (
     user_message,
     view,
 )
+from agentctx_fast.runner._tools import HeldResult
 from agentctx_fast.runner._windows import WindowBuilding
 from agentctx_fast.stores._common import check_conversation_id
 from agentctx_fast.stores.turns import (
@@ -111,41 +113,76 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
             updated_at=now,
         )
         dump_snapshot(snapshot)  # refuse unserialisable metadata before taking the conversation
-        owner = uuid.uuid4().hex
-        stale = await self.turn_store.acquire_conversation(
-            conversation_id, turn_id, owner, self._lease_seconds, now
-        )
-        lease = self._keeper.hold(conversation_id, turn_id, owner)
-        run = TurnRun(io, agent, conversation_id, turn_id, memory, [], [user], None, lease)
+        run = TurnRun(io, agent, conversation_id, turn_id, memory, [], [user])
         try:
+            stale = await self._together(
+                run, "opening a turn", partial(self._open, run, snapshot, user, message)
+            )
+            if run.lease is not None:
+                self._keeper.keep(run.lease)
             if stale is not None:
                 await self._recover(io, memory, conversation_id, stale, agent)
-            # Under the lease only a caller error stores a turn's user message id before the
-            # turn: a caller's own UserMessage is checked here, before anything is written; a
-            # str gets an id made from the turn id, and a reused turn id is refused by
-            # save_turn (or, with an in-process turn store, by add_message_if_absent below).
-            if (
-                not isinstance(message, str)
-                and (await memory.get_message(user.message_id)) is not None
-            ):
-                raise DuplicateMessageError(
-                    f"message {user.message_id!r} is already stored in conversation "
-                    f"{conversation_id!r}: a new turn needs a new user message"
-                )
-            if not await self.turn_store.save_turn(snapshot, 0):
-                raise TurnStateError(f"turn {turn_id!r} already exists")
-            run.snapshot = replace(snapshot, version=1)
-            run.history = await self._history(agent, memory, conversation_id, current_stored=False)
-            if not await memory.add_message_if_absent(user):
-                raise DuplicateMessageError(
-                    f"message {user.message_id!r} is already stored in conversation "
-                    f"{conversation_id!r}: the turn id was used before, or another writer "
-                    "stored it"
+                await self._together(
+                    run, "opening a turn", partial(self._start, run, snapshot, user, message)
                 )
         except BaseException:
-            await self._abandon(run)
+            if run.lease is not None:  # the conversation was taken: close the turn, free it
+                await self._abandon(run)
             raise
         return await self._drive(run)
+
+    async def _open(
+        self,
+        run: TurnRun,
+        snapshot: AgentTurnSnapshot,
+        user: UserMessage,
+        message: UserMessage | str,
+    ) -> str | None:
+        """The conversation taken for a new turn (`AgentConversationBusyError` if another turn
+        holds it) and, unless a turn whose process died held it (its id is returned, to be
+        closed first), the turn started (store calls only: `_together` runs them as one unit).
+        """
+        owner = uuid.uuid4().hex
+        conversation_id, turn_id = snapshot.conversation_id, snapshot.turn_id
+        stale = await self.turn_store.acquire_conversation(
+            conversation_id, turn_id, owner, self._lease_seconds, snapshot.created_at
+        )
+        run.lease = HeldLease(conversation_id, turn_id, owner, self._clock())
+        if stale is None:
+            await self._start(run, snapshot, user, message)
+        return stale
+
+    async def _start(
+        self,
+        run: TurnRun,
+        snapshot: AgentTurnSnapshot,
+        user: UserMessage,
+        message: UserMessage | str,
+    ) -> None:
+        """A new turn's record, its history read and its user message stored, under its lease
+        (store calls only)."""
+        conversation_id, turn_id = snapshot.conversation_id, snapshot.turn_id
+        memory = run.memory
+        assert memory is not None
+        # Under the lease only a caller error stores a turn's user message id before the
+        # turn: a caller's own UserMessage is checked here, before anything is written; a
+        # str gets an id made from the turn id, and a reused turn id is refused by
+        # save_turn (or, with an in-process turn store, by add_message_if_absent below).
+        if not isinstance(message, str) and (await memory.get_message(user.message_id)) is not None:
+            raise DuplicateMessageError(
+                f"message {user.message_id!r} is already stored in conversation "
+                f"{conversation_id!r}: a new turn needs a new user message"
+            )
+        if not await self.turn_store.save_turn(snapshot, 0):
+            raise TurnStateError(f"turn {turn_id!r} already exists")
+        run.snapshot = replace(snapshot, version=1)
+        run.history = await self._history(run.agent, memory, conversation_id, current_stored=False)
+        if not await memory.add_message_if_absent(user):
+            raise DuplicateMessageError(
+                f"message {user.message_id!r} is already stored in conversation "
+                f"{conversation_id!r}: the turn id was used before, or another writer "
+                "stored it"
+            )
 
     async def run_history(
         self, io: TurnIO, agent: Agent, history: list[Message], message: UserMessage | str
@@ -345,7 +382,7 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
             if run.messages[-1] is last:  # the final answer was stored, its record was not
                 return await self._finish(run, TurnStatus.COMPLETED, final=last)
             return None
-        waiting = await self._call_tools(run, last, interrupted=True)
+        waiting, _ = await self._call_tools(run, last, interrupted=True)
         self._check_cancel(run)
         if waiting:
             return await self._suspend(run, waiting)
@@ -404,24 +441,54 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
                     run, TurnStatus.FAILED, error=f"model failed: {type(error).__name__}: {error}"
                 )
             self._observe_reply(run, window, reply, started)
-            # Ask the server after every model call: a takeover drops the reply, and a cancel
-            # from another process is seen before any tool runs or the turn completes.
-            await self._check_lease(run, ask=True)
             if not isinstance(reply, AiMessage):
+                await self._check_lease(run, ask=True)
                 self._check_cancel(run)
                 return await self._finish(
                     run,
                     TurnStatus.FAILED,
                     error=f"model returned {type(reply).__name__}, not an AiMessage",
                 )
-            run.steps += 1
-            ai = replace(reply, message_id=f"{run.turn_id}:ai:{run.steps}", turn_id=run.turn_id)
-            await self._append(run, ai)
-            self._check_cancel(run)  # a cancelled reply stays on record; its calls never run
-            if not ai.tool_calls:
-                return await self._finish(run, TurnStatus.COMPLETED, final=ai)
-            waiting = await self._call_tools(run, ai)
+            ended, ai = await self._together(
+                run, "recording a reply", partial(self._record, run, reply)
+            )
+            if ended is not None:
+                return ended
+            waiting, held = await self._call_tools(run, ai, hold_last=True)
+            if held is not None and not waiting:
+                await self._step_done(run, held)
+                continue
+            if held is not None:
+                await self._store_result(run, held)
             self._check_cancel(run)  # a cancel during the step's last tool
             if waiting:
                 return await self._suspend(run, waiting)
             await self._save(run, TurnStatus.RUNNING)
+
+    async def _record(self, run: TurnRun, reply: AiMessage) -> tuple[AgentTurn | None, AiMessage]:
+        """The model's reply stored, and the turn completed if it is the final answer (store
+        calls only: `_together` runs them as one unit)."""
+        # Ask the server after every model call: a takeover drops the reply, and a cancel
+        # from another process is seen before any tool runs or the turn completes.
+        await self._check_lease(run, ask=True)
+        run.steps += 1
+        ai = replace(reply, message_id=f"{run.turn_id}:ai:{run.steps}", turn_id=run.turn_id)
+        await self._append(run, ai)
+        self._check_cancel(run)  # a cancelled reply stays on record; its calls never run
+        if not ai.tool_calls:
+            return await self._finish(run, TurnStatus.COMPLETED, final=ai), ai
+        return None, ai
+
+    async def _step_done(self, run: TurnRun, held: HeldResult) -> None:
+        """A step whose calls all ran: its last result stored and the turn's record saved as
+        one unit of store I/O, then the result's event."""
+        try:
+            await self._together(run, "recording a step", partial(self._record_step, run, held))
+        finally:
+            if run.messages and run.messages[-1] is held[0]:  # stored
+                await self._emit_result(run, held)
+
+    async def _record_step(self, run: TurnRun, held: HeldResult) -> None:
+        await self._store_result(run, held, emit=False)
+        self._check_cancel(run)  # a cancel during the step's last tool
+        await self._save(run, TurnStatus.RUNNING)

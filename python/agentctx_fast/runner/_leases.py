@@ -50,9 +50,12 @@ class LeaseKeeper:
         self._closed = False
 
     def hold(self, conversation_id: str, turn_id: str, owner: str) -> HeldLease:
-        lease = HeldLease(conversation_id, turn_id, owner, self._clock())
+        return self.keep(HeldLease(conversation_id, turn_id, owner, self._clock()))
+
+    def keep(self, lease: HeldLease) -> HeldLease:
+        """Renew ``lease``, taken from the store, from now on."""
         with self._lock:
-            self._held[(conversation_id, turn_id)] = lease
+            self._held[(lease.conversation_id, lease.turn_id)] = lease
             if not self._closed:
                 self._start()
         return lease

@@ -61,6 +61,8 @@ class Persistence(ToolSteps):
         if not await self.turn_store.save_turn(snapshot, run.snapshot.version):
             raise TurnStateError(f"turn {run.turn_id!r} was changed by another process")
         run.snapshot = replace(snapshot, version=run.snapshot.version + 1)
+        if run.conversation_id is not None:  # the next turn's window need not ask for it
+            self._remember_status(run.conversation_id, run.turn_id, status)
         if self._metrics is not None:
             self._metrics.record(
                 m.SNAPSHOT_BYTES, len(dump_snapshot(snapshot)), {"agent": run.agent.name}

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from agentctx_fast import metrics as m
 from agentctx_fast._ids import check_identifier
@@ -18,13 +18,16 @@ from agentctx_fast.messages import AiMessage, Message, UserMessage
 from agentctx_fast.metrics import AgentMetrics
 from agentctx_fast.runner._io import AsyncTurnIO, BlockingTurnIO
 from agentctx_fast.runner._leases import HeldLease, LeaseKeeper
-from agentctx_fast.stores.turns import AgentTurnSnapshot, AsyncAgentTurnStore
+from agentctx_fast.stores._common import shared_port
+from agentctx_fast.stores.turns import OPEN_STATUSES, AgentTurnSnapshot, AsyncAgentTurnStore
+from agentctx_fast.turns import TurnStatus
 from agentctx_fast.window import AgentContextCompressor
 
 REFUSED_TEXT = "refused by the user"
 INTERRUPTED_TEXT = "interrupted before the tool returned"
 
 TurnIO = BlockingTurnIO | AsyncTurnIO
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -45,6 +48,7 @@ class TurnRun:
 
 
 _REMEMBERED_REACHES = 65_536
+_CACHED_STATUSES = 65_536
 
 
 class EngineState:
@@ -58,7 +62,35 @@ class EngineState:
     _clock: Callable[[], float]
     _metrics: AgentMetrics | None
     _reach: OrderedDict[str, int]  # per conversation: messages its next history read needs
+    # per (conversation, turn): a recorded status that never changes again (None: no record)
+    _status_cache: OrderedDict[tuple[str, str], TurnStatus | None]
     _caches_lock: threading.Lock  # guards the bounded caches above and in `WindowBuilding`
+
+    async def _together(
+        self, run: TurnRun, action: str, work: Callable[[], Coroutine[Any, Any, T]]
+    ) -> T:
+        """``work()``, whose awaits are calls of this turn's turn store and chat memory only
+        (no model, tool, event or task), as one unit of I/O when both are handles of one
+        database store that can: on the async SQLite store, one trip to a connection's thread
+        instead of one per call. Each call is still the store's own (its statement, its
+        transaction); a unit is not a transaction."""
+        port = shared_port(self.turn_store, run.memory)
+        if port is None:
+            return await work()
+        result: T = await port.together(action, work)
+        return result
+
+    def _remember_status(
+        self, conversation_id: str, turn_id: str, status: TurnStatus | None
+    ) -> None:
+        """Remember a turn's recorded status once it can no longer change (a final status, or
+        no record at all); an open one is asked again next time."""
+        if status in OPEN_STATUSES:
+            return
+        with self._caches_lock:
+            self._status_cache[(conversation_id, turn_id)] = status
+            if len(self._status_cache) > _CACHED_STATUSES:
+                self._status_cache.popitem(last=False)
 
     def _remember_reach(self, conversation_id: str, size: int) -> None:
         """Remember that a window over ``conversation_id`` reaches about ``size`` messages

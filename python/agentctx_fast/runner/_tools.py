@@ -12,6 +12,9 @@ from agentctx_fast.runner.events import ToolCallEvent, ToolResultEvent
 from agentctx_fast.stores.turns import PendingApproval
 from agentctx_fast.tools import Tool, ToolOutcome
 
+HeldResult = tuple[ToolMessage, ToolOutcome]
+"""A tool call's result message and the outcome it was made from."""
+
 
 class ToolSteps(EngineState):
     """Runs tool calls and records approval decisions (a part of `TurnEngine`)."""
@@ -23,19 +26,24 @@ class ToolSteps(EngineState):
         raise NotImplementedError
 
     async def _call_tools(
-        self, run: TurnRun, ai: AiMessage, *, interrupted: bool = False
-    ) -> list[PendingApproval]:
+        self, run: TurnRun, ai: AiMessage, *, interrupted: bool = False, hold_last: bool = False
+    ) -> tuple[list[PendingApproval], HeldResult | None]:
         """Run the calls that need no approval; return those waiting for the user.
 
         ``interrupted``: the process that made these calls died (a resumed `RUNNING` turn).
         A call whose result is stored is never run again; a call without one runs again only
         when its tool is idempotent, otherwise it gets the "interrupted" error result; a call
         whose approval form is still pending waits for the user again.
+
+        ``hold_last``: the result of the reply's last call, if it ran, is returned instead of
+        stored, for the caller to store with what follows it (`_store_result`).
         """
         answered = {m.tool_call_id for m in run.messages if isinstance(m, ToolMessage)}
         forms = _forms(run.messages) if interrupted else {}
         waiting: list[PendingApproval] = []
-        for call in ai.tool_calls:
+        held: HeldResult | None = None
+        last = len(ai.tool_calls) - 1
+        for index, call in enumerate(ai.tool_calls):
             if interrupted and call.id in answered:
                 continue
             if not interrupted:
@@ -57,8 +65,12 @@ class ToolSteps(EngineState):
                 outcome = ToolOutcome(INTERRUPTED_TEXT, is_error=True)
             else:
                 outcome = await self._invoke(run, tool, call.arguments)
-            await self._append_result(run, call.id, call.name, outcome)
-        return waiting
+            result = (self._result_message(run, call.id, call.name, outcome), outcome)
+            if hold_last and index == last:
+                held = result
+            else:
+                await self._store_result(run, result)
+        return waiting, held
 
     async def _ask_approval(
         self, run: TurnRun, call_id: str, tool_name: str, arguments: str
@@ -86,22 +98,30 @@ class ToolSteps(EngineState):
         await self._check_lease(run)
         return outcome
 
-    async def _append_result(
+    def _result_message(
         self, run: TurnRun, call_id: str, tool_name: str, outcome: ToolOutcome
-    ) -> None:
-        await self._append(
-            run,
-            ToolMessage(
-                call_id,
-                outcome.text,
-                tool_name=tool_name,
-                is_error=outcome.is_error,
-                message_id=f"{run.turn_id}:tool:{run.steps}:{call_id}",
-                turn_id=run.turn_id,
-            ),
+    ) -> ToolMessage:
+        return ToolMessage(
+            call_id,
+            outcome.text,
+            tool_name=tool_name,
+            is_error=outcome.is_error,
+            message_id=f"{run.turn_id}:tool:{run.steps}:{call_id}",
+            turn_id=run.turn_id,
         )
+
+    async def _store_result(self, run: TurnRun, result: HeldResult, *, emit: bool = True) -> None:
+        """Store a tool result; then its `ToolResultEvent` goes out and it is counted, unless
+        not ``emit`` (store calls only: the caller then calls `_emit_result`)."""
+        await self._keep(run, [result[0]])
+        if emit:
+            await self._emit_result(run, result)
+
+    async def _emit_result(self, run: TurnRun, result: HeldResult) -> None:
+        message, outcome = result
+        await run.io.emit(ToolResultEvent(message))
         if self._metrics is not None:
-            labels = {"tool": tool_name}
+            labels = {"tool": message.tool_name or ""}
             record = self._metrics.record
             record(m.TOOL_CALLS, 1, labels)
             record(m.TOOL_RESULT_CHARS, len(outcome.text), labels)
@@ -133,7 +153,8 @@ class ToolSteps(EngineState):
                 outcome = ToolOutcome(f"unknown tool {approval.tool_name!r}", is_error=True)
             else:
                 outcome = await self._invoke(run, tool, approval.arguments)
-            await self._append_result(run, approval.tool_call_id, approval.tool_name, outcome)
+            result = self._result_message(run, approval.tool_call_id, approval.tool_name, outcome)
+            await self._store_result(run, (result, outcome))
         return waiting
 
     async def _update_form(self, run: TurnRun, form_id: str, status: str) -> None:
@@ -161,15 +182,20 @@ class ToolSteps(EngineState):
 
     async def _append_all(self, run: TurnRun, messages: list[Message]) -> None:
         """Store ``messages`` (one atomic write when there are several) and keep them."""
+        await self._keep(run, messages)
+        for message in messages:
+            if isinstance(message, ToolMessage):
+                await run.io.emit(ToolResultEvent(message))
+
+    async def _keep(self, run: TurnRun, messages: list[Message]) -> None:
+        """Store ``messages`` (one atomic write when there are several) and keep them, with no
+        event (store calls only)."""
         if run.memory is not None:
             if len(messages) == 1:
                 await run.memory.add_message_if_absent(messages[0])
             elif messages:
                 await run.memory.add_messages_if_absent(messages)
-        for message in messages:
-            run.messages.append(message)
-            if isinstance(message, ToolMessage):
-                await run.io.emit(ToolResultEvent(message))
+        run.messages.extend(messages)
 
 
 def _forms(messages: Sequence[Message]) -> dict[str, AgentFormMessage]:

@@ -31,7 +31,6 @@ from agentctx_fast.errors import (
 from agentctx_fast.memory import AsyncChatMemory
 from agentctx_fast.messages import AiMessage, Message
 from agentctx_fast.runner._state import EngineState, TurnRun, counted
-from agentctx_fast.stores.turns import OPEN_STATUSES
 from agentctx_fast.turns import TurnStatus, segment_turns
 from agentctx_fast.window import AgentContextCompressor, ContextWindow, build_window_with
 from agentctx_fast.window import _compress as run_compressor
@@ -47,7 +46,6 @@ COMPRESSION_FAILURES = (
 )
 """What a failing compressor or coordinator raises; ``on_compression_error`` decides."""
 
-_CACHED_STATUSES = 65_536
 _UNKNOWN = TurnStatus.RUNNING  # a cache miss (RUNNING, an open status, is never cached)
 _CACHED_SUMMARIES = 1_024
 _PAGE = 256
@@ -56,7 +54,6 @@ _PAGE = 256
 class WindowBuilding(EngineState):
     """Builds each model call's window (a part of `TurnEngine`)."""
 
-    _status_cache: OrderedDict[tuple[str, str], TurnStatus | None]
     _summaries: OrderedDict[tuple[IncrementalCompressor, str], IncrementalCompressor]
 
     async def _window(self, run: TurnRun) -> ContextWindow:
@@ -148,11 +145,7 @@ class WindowBuilding(EngineState):
                 # made before a turn's first message, so none appears later. A final status
                 # never changes again. Both are kept; an open one is asked again next time.
                 status = None if snapshot is None else snapshot.status
-                if status not in OPEN_STATUSES:
-                    with self._caches_lock:
-                        cache[key] = status
-                        if len(cache) > _CACHED_STATUSES:
-                            cache.popitem(last=False)
+                self._remember_status(conversation_id, turn_id, status)
             if status is not None:
                 statuses[turn_id] = status
         return statuses

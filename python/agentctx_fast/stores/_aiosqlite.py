@@ -1,40 +1,58 @@
 """The aiosqlite connection of an async store made from an ``sqlite://`` URL: one trip to the
-connection's thread per statement.
+connection's thread per store call (and per statement of a caller's on ``store.engine``).
 
 aiosqlite runs each call of its connection in the connection's own thread and wakes the event
-loop when it is done; SQLAlchemy's asyncio layer calls it for every DB-API step (cursor,
-execute, fetch, close, commit, the pool's rollback on return), some five trips per statement,
-and on a busy machine each trip costs a thread switch both ways. This connection keeps aiosqlite
-(its thread and queue) but makes each statement one trip:
+loop when it is done; on a busy machine each trip costs a thread switch both ways (some
+100-250 µs here), which is most of what an SQLite statement costs. So:
 
-- a cursor's ``execute`` runs the statement, reads its description, fetches its rows and closes
-  the SQLite cursor in one call on the thread; fetching and closing are then local;
+- the store's own calls do not go through SQLAlchemy's asyncio layer at all: the store's port
+  (`agentctx_fast.stores._sql_io.AsyncSqlPort`) sends the whole call to the thread of a pooled
+  connection, where the blocking port's code runs it on that connection's own sqlite3
+  connection through `thread_engine` (a blocking engine whose connection, on such a thread, is
+  the thread's). Several calls can go as one trip (`AsyncSqlPort.together`);
+- a caller's statement on ``store.engine`` (SQLAlchemy's asyncio layer calls the connection for
+  every DB-API step: cursor, execute, fetch, close, commit, the pool's rollback on return) is
+  one trip too: a cursor's ``execute`` runs the statement, reads its description, fetches its
+  rows and closes the SQLite cursor in one call on the thread; fetching and closing are then
+  local;
 - the connection is opened in SQLite's autocommit mode (``isolation_level=None``), so a single
   statement commits by itself, atomically, as on PostgreSQL's autocommit connections, and the
   ``commit`` and ``rollback`` that follow it have nothing to do: they skip the trip when no
   transaction is open and no call is still queued (a caller cancelled while its statement was
   queued leaves it queued; then the rollback goes to the thread and runs after it);
 - a write transaction of the store's (a batch, a schema change) starts with ``BEGIN
-  IMMEDIATE``, which the engine's ``begin`` listener issues on connections marked
-  `WRITE_TRANSACTION` (any other transaction on the engine begins with a deferred ``BEGIN``,
-  and a connection marked `ONE_STATEMENT` runs each statement on its own): ``IMMEDIATE`` takes
-  the write lock at once, waiting up to the busy timeout, so a transaction that reads before it
+  IMMEDIATE``, which the engines' ``begin`` listener issues on connections marked
+  `WRITE_TRANSACTION` (any other transaction begins with a deferred ``BEGIN``, and a
+  connection marked `ONE_STATEMENT` runs each statement on its own): ``IMMEDIATE`` takes the
+  write lock at once, waiting up to the busy timeout, so a transaction that reads before it
   writes never fails on a snapshot another writer has moved on.
 
-Errors are those of aiosqlite's own calls (the sqlite3 exceptions, raised to SQLAlchemy, which
-wraps them as usual). The connection uses aiosqlite's ``_execute`` (what its own cursor uses to
-reach the thread): aiosqlite has no public call that runs a statement and returns its
-description, rows and row count together.
+Errors of the store's calls are those of the blocking store (the same sqlite3 exceptions,
+wrapped by the same blocking SQLAlchemy code); a caller's on ``store.engine`` are aiosqlite's.
+The connection uses aiosqlite's ``_execute`` and its queue (``_tx``, what ``_execute`` puts a
+call on): aiosqlite has no public call that runs a function on the connection's thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+import threading
+from functools import partial
 from typing import Any
 
 import aiosqlite
+import sqlalchemy as sa
+from sqlalchemy.pool import SingletonThreadPool
 
-__all__ = ["ONE_STATEMENT", "WRITE_TRANSACTION", "OneTripConnection", "begin_immediate", "connect"]
+__all__ = [
+    "ONE_STATEMENT",
+    "WRITE_TRANSACTION",
+    "OneTripConnection",
+    "begin_immediate",
+    "connect",
+    "thread_engine",
+]
 
 ONE_STATEMENT = "agentctx_one_statement"
 """Execution option of the engine a port runs single statements on (no ``BEGIN``)."""
@@ -108,6 +126,25 @@ class OneTripConnection(aiosqlite.Connection):
             self._sent += 1  # queued (otherwise aiosqlite raises: the connection is closed)
         return await super()._execute(counted)  # type: ignore[no-untyped-call]
 
+    def send(self, fn: Any, *args: Any) -> asyncio.Future[Any]:
+        """``fn(*args)`` queued for the connection's thread (one trip), as ``_execute`` does,
+        without awaiting it: the future is done when the call is, and cancelling the future
+        does not stop the call."""
+        if not self._running or self._connection is None:
+            raise ValueError("Connection closed")  # as aiosqlite's own calls
+        function = partial(fn, *args)
+
+        def counted() -> Any:
+            try:
+                return function()
+            finally:
+                self._done += 1
+
+        future = asyncio.get_running_loop().create_future()
+        self._sent += 1
+        self._tx.put_nowait((future, counted))
+        return future
+
     def _statement(self, sql: str, parameters: Any, many: bool) -> tuple[Any, list[Any], int, Any]:
         """On the connection's thread: run, describe, fetch and close in one call."""
         cursor = self._conn.cursor()
@@ -153,8 +190,9 @@ def connect(*args: Any, **kwargs: Any) -> OneTripConnection:
     by SQLAlchemy, which starts its thread and opens the database there)."""
     kwargs["isolation_level"] = None
 
-    def connector() -> sqlite3.Connection:
+    def connector() -> sqlite3.Connection:  # on the connection's own thread
         opened: sqlite3.Connection = sqlite3.connect(*args, **kwargs)
+        _THREAD.connection = opened
         return opened
 
     connection = OneTripConnection(connector, 64)
@@ -173,3 +211,48 @@ def begin_immediate(connection: Any) -> None:
     if options.get(ONE_STATEMENT):
         return
     connection.exec_driver_sql("BEGIN IMMEDIATE" if options.get(WRITE_TRANSACTION) else "BEGIN")
+
+
+_THREAD = threading.local()
+"""On a `OneTripConnection`'s thread: its sqlite3 connection (``connection``)."""
+
+
+class _Lent:
+    """The sqlite3 connection of the thread it is used on, as `thread_engine`'s DB-API
+    connection: every call goes to it, but closing is its `OneTripConnection`'s."""
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self._connection = connection
+        # what every statement calls, bound once (the rest goes through `__getattr__`)
+        self.cursor = connection.cursor
+        self.commit = connection.commit
+        self.rollback = connection.rollback
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._connection, name)
+
+    def close(self) -> None:
+        pass
+
+
+def _this_threads_connection() -> _Lent:
+    connection = getattr(_THREAD, "connection", None)
+    if connection is None:
+        raise RuntimeError("thread_engine is used only on a OneTripConnection's thread")
+    return _Lent(connection)
+
+
+def thread_engine() -> sa.engine.Engine:
+    """A blocking engine whose connection, on a `OneTripConnection`'s thread, is that
+    connection's own sqlite3 connection (in autocommit: a single statement commits itself; a
+    transaction begins by the same ``begin`` listener as the async engine's, and commits or
+    rolls back within the call). The async store runs its statements through it, each call
+    whole in one trip to the thread."""
+    engine = sa.create_engine(
+        "sqlite://",
+        creator=_this_threads_connection,
+        poolclass=SingletonThreadPool,
+        pool_size=64,  # threads whose connection is remembered (forgetting one closes nothing)
+    )
+    sa.event.listen(engine, "begin", begin_immediate)
+    return engine

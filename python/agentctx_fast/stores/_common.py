@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import re
+from typing import Any, TypeVar
 
 from agentctx_fast._ids import check_conversation_id
 from agentctx_fast.errors import InvalidArgumentError
 
-__all__ = ["check_conversation_id", "check_key_prefix", "check_table_prefix"]
+__all__ = [
+    "check_conversation_id",
+    "check_key_prefix",
+    "check_table_prefix",
+    "shared_port",
+    "unit_handle",
+]
 
 _TABLE_PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Braces too: Redis Cluster hashes a key by its first {…}, which must be the conversation's tag.
@@ -43,3 +50,43 @@ def check_key_prefix(prefix: object) -> str:
             f"got {prefix!r}"
         )
     return prefix
+
+
+_PRISTINE: dict[type, dict[str, object]] = {}
+"""The methods of each `unit_handle` class as the library defined them."""
+
+H = TypeVar("H", bound=type)
+
+
+def unit_handle(cls: H) -> H:
+    """Class decorator: ``cls`` (a database store's turn store or chat memory) offers its
+    store's port as the ``_io_port`` property, for `shared_port`."""
+    _PRISTINE[cls] = {name: value for name, value in vars(cls).items() if callable(value)}
+    return cls
+
+
+def shared_port(*handles: object) -> Any:
+    """The I/O port of the one database store behind every handle (a turn store, a chat
+    memory) given, or None: calls on that port can then run as one unit (its ``together``:
+    on the async SQLite store, one trip to a connection's thread). Only a handle of a
+    `unit_handle` class whose methods are the library's own offers its port: a subclass, or a
+    class or instance with a method replaced, may await other things, and runs call by call.
+    None among ``handles`` is skipped."""
+    port: Any = None
+    for handle in handles:
+        if handle is None:
+            continue
+        cls = type(handle)
+        pristine = _PRISTINE.get(cls)
+        if pristine is None:
+            return None
+        own = vars(cls)
+        mine = vars(handle) if hasattr(handle, "__dict__") else {}
+        for name, value in pristine.items():
+            if own.get(name) is not value or name in mine:
+                return None
+        found = getattr(handle, "_io_port", None)
+        if found is None or (port is not None and found is not port):
+            return None
+        port = found
+    return port

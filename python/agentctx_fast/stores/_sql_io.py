@@ -4,11 +4,15 @@ A port runs one statement in its own connection (in a transaction when it writes
 own in autocommit, which is as atomic: PostgreSQL, and the async store's SQLite engine) and
 hands back what the statement returned, already fetched: the rows, or the number of rows
 changed. Database errors become typed store errors; the transaction has rolled back by then.
+``together`` runs several calls as one unit of I/O where the driver allows it (the async store's
+SQLite engine: one trip to a connection's thread, held for the unit); each call is still its
+own statement or transaction, so a unit is not a transaction.
 
-A connection is held for one statement only, so one pooled engine serves every thread (blocking
-store) or task (async store) of a process: a store made from a PostgreSQL URL keeps up to
-`POOL_SIZE` connections open and opens at most `MAX_OVERFLOW` more under load; a caller past
-that waits up to `POOL_TIMEOUT` seconds for a free one, then gets `StoreUnavailableError`.
+Otherwise a connection is held for one statement only, so one pooled engine serves every
+thread (blocking store) or task (async store) of a process: a store made from a PostgreSQL
+URL keeps up to `POOL_SIZE` connections open and opens at most `MAX_OVERFLOW` more under load;
+a caller past that waits up to `POOL_TIMEOUT` seconds for a free one, then gets
+`StoreUnavailableError`.
 Connections are checked with a ping when taken from the pool (a restarted server costs one
 failed ping, not a failed call).
 """
@@ -26,6 +30,7 @@ from contextlib import (
 )
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from agentctx_fast._sync import run_sync
 from agentctx_fast._tasks import wait_uncut
 from agentctx_fast.errors import InvalidArgumentError, StoreError, StoreUnavailableError
 from agentctx_fast.stores._extras import missing_dependency, require
@@ -119,6 +124,12 @@ class SqlPort(Protocol):
         multi-row statements by the driver layer) in one committed transaction."""
         ...
 
+    async def together(self, action: str, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """``work()``, whose awaits are this port's calls, as one unit of I/O where the
+        driver allows (the async SQLite engine: one trip to a connection's thread for all of
+        them); each call is still a statement or transaction of its own."""
+        ...
+
 
 def check_dialect(name: str) -> str:
     if name not in SUPPORTED_DIALECTS:
@@ -134,18 +145,28 @@ class BlockingSqlPort:
     SQLite) is used by one thread at a time.
 
     On PostgreSQL every statement runs on its own in autocommit: a single statement is atomic
-    by itself, and skipping ``BEGIN`` and ``COMMIT`` halves the round trips of each call."""
+    by itself, and skipping ``BEGIN`` and ``COMMIT`` halves the round trips of each call.
+    ``single`` and ``writer`` replace the engines single statements and write transactions run
+    on, and ``checkpoint`` is called before each operation's first statement and again once a
+    transaction has begun (`AsyncSqlPort` runs this port on its SQLite connection's thread)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        single: Engine | None = None,
+        writer: Engine | None = None,
+        checkpoint: Callable[[], None] | None = None,
+    ) -> None:
         self.engine = engine
         self.dialect = check_dialect(engine.dialect.name)
         shared = isinstance(engine.pool, StaticPool)
         self._serial: AbstractContextManager[Any] = threading.RLock() if shared else nullcontext()
-        self._single: Engine | None = (
-            engine.execution_options(isolation_level="AUTOCOMMIT")
-            if self.dialect == "postgresql"
-            else None
-        )
+        if single is None and self.dialect == "postgresql":
+            single = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._single = single
+        self._writer = writer or engine
+        self._checkpoint = checkpoint or _go_on
 
     async def rows(
         self,
@@ -156,26 +177,42 @@ class BlockingSqlPort:
         params: Mapping[str, Any] | None = None,
     ) -> Sequence[Any]:
         with translated(action), self._serial:
+            self._checkpoint()
             return _fetched(self._open(write), statement, params)
 
     async def changed(self, action: str, statement: Any) -> int:
         with translated(action), self._serial:
+            self._checkpoint()
             return _counted(self._open(True), statement)
 
     async def run(self, action: str, work: Callable[[Connection], Any]) -> None:
-        with translated(action), self._serial, self.engine.begin() as connection:
-            work(connection)
+        with translated(action), self._serial:
+            self._checkpoint()
+            with self._writer.begin() as connection:
+                self._checkpoint()
+                work(connection)
 
     async def many(
         self, action: str, statement: Any, params: Sequence[Mapping[str, Any]]
     ) -> Sequence[Any]:
-        with translated(action), self._serial, self.engine.begin() as connection:
-            return connection.execute(statement, params).all()
+        with translated(action), self._serial:
+            self._checkpoint()
+            with self._writer.begin() as connection:
+                self._checkpoint()
+                return connection.execute(statement, params).all()
+
+    async def together(self, action: str, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """``work()``, whose awaits are this port's calls (each runs as it comes)."""
+        return await work()
 
     def _open(self, write: bool) -> Callable[[], AbstractContextManager[Connection]]:
         if self._single is not None:
             return self._single.connect
         return self.engine.begin if write else self.engine.connect
+
+
+def _go_on() -> None:
+    """The checkpoint of a port nobody stops."""
 
 
 def _fetched(
@@ -199,32 +236,51 @@ def _counted(
 
 class AsyncSqlPort:
     """The port over an SQLAlchemy `AsyncEngine` (aiosqlite, psycopg's async mode); on
-    PostgreSQL each statement runs on its own in autocommit, as in `BlockingSqlPort`, and so it
-    does on the SQLite engine `async_engine` makes (`agentctx_fast.stores._aiosqlite`: one trip
-    to aiosqlite's thread per statement; its transactions start with ``BEGIN IMMEDIATE``)."""
+    PostgreSQL each statement runs on its own in autocommit, as in `BlockingSqlPort`.
+
+    On the SQLite engine `async_engine` makes (`agentctx_fast.stores._aiosqlite`) each call
+    is one trip to the thread of a pooled aiosqlite connection, where the blocking port's code
+    runs it on that connection's own sqlite3 connection (single statements in autocommit,
+    transactions begun with ``BEGIN IMMEDIATE`` and ended within the trip), and `together`
+    runs several calls in that one trip. A caller cancelled meanwhile leaves the trip to end
+    (a transaction never stays open, the connection is never dropped, which for an in-memory
+    database is the database), and its remaining calls and any transaction not yet begun are
+    skipped: it is cancelled when the trip is over."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         self.dialect = check_dialect(engine.dialect.name)
-        # One shared connection (in-memory SQLite): one operation at a time, or the tasks'
-        # transactions would interleave on it.
+        # One shared connection (an in-memory SQLite engine of the caller's): one operation at
+        # a time, or the tasks' transactions would interleave on it (on the engine
+        # `async_engine` makes, each call is whole on the connection's thread instead).
         self._shared = isinstance(engine.sync_engine.pool, StaticPool)
         self._serial: AbstractAsyncContextManager[Any] = (
             asyncio.Lock() if self._shared else nullcontext()
         )
         single: AsyncEngine | None = None
         self._writer = engine  # where `run` and `many` begin their transactions
+        self._on_thread: BlockingSqlPort | None = None  # the port a trip runs
+        self._trip = threading.local()  # on a connection's thread during a trip: its `_Trip`
         if self.dialect == "postgresql":
             single = engine.execution_options(isolation_level="AUTOCOMMIT")
         elif _one_trip(engine):
-            from agentctx_fast.stores._aiosqlite import ONE_STATEMENT, WRITE_TRANSACTION
+            from agentctx_fast.stores._aiosqlite import (
+                ONE_STATEMENT,
+                WRITE_TRANSACTION,
+                thread_engine,
+            )
 
-            single = engine.execution_options(**{ONE_STATEMENT: True})
-            self._writer = engine.execution_options(**{WRITE_TRANSACTION: True})
-        # A single statement is the blocking port's code run in one greenlet of SQLAlchemy's
-        # asyncio layer (`greenlet_spawn`, what `AsyncConnection` runs each call in): the
-        # checkout, the statement and the return to the pool in one, where `AsyncConnection`
-        # spends one greenlet on each and a task on the return.
+            blocking = thread_engine()
+            self._on_thread = BlockingSqlPort(
+                blocking,
+                single=blocking.execution_options(**{ONE_STATEMENT: True}),
+                writer=blocking.execution_options(**{WRITE_TRANSACTION: True}),
+                checkpoint=self._checkpoint,
+            )
+        # Elsewhere a single statement is the blocking port's code run in one greenlet of
+        # SQLAlchemy's asyncio layer (`greenlet_spawn`, what `AsyncConnection` runs each call
+        # in): the checkout, the statement and the return to the pool in one, where
+        # `AsyncConnection` spends one greenlet on each and a task on the return.
         self._single: Engine | None = None if single is None else single.sync_engine
 
     async def rows(
@@ -235,18 +291,73 @@ class AsyncSqlPort:
         write: bool = False,
         params: Mapping[str, Any] | None = None,
     ) -> Sequence[Any]:
+        inner = self._on_thread
+        if inner is not None:
+            return await self.together(
+                action, lambda: inner.rows(action, statement, write=write, params=params)
+            )
         return await self._whole(self._rows(action, statement, write, params))
 
     async def changed(self, action: str, statement: Any) -> int:
+        inner = self._on_thread
+        if inner is not None:
+            return await self.together(action, lambda: inner.changed(action, statement))
         return await self._whole(self._changed(action, statement))
 
     async def run(self, action: str, work: Callable[[Connection], Any]) -> None:
+        inner = self._on_thread
+        if inner is not None:
+            return await self.together(action, lambda: inner.run(action, work))
         await self._whole(self._run(action, work))
 
     async def many(
         self, action: str, statement: Any, params: Sequence[Mapping[str, Any]]
     ) -> Sequence[Any]:
+        inner = self._on_thread
+        if inner is not None:
+            return await self.together(action, lambda: inner.many(action, statement, params))
         return await self._whole(self._many(action, statement, params))
+
+    async def together(self, action: str, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """``work()``, whose awaits are this port's calls: on the async SQLite engine, all of
+        them in one trip to a connection's thread; elsewhere, each as it comes."""
+        if self._on_thread is None or getattr(self._trip, "current", None) is not None:
+            return await work()  # not SQLite, or already on the trip: run as it comes
+        with translated(action):
+            connection = await _greenlet_spawn(self.engine.sync_engine.connect)
+        try:
+            trip = _Trip()
+            driver: Any = connection.connection.driver_connection  # a OneTripConnection
+            done = driver.send(self._travel, trip, work)
+            try:
+                result: T = await done
+            except asyncio.CancelledError:
+                trip.cancelled = True  # its next call, or a transaction's start, stops
+                if done.cancelled():
+                    # The trip goes on; the connection goes back once it is over: the thread
+                    # runs its calls in order, so the end of a call queued now is the trip's.
+                    await wait_uncut(driver.send(_nothing))
+                else:
+                    done.exception()  # the caller left: the trip's own failure is not reported
+                raise
+            return result
+        finally:
+            await _greenlet_spawn(connection.close)  # no trip: nothing is open or queued
+
+    def _travel(self, trip: _Trip, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """On the connection's thread: ``work`` driven by the blocking driver, its port calls
+        run by `BlockingSqlPort` on this thread's connection."""
+        self._trip.current = trip
+        try:
+            return run_sync(work())
+        finally:
+            self._trip.current = None
+
+    def _checkpoint(self) -> None:
+        """On a trip: stop if its caller was cancelled."""
+        trip: _Trip | None = getattr(self._trip, "current", None)
+        if trip is not None and trip.cancelled:
+            raise asyncio.CancelledError
 
     async def _whole(self, operation: Coroutine[Any, Any, T]) -> T:
         """``operation``; on the shared connection of an in-memory database, never cut in the
@@ -293,6 +404,19 @@ class AsyncSqlPort:
         with translated(action):
             async with self._serial, self._writer.begin() as connection:
                 return (await connection.execute(statement, params)).all()
+
+
+def _nothing() -> None:
+    """A call whose end on a connection's thread says every call queued before it ended."""
+
+
+class _Trip:
+    """One trip of `AsyncSqlPort.together`; ``cancelled`` once its caller was."""
+
+    __slots__ = ("cancelled",)
+
+    def __init__(self) -> None:
+        self.cancelled = False
 
 
 def blocking_engine(url: str) -> Engine:

@@ -41,7 +41,11 @@ from agentctx_fast.memory import (
 )
 from agentctx_fast.messages import Message
 from agentctx_fast.stores._bridge import BlockingCompressionStateStore
-from agentctx_fast.stores._common import check_conversation_id, check_table_prefix
+from agentctx_fast.stores._common import (
+    check_conversation_id,
+    check_table_prefix,
+    unit_handle,
+)
 from agentctx_fast.stores._loader import (
     DEFAULT_MESSAGE_CACHE_BYTES,
     DEFAULT_MESSAGE_CACHE_SIZE,
@@ -398,6 +402,7 @@ class AsyncSqlAgentStore(_SqlStoreBase):
             await self.engine.dispose()
 
 
+@unit_handle
 class AsyncSqlChatMemory(AsyncChatMemory):
     """One conversation's messages in the store's ``messages`` table (the one implementation:
     awaited by `AsyncSqlAgentStore`, driven blocking by `SqlAgentStore`)."""
@@ -406,6 +411,11 @@ class AsyncSqlChatMemory(AsyncChatMemory):
         self._store = store
         self._table = store._tables.messages
         self.conversation_id = conversation_id
+
+    @property
+    def _io_port(self) -> SqlPort:
+        """The store's port (see `agentctx_fast.stores._common.shared_port`)."""
+        return self._store._port
 
     async def add_message_if_absent(self, message: Message) -> bool:
         check_message(message)
@@ -480,12 +490,17 @@ class AsyncSqlChatMemory(AsyncChatMemory):
             .values(version=expected_version + 1, data=dump(self._store.serializer, updated))
         )
         action = f"updating message {message.message_id!r}"
-        if await self._store._port.changed(action, statement) == 1:
+        port = self._store._port
+
+        async def update() -> Sequence[Any] | None:
+            if await port.changed(action, statement) == 1:
+                return None
+            # Only to say why the update did not apply; the decision was the UPDATE's.
+            return await port.rows(action, sa.select(table.c.version, table.c.kind).where(key))
+
+        rows = await port.together(action, update)
+        if rows is None:
             return updated
-        # Only to say why the update did not apply; the decision was the UPDATE's.
-        rows = await self._store._port.rows(
-            action, sa.select(table.c.version, table.c.kind).where(key)
-        )
         if not rows:
             raise MessageNotFoundError(f"no stored message {message.message_id!r}")
         row = rows[0]

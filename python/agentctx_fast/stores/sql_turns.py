@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from agentctx_fast.errors import StoreError
 from agentctx_fast.stores._bridge import BlockingAgentTurnStore
-from agentctx_fast.stores._sql_io import sa
+from agentctx_fast.stores._common import unit_handle
+from agentctx_fast.stores._sql_io import SqlPort, sa
 from agentctx_fast.stores.turns import (
     AgentTurnSnapshot,
     ConversationLease,
@@ -58,6 +59,7 @@ def turn_tables(metadata: sa.MetaData, prefix: str, version_type: Any) -> tuple[
     return turns, leases
 
 
+@unit_handle
 class AsyncSqlAgentTurnStore:
     """The turn store of the SQL stores (SQLite or PostgreSQL): the one implementation, awaited
     by `AsyncSqlAgentStore` and driven blocking by `SqlAgentStore`."""
@@ -66,6 +68,11 @@ class AsyncSqlAgentTurnStore:
         self._store = store
         self._turns = store._tables.turns
         self._leases = store._tables.leases
+
+    @property
+    def _io_port(self) -> SqlPort:
+        """The store's port (see `agentctx_fast.stores._common.shared_port`)."""
+        return self._store._port
 
     # -- snapshots --------------------------------------------------------------------------
 
@@ -149,18 +156,21 @@ class AsyncSqlAgentTurnStore:
             },
             where=(table.c.status == _RUNNING) & (table.c.expires_at <= now),
         ).returning(table.c.previous_turn_id)
-        for _ in range(3):
-            rows = await self._store._port.rows(
-                "taking a conversation lease", statement, write=True
-            )
-            if rows:
-                previous = rows[0].previous_turn_id
-                return None if previous is None else str(previous)
-            lease = await self.open_turn(conversation_id)
-            if lease is not None:
-                raise busy_error(conversation_id, lease)
-            # released between the two statements: try again
-        raise StoreError(f"conversation {conversation_id!r}: the lease kept changing")
+        action = "taking a conversation lease"
+
+        async def take() -> str | None:
+            for _ in range(3):
+                rows = await self._store._port.rows(action, statement, write=True)
+                if rows:
+                    previous = rows[0].previous_turn_id
+                    return None if previous is None else str(previous)
+                lease = await self.open_turn(conversation_id)
+                if lease is not None:
+                    raise busy_error(conversation_id, lease)
+                # released between the two statements: try again
+            raise StoreError(f"conversation {conversation_id!r}: the lease kept changing")
+
+        return await self._store._port.together(action, take)
 
     async def renew_lease(
         self, conversation_id: str, turn_id: str, owner: str, lease_seconds: float, now: float
