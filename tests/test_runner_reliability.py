@@ -160,7 +160,7 @@ def test_a_process_killed_mid_turn(
     conversation = new_conversation_id()
     marker = tmp_path / "in-turn"
     child = SPAWN.Process(
-        target=crash_in_turn, args=(kind, url, conversation, "killed", str(marker), where, 1.0)
+        target=crash_in_turn, args=(kind, url, conversation, "killed", str(marker), where, 2.0)
     )
     child.start()
     try:
@@ -283,9 +283,10 @@ def test_a_killed_turn_is_resumed(
     for an idempotent tool, otherwise the model sees "interrupted before the tool returned"."""
     kind, url, blocking_store = process_store
     conversation = new_conversation_id()
-    _kill_mid_turn(kind, url, conversation, tmp_path / "in-turn", where)
-    # the blocking runner, or the async runner on the async store (bridged to a loop thread)
+    # the blocking runner, or the async runner on the async store (bridged to a loop thread);
+    # made before the kill, so that its setup (a cluster's slot map) does not eat the lease
     store = blocking_store if driver == "blocking" else make_store(f"async-{kind}", request)
+    _kill_mid_turn(kind, url, conversation, tmp_path / "in-turn", where)
     memory = store.chat_memory(conversation)
     written = memory.get_messages()
     reruns: list[str] = []
@@ -336,7 +337,7 @@ def test_a_killed_turn_is_resumed(
 def _kill_mid_turn(kind: str, url: str, conversation: str, marker: Path, where: str) -> None:
     """Run turn "killed" in a child process and SIGKILL it in its tool or its model call."""
     child = SPAWN.Process(
-        target=crash_in_turn, args=(kind, url, conversation, "killed", str(marker), where, 1.0)
+        target=crash_in_turn, args=(kind, url, conversation, "killed", str(marker), where, 2.0)
     )
     child.start()
     try:
