@@ -138,12 +138,15 @@ class AsyncTurnIO:
     async def _in_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` in a worker thread, which is never cut off (its side effect happens
         either way): even a cancellation of the turn's own task (the loop shutting down) lets
-        it finish and is remembered, so the turn keeps the result and ends."""
+        it finish and is remembered, so the turn keeps the result and ends.
+
+        Such a cancellation mostly arrives once the call has ended (the future cannot be
+        cancelled: the task is woken by its end), but one made before the turn's task first
+        ran is thrown in at once, the call still running: it is waited for all the same."""
         future = in_worker(fn, *args)  # cannot be cancelled: a cancellation waits for it
-        try:
-            return await future
-        except asyncio.CancelledError:
-            if not future.done():
-                raise
-            self.cancelled = True
-            return future.result()
+        while not future.done():
+            try:
+                await future
+            except asyncio.CancelledError:
+                self.cancelled = True
+        return future.result()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from asyncio.tasks import _enter_task, _leave_task
+import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Mapping, Sequence
 from typing import Any, cast
 
@@ -33,6 +33,18 @@ from agentctx_fast.runner._state import check_agent, check_history
 from agentctx_fast.runner.events import StreamEvent, TurnEnded
 from agentctx_fast.stores._bridge import AwaitableAgentTurnStore
 from agentctx_fast.stores.turns import AsyncAgentTurnStore, InMemoryAgentTurnStore
+
+try:  # asyncio's own (private) switch of the current task, which an eager task needs
+    from asyncio.tasks import _enter_task, _leave_task
+except ImportError:  # pragma: no cover - a Python without them: the turn's task starts plainly
+    _EMULABLE = False
+else:
+    _EMULABLE = True
+
+# How `_started` starts the turn's task: "native" (Python 3.12's eager start), "emulated"
+# (its first step run in `_started`, as that task) or "plain" (it first runs at the event
+# loop's next round, as any new task).
+_START = "native" if sys.version_info >= (3, 12) else "emulated" if _EMULABLE else "plain"
 
 
 class AsyncAgentRunner:
@@ -163,13 +175,38 @@ def _started(io: AsyncTurnIO, turn: Coroutine[Any, Any, AgentTurn]) -> asyncio.F
     its own) and in its copy of the caller's context. A turn that ends in that step (one whose
     store, model and tools never wait, such as the in-memory store with async callables) is
     answered at once: its caller takes no round of the event loop to get it.
+
+    The task is an `asyncio.Task` made here, never one from the loop's task factory: a factory
+    may take no ``context`` (the older ``(loop, coro)`` form) or run the task's first step
+    itself (``asyncio.eager_task_factory``), which is ours to run.
     """
     loop = asyncio.get_running_loop()
     context = contextvars.copy_context()
+    if _START == "native" and sys.version_info >= (3, 12):
+        # Nothing can interrupt the turn while its first step runs in the constructor: its
+        # caller is not running. So the task is bound before anyone could cut an await.
+        task: asyncio.Task[AgentTurn] = asyncio.Task(
+            turn, loop=loop, context=context, eager_start=True
+        )
+    elif _START == "emulated":
+        return _emulated(loop, context, io, turn)
+    else:
+        task = asyncio.Task(turn, loop=loop, context=context)
+    io.bind(task)
+    return task
+
+
+def _emulated(
+    loop: asyncio.AbstractEventLoop,
+    context: contextvars.Context,
+    io: AsyncTurnIO,
+    turn: Coroutine[Any, Any, AgentTurn],
+) -> asyncio.Future[AgentTurn]:
+    """`_started` before Python 3.12: the task's first step run here, as that task."""
     carried = _Carried(turn)
     steps = carried.run()
     steps.send(None)  # to its first line: see `_Carried.__await__`
-    task = loop.create_task(steps, context=context)
+    task = asyncio.Task(steps, loop=loop, context=context)
     io.bind(task)
     caller = asyncio.current_task(loop)
     if caller is not None:
@@ -177,8 +214,10 @@ def _started(io: AsyncTurnIO, turn: Coroutine[Any, Any, AgentTurn]) -> asyncio.F
     _enter_task(loop, task)
     try:
         carried.waiting = context.run(turn.send, None)
-    except (Exception, asyncio.CancelledError) as outcome:  # it ended without waiting
-        carried.ended = True
+    except BaseException as outcome:  # it ended without waiting
+        carried.ended = True  # the task ends at its first step, with nothing to do
+        if not isinstance(outcome, (Exception, asyncio.CancelledError)):
+            raise  # KeyboardInterrupt, SystemExit: on through the caller, as from any step
         ended: asyncio.Future[AgentTurn] = loop.create_future()
         if isinstance(outcome, StopIteration):
             ended.set_result(outcome.value)
@@ -223,6 +262,11 @@ class _Carried:
             if self.ended:
                 raise
             thrown = error
+            # What the turn waits for was yielded to `_started`, never taken by the task: clear
+            # the flag a task clears when it takes a future, or the turn could not await that
+            # future again once the error is in (asyncio: "await wasn't used with future").
+            if getattr(self.waiting, "_asyncio_future_blocking", False):
+                setattr(self.waiting, "_asyncio_future_blocking", False)  # noqa: B010
         if self.ended:
             return None
         waiting = self.waiting
