@@ -56,6 +56,28 @@ def db_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+def _start_modes() -> list[str]:
+    """How this Python can start a turn's task (`aio._START`): natively eager (3.12+), by the
+    emulation (asyncio's task switch present) and always plainly."""
+    from agentctx_fast.runner import aio
+
+    modes = ["native"] if sys.version_info >= (3, 12) else []
+    if getattr(aio, "_EMULABLE", True):
+        modes.append("emulated")
+    return [*modes, "plain"]
+
+
+EAGER_MODES = [mode for mode in _start_modes() if mode != "plain"]
+
+
+@pytest.fixture(params=_start_modes())
+def start_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    from agentctx_fast.runner import aio
+
+    monkeypatch.setattr(aio, "_START", request.param, raising=False)
+    return str(request.param)
+
+
 def with_store(
     kind: str, request: pytest.FixtureRequest, body: Callable[[Any], Awaitable[Any]]
 ) -> Any:
@@ -869,10 +891,16 @@ def test_a_call_in_a_worker_runs_to_its_end_whatever_its_caller_does() -> None:
     assert seen == ["cancelled"]
 
 
-def test_a_turn_that_never_waits_takes_no_round_of_the_event_loop() -> None:
+@pytest.mark.parametrize("mode", EAGER_MODES)
+def test_a_turn_that_never_waits_takes_no_round_of_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
     """On the in-memory store with an async model and async tools a turn never waits: it runs
     to its end in the caller's task, before anything else the loop has ready."""
     from agentctx_fast import AsyncInMemoryAgentStore
+    from agentctx_fast.runner import aio
+
+    monkeypatch.setattr(aio, "_START", mode, raising=False)
 
     async def lookup(order_id: str) -> str:
         return f"{order_id} shipped"
@@ -902,7 +930,7 @@ def test_a_turn_that_never_waits_takes_no_round_of_the_event_loop() -> None:
 
 
 @pytest.mark.parametrize("waits", [False, True], ids=["never-waits", "waits"])
-def test_a_turn_runs_in_a_copy_of_the_callers_context(waits: bool) -> None:
+def test_a_turn_runs_in_a_copy_of_the_callers_context(start_mode: str, waits: bool) -> None:
     """As in a task of its own: an async tool sees the caller's context variables, and what it
     sets stays in the turn (before and after the turn's first wait) and never reaches the
     caller."""
@@ -940,12 +968,17 @@ def test_a_turn_runs_in_a_copy_of_the_callers_context(waits: bool) -> None:
     assert after == "r-42"
 
 
-def test_a_turn_whose_task_is_cancelled_before_it_first_runs_frees_the_conversation() -> None:
+@pytest.mark.parametrize("mode", EAGER_MODES)
+def test_a_turn_whose_task_is_cancelled_before_it_first_runs_frees_the_conversation(
+    monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
     """The loop stops just after a turn started and waited (its lease taken, the rest of it
     handed to a task that has not run yet); shutting the loop down cancels every task, as
     `asyncio.run` does: the turn still ends cancelled and frees its conversation."""
     from agentctx_fast import AsyncInMemoryAgentStore
+    from agentctx_fast.runner import aio
 
+    monkeypatch.setattr(aio, "_START", mode, raising=False)
     store = AsyncInMemoryAgentStore()
     model = _WaitingModel()
     loop = asyncio.new_event_loop()
@@ -1058,7 +1091,7 @@ def test_a_call_done_before_its_caller_has_left_submit_is_answered_at_once(
     assert workers._threads == 1
 
 
-def test_a_turn_runs_as_its_own_task_from_its_first_step() -> None:
+def test_a_turn_runs_as_its_own_task_from_its_first_step(start_mode: str) -> None:
     """The turn's first step runs at once but as the task that carries the turn on (as an
     eager task does): a tool sees one task before and after it waits, never its caller's,
     and a timeout entered before the wait ends the tool's wait, not the caller."""
@@ -1095,3 +1128,301 @@ def test_a_turn_runs_as_its_own_task_from_its_first_step() -> None:
     results = {m.tool_call_id: m for m in turn.messages if ":tool:" in m.message_id}
     assert results["c1"].text == "looked"
     assert results["c2"].is_error and "TimeoutError" in results["c2"].text
+
+
+@pytest.mark.parametrize("mode", EAGER_MODES)
+def test_a_plain_tool_whose_turn_is_cancelled_before_its_task_first_ran_keeps_its_result(
+    monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """The turn's first step (run with its caller's) reached a plain tool; the loop stops
+    before the turn's task first ran and shuts down, cancelling every task: the tool, still
+    running, finishes and keeps its result, and the turn ends cancelled."""
+    from agentctx_fast import AsyncInMemoryAgentStore
+    from agentctx_fast.runner import aio
+
+    monkeypatch.setattr(aio, "_START", mode, raising=False)
+    store = AsyncInMemoryAgentStore()
+    tool, entered, release = _blocked_tool("slow_refund", "refund issued")
+    model = AsyncScriptedChatModel([_call("c1", "slow_refund"), AiMessage("never used")])
+    loop = asyncio.new_event_loop()
+    try:
+        runner = AsyncAgentRunner(store)
+        caller = loop.create_task(runner.run(Agent("a", model, tools=[tool]), "conv", "go"))
+        loop.call_soon(loop.stop)  # after the caller's first step, before the turn's task
+        loop.run_forever()
+        assert entered.wait(10) and not caller.done()
+        tasks = asyncio.all_tasks(loop)
+        for task in tasks:
+            task.cancel()
+        loop.call_later(0.05, release.set)
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        assert caller.cancelled()
+
+        async def after() -> tuple[Any, list[Message], Any]:
+            stored = await store.chat_memory("conv").get_messages()
+            first = await runner.turn("conv", stored[0].turn_id)
+            second = Agent("a", AsyncScriptedChatModel([AiMessage("second answer")]))
+            return first, stored, await runner.run(second, "conv", "again")
+
+        first, stored, nxt = loop.run_until_complete(after())
+        loop.run_until_complete(runner.aclose())
+    finally:
+        release.set()
+        loop.close()
+    assert first.status is TurnStatus.CANCELLED
+    results = [m for m in stored if getattr(m, "tool_call_id", None) == "c1"]
+    assert [(m.text, m.is_error) for m in results] == [("refund issued", False)]
+    assert validate_tool_protocol(stored) == []
+    assert model.remaining == 1
+    assert nxt.status is TurnStatus.COMPLETED
+
+
+def _eager_task_factory() -> Any:
+    """``asyncio.eager_task_factory`` (3.12+), or on 3.11 a factory that does what it does:
+    the new task's first step runs inside ``create_task``, as that task."""
+    if sys.version_info >= (3, 12):
+        return asyncio.eager_task_factory
+    from asyncio.tasks import _enter_task, _leave_task
+
+    def factory(
+        loop: asyncio.AbstractEventLoop, coro: Any, *, context: Any = None
+    ) -> asyncio.Task[Any]:
+        task = asyncio.Task(coro, loop=loop, context=context)
+        handle = loop._ready.pop()  # type: ignore[attr-defined]  # the task's first step
+        caller = asyncio.current_task(loop)
+        if caller is not None:
+            _leave_task(loop, caller)
+        try:
+            handle._run()
+        finally:
+            if caller is not None:
+                _enter_task(loop, caller)
+        return task
+
+    return factory
+
+
+def _two_argument_task_factory(loop: asyncio.AbstractEventLoop, coro: Any) -> asyncio.Task[Any]:
+    """A ``(loop, coro)`` factory, as older instrumentation installs (it takes no context)."""
+    return asyncio.Task(coro, loop=loop)
+
+
+@pytest.mark.parametrize("factory", ["two-argument", "eager"])
+def test_turns_run_whatever_task_factory_the_loop_has(start_mode: str, factory: str) -> None:
+    """The turn's task is the runner's own: a loop's task factory that takes no context, or
+    one that runs a new task's first step itself, changes nothing (turns that never wait,
+    that wait on an async model, on a plain tool, and a turn cancelled while it waits)."""
+    from agentctx_fast import AsyncInMemoryAgentStore
+
+    class SleepyModel:
+        def __init__(self, replies: list[AiMessage]) -> None:
+            self.replies = replies
+
+        async def chat(self, messages: Sequence[Message], tools: Sequence[Any]) -> AiMessage:
+            await asyncio.sleep(0.001)
+            return self.replies.pop(0)
+
+    def lookup() -> str:
+        time.sleep(0.001)
+        return "looked up"
+
+    async def main() -> tuple[list[Any], Any]:
+        loop = asyncio.get_running_loop()
+        loop.set_task_factory(
+            _two_argument_task_factory if factory == "two-argument" else _eager_task_factory()
+        )
+        runner = AsyncAgentRunner(AsyncInMemoryAgentStore())
+        agents = [
+            Agent("a", AsyncScriptedChatModel([AiMessage("at once")])),
+            Agent("a", SleepyModel([AiMessage("after a wait")])),
+            Agent(
+                "a",
+                AsyncScriptedChatModel([_call("c1", "lookup"), AiMessage("after a tool")]),
+                tools=[Tool("lookup", lookup)],
+            ),
+        ]
+        turns = [await runner.run(agent, f"c{i}", "go") for i, agent in enumerate(agents)]
+        model = _WaitingModel()
+        waiting = asyncio.ensure_future(
+            runner.run(Agent("a", model), "c-cancel", "go", turn_id="turn-cancel")
+        )
+        await model.entered.wait()
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        stored = await runner.turn("c-cancel", "turn-cancel")
+        await runner.aclose()
+        return turns, stored
+
+    turns, cancelled = asyncio.run(main())
+    assert [(t.status, t.messages[-1].text) for t in turns] == [
+        (TurnStatus.COMPLETED, "at once"),
+        (TurnStatus.COMPLETED, "after a wait"),
+        (TurnStatus.COMPLETED, "after a tool"),
+    ]
+    assert cancelled.status is TurnStatus.CANCELLED
+
+
+def test_without_asyncios_task_switch_the_runner_imports_and_starts_turns_plainly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Were asyncio's private ``_enter_task``/``_leave_task`` gone (renamed in some Python),
+    the runner's module still imports and, before 3.12's eager start, starts the turn's task
+    plainly; its turns run, wait and are cancelled as ever."""
+    import importlib.util
+
+    from agentctx_fast import AsyncInMemoryAgentStore
+    from agentctx_fast.runner import aio
+
+    spec = importlib.util.spec_from_file_location("_aio_without_task_switch", aio.__file__)
+    assert spec is not None and spec.loader is not None
+    copy = importlib.util.module_from_spec(spec)
+    with monkeypatch.context() as patched:
+        patched.delattr(asyncio.tasks, "_enter_task")
+        patched.delattr(asyncio.tasks, "_leave_task")
+        spec.loader.exec_module(copy)
+    assert copy._EMULABLE is False
+    assert copy._START == ("native" if sys.version_info >= (3, 12) else "plain")
+
+    async def lookup() -> str:
+        await asyncio.sleep(0)
+        return "looked up"
+
+    async def main() -> tuple[Any, Any, Any]:
+        runner = copy.AsyncAgentRunner(AsyncInMemoryAgentStore())
+        agent = Agent(
+            "a",
+            AsyncScriptedChatModel([_call("c1", "lookup"), AiMessage("done")]),
+            tools=[Tool("lookup", lookup)],
+        )
+        done = await runner.run(agent, "c1", "go")
+        model = _WaitingModel()
+        waiting = asyncio.ensure_future(
+            runner.run(Agent("a", model), "c2", "go", turn_id="turn-cancel")
+        )
+        await model.entered.wait()
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        cancelled = await runner.turn("c2", "turn-cancel")
+        again = await runner.run(Agent("a", AsyncScriptedChatModel([AiMessage("free")])), "c2", "x")
+        await runner.aclose()
+        return done, cancelled, again
+
+    done, cancelled, again = asyncio.run(main())
+    assert done.status is TurnStatus.COMPLETED
+    assert [m.text for m in done.messages][-2:] == ["looked up", "done"]
+    assert cancelled.status is TurnStatus.CANCELLED
+    assert again.status is TurnStatus.COMPLETED
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, SystemExit])
+def test_a_keyboard_interrupt_in_the_turns_first_step_leaves_no_task_behind(
+    monkeypatch: pytest.MonkeyPatch, error: type[BaseException]
+) -> None:
+    """The emulated eager start: a KeyboardInterrupt (or SystemExit) raised in the turn's
+    first step goes on through its caller, as from any task's step, and the task made for the
+    turn ends quietly (it never resumes the finished turn: no error reaches the loop)."""
+    from agentctx_fast import AsyncInMemoryAgentStore
+    from agentctx_fast.runner import aio
+
+    if "emulated" not in _start_modes():
+        pytest.skip("asyncio's task switch is missing: no emulated eager start")
+    monkeypatch.setattr(aio, "_START", "emulated", raising=False)
+
+    class InterruptedModel:
+        async def chat(self, messages: Sequence[Message], tools: Sequence[Any]) -> AiMessage:
+            raise error
+
+    loop = asyncio.new_event_loop()
+    reported: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: reported.append(context))
+    try:
+        runner = AsyncAgentRunner(AsyncInMemoryAgentStore())
+        with pytest.raises(error):
+            loop.run_until_complete(runner.run(Agent("a", InterruptedModel()), "conv", "go"))
+
+        async def after() -> Any:
+            for _ in range(3):
+                await asyncio.sleep(0)  # the turn's task takes its step
+            agent = Agent("a", AsyncScriptedChatModel([AiMessage("next")]))
+            return await runner.run(agent, "conv", "again")
+
+        nxt = loop.run_until_complete(after())
+        left = [t for t in asyncio.all_tasks(loop) if "_Carried" in repr(t)]
+        loop.run_until_complete(runner.aclose())
+    finally:
+        loop.close()
+    import gc
+
+    gc.collect()
+    assert nxt.status is TurnStatus.COMPLETED
+    assert left == []
+    assert reported == []
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05], ids=["at-once", "later"])
+def test_a_timeout_entered_before_the_call_fires_in_the_turns_first_wait(
+    start_mode: str, delay: float
+) -> None:
+    """The caller enters ``asyncio.timeout`` before calling the runner, and it fires while the
+    turn waits for its model in its first step (before its task first ran, for an eager
+    start): the turn ends cancelled, the caller gets `TimeoutError`, the conversation is
+    free."""
+    from agentctx_fast import AsyncInMemoryAgentStore
+
+    async def main() -> tuple[list[Message], Any, Any]:
+        store = AsyncInMemoryAgentStore()
+        runner = AsyncAgentRunner(store)
+        model = _WaitingModel()
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(delay):
+                await runner.run(Agent("a", model), "conv", "go", turn_id="turn-1")
+        stored = await store.chat_memory("conv").get_messages()
+        first = await runner.turn("conv", "turn-1") if stored else None
+        agent = Agent("a", AsyncScriptedChatModel([AiMessage("next")]))
+        nxt = await runner.run(agent, "conv", "again")
+        await runner.aclose()
+        return stored, first, nxt
+
+    stored, first, nxt = asyncio.run(main())
+    if start_mode != "plain":  # the first step took the conversation and asked the model
+        assert first is not None and first.status is TurnStatus.CANCELLED
+        assert [m.text for m in stored] == ["go"]
+    elif first is not None:  # a plain task may have been cancelled before it started
+        assert first.status is TurnStatus.CANCELLED
+    assert nxt.status is TurnStatus.COMPLETED and nxt.messages[-1].text == "next"
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05], ids=["at-once", "later"])
+def test_a_timeout_a_tool_enters_in_the_turns_first_step_is_the_turns(
+    start_mode: str, delay: float
+) -> None:
+    """A tool in the turn's first step (nothing waited before it) enters ``asyncio.timeout``
+    and waits: the timeout fires in that first wait and ends the tool's wait (an error result
+    the turn goes on from), never the caller."""
+    from agentctx_fast import AsyncInMemoryAgentStore
+
+    async def bounded() -> str:
+        async with asyncio.timeout(delay):
+            await asyncio.sleep(10)
+        return "never"
+
+    agent = Agent(
+        "a",
+        AsyncScriptedChatModel([_call("c1", "bounded"), AiMessage("done")]),
+        tools=[Tool("bounded", bounded)],
+    )
+
+    async def main() -> Any:
+        runner = AsyncAgentRunner(AsyncInMemoryAgentStore())
+        turn = await runner.run(agent, "conversation", "go")
+        await asyncio.sleep(0.01)  # a cancellation leaking to the caller would land here
+        await runner.aclose()
+        return turn
+
+    turn = asyncio.run(main())
+    assert turn.status is TurnStatus.COMPLETED
+    results = [m for m in turn.messages if ":tool:" in m.message_id]
+    assert len(results) == 1 and results[0].is_error and "TimeoutError" in results[0].text
+    assert turn.messages[-1].text == "done"
