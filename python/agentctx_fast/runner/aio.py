@@ -183,11 +183,15 @@ def _started(io: AsyncTurnIO, turn: Coroutine[Any, Any, AgentTurn]) -> asyncio.F
     loop = asyncio.get_running_loop()
     context = contextvars.copy_context()
     if _START == "native" and sys.version_info >= (3, 12):
-        # Nothing can interrupt the turn while its first step runs in the constructor: its
-        # caller is not running. So the task is bound before anyone could cut an await.
-        task: asyncio.Task[AgentTurn] = asyncio.Task(
-            turn, loop=loop, context=context, eager_start=True
-        )
+        # Nothing can interrupt the turn while its first step runs in `__init__` (its caller
+        # is not running), so the task is bound after it.
+        task: asyncio.Task[AgentTurn] = asyncio.Task.__new__(asyncio.Task)
+        try:
+            asyncio.Task.__init__(task, turn, loop=loop, context=context, eager_start=True)
+        except BaseException:  # KeyboardInterrupt, SystemExit: the task holds it too
+            if task.done() and not task.cancelled():
+                task.exception()  # it goes on through the caller: the task need not report it
+            raise
     elif _START == "emulated":
         return _emulated(loop, context, io, turn)
     else:
