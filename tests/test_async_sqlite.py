@@ -446,8 +446,10 @@ def test_the_store_engines_events_and_echo_see_the_stores_statements(
 
     url = "sqlite://" if where == "memory" else f"sqlite:///{tmp_path / 'agent.db'}"
     seen: list[tuple[str, str | None]] = []
+    engine_url: Any = None
 
     def listener(*args: Any) -> None:
+        assert args[0].engine.url == engine_url  # the database, as a tracer reports it
         seen.append((" ".join(args[2].split()[:3]), _CALLER.get()))
 
     def check() -> None:
@@ -460,6 +462,7 @@ def test_the_store_engines_events_and_echo_see_the_stores_statements(
     if kind == "blocking":
         blocking = SqlAgentStore(url)
         try:
+            engine_url = blocking.engine.url
             event.listen(blocking.engine, "before_cursor_execute", listener)
             blocking.schema().initialize()
             blocking.engine.echo = True
@@ -477,6 +480,8 @@ def test_the_store_engines_events_and_echo_see_the_stores_statements(
     async def main() -> None:
         store = AsyncSqlAgentStore(url)
         try:
+            nonlocal engine_url
+            engine_url = store.engine.url
             event.listen(store.engine.sync_engine, "before_cursor_execute", listener)
             await store.schema().initialize()
             store.engine.echo = True

@@ -299,6 +299,7 @@ def thread_engines(
     # parent always has one, its ``begin`` listener)
     engine.dispatch = engine.dispatch._join(parent.dispatch)
     engine._has_events = True
+    engine.url = parent.url  # what a listener reads of the engine (a tracer: the database)
     single = engine.execution_options(**{ONE_STATEMENT: True})  # joined to ``engine``'s
     writer = engine.execution_options(**{WRITE_TRANSACTION: True})
     for each in (engine, single, writer):
