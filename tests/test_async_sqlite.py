@@ -612,6 +612,8 @@ def test_a_unit_cancelled_while_it_waits_stops_before_its_next_step(url: str) ->
     """Cancelled while its first call (a batch) waits for another writer's lock: the trip
     ends (the caller is cancelled only then), the batch's transaction, begun once the lock is
     free, is rolled back before it writes, and the unit's next call never runs."""
+    from sqlalchemy import event
+
     reached: list[str] = []
 
     async def body(store: AsyncSqlAgentStore) -> tuple[bool, int]:
@@ -626,12 +628,20 @@ def test_a_unit_cancelled_while_it_waits_stops_before_its_next_step(url: str) ->
             reached.append("second")  # never: the first call raised
             await memory.add_message_if_absent(UserMessage("b", message_id="b"))
 
+        begun = threading.Event()
+
+        def beginning(*args: Any) -> None:  # on the connection's thread
+            if args[2] == "BEGIN IMMEDIATE":
+                begun.set()  # the batch's transaction begins: it waits for the lock
+
+        event.listen(store.engine.sync_engine, "before_cursor_execute", beginning)
         task = asyncio.ensure_future(store._port.together("test", work))
         try:
-            for _ in range(2000):  # until the trip runs (its batch then waits for the lock)
-                if reached:
+            for _ in range(2000):
+                if begun.is_set():
                     break
                 await asyncio.sleep(0.005)
+            assert begun.is_set()
             task.cancel()
             await asyncio.sleep(0.05)
             waiting = not task.done()  # the cancelled caller waits for the trip
