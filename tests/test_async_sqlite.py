@@ -6,6 +6,8 @@ store, and nothing half-written when a caller is cancelled."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import gc
 import sqlite3
 import threading
 import time
@@ -200,8 +202,11 @@ def test_errors_are_the_blocking_stores(url: str) -> None:
     assert str(error) == str(blocking_error.value)
 
 
-def _hold_write_lock(path: str, seconds: float) -> tuple[threading.Thread, threading.Event]:
-    """Another connection holds the database's write lock for ``seconds`` (from ``taken``)."""
+def _hold_write_lock(
+    path: str, seconds: float, release: threading.Event | None = None
+) -> tuple[threading.Thread, threading.Event]:
+    """Another connection holds the database's write lock for ``seconds`` (from ``taken``), or
+    until ``release`` is set."""
     taken = threading.Event()
 
     def hold() -> None:
@@ -209,7 +214,10 @@ def _hold_write_lock(path: str, seconds: float) -> tuple[threading.Thread, threa
         connection.execute("BEGIN IMMEDIATE")
         connection.execute("INSERT INTO agent_compression_states VALUES ('other', 1, x'00')")
         taken.set()
-        time.sleep(seconds)
+        if release is None:
+            time.sleep(seconds)
+        else:
+            release.wait(20)
         connection.execute("COMMIT")
         connection.close()
 
@@ -387,6 +395,7 @@ def test_a_cancelled_call_keeps_an_in_memory_database() -> None:
     """In-memory SQLite lives in the store's one shared connection; a caller cancelled in the
     middle of a statement must not make SQLAlchemy drop that connection (and the database with
     it): the statement finishes, then the caller is cancelled."""
+    from sqlalchemy import event
 
     async def main() -> tuple[int, list[str]]:
         store = AsyncSqlAgentStore("sqlite://")
@@ -394,12 +403,21 @@ def test_a_cancelled_call_keeps_an_in_memory_database() -> None:
             await store.schema().initialize()
             memory = store.chat_memory("c1")
             await memory.add_message_if_absent(UserMessage("kept", message_id="u1"))
+            go_on = threading.Event()
+            go_on.set()
+
+            def held(*args: Any) -> None:  # on the connection's thread: mid-statement
+                go_on.wait(10)
+
+            event.listen(store.engine.sync_engine, "before_cursor_execute", held)
             cancelled = 0
             for steps in range(12):  # cut after 0, 1, 2, ... loop steps: mid-statement too
+                go_on.clear()
                 call = asyncio.ensure_future(memory.get_messages())
                 for _ in range(steps):
                     await asyncio.sleep(0)
                 call.cancel()
+                go_on.set()
                 try:
                     await call
                 except asyncio.CancelledError:
@@ -409,8 +427,109 @@ def test_a_cancelled_call_keeps_an_in_memory_database() -> None:
             await store.aclose()
 
     cancelled, ids = asyncio.run(main())
-    assert cancelled >= 6
+    assert cancelled == 12  # each was cut: before it began (0 steps) or in its statement
     assert ids == ["u1"]
+
+
+_CALLER: contextvars.ContextVar[str | None] = contextvars.ContextVar("caller", default=None)
+
+
+@pytest.mark.parametrize("kind", ["blocking", "async"])
+@pytest.mark.parametrize("where", ["memory", "file"])
+def test_the_store_engines_events_and_echo_see_the_stores_statements(
+    kind: str, where: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A listener on the store's engine (``store.engine.sync_engine`` on the async store; what
+    tracing instruments) sees the store's own statements, with the calling task's context
+    variables, and so does ``echo`` turned on after the store was made."""
+    from sqlalchemy import event
+
+    url = "sqlite://" if where == "memory" else f"sqlite:///{tmp_path / 'agent.db'}"
+    seen: list[tuple[str, str | None]] = []
+    engine_url: Any = None
+
+    def listener(*args: Any) -> None:
+        assert args[0].engine.url == engine_url  # the database, as a tracer reports it
+        seen.append((" ".join(args[2].split()[:3]), _CALLER.get()))
+
+    def check() -> None:
+        assert ("CREATE TABLE agent_messages", None) in seen
+        assert ("INSERT INTO agent_messages", "the caller") in seen
+        assert ("SELECT agent_messages.data FROM", "the caller") in seen
+        echoed = [r.getMessage() for r in caplog.records if r.name.startswith("sqlalchemy.engine")]
+        assert any(m.startswith("INSERT INTO agent_messages") for m in echoed)
+
+    if kind == "blocking":
+        blocking = SqlAgentStore(url)
+        try:
+            engine_url = blocking.engine.url
+            event.listen(blocking.engine, "before_cursor_execute", listener)
+            blocking.schema().initialize()
+            blocking.engine.echo = True
+            _CALLER.set("the caller")
+            memory = blocking.chat_memory("c1")
+            memory.add_message_if_absent(UserMessage("hi", message_id="u1"))
+            assert len(memory.get_messages()) == 1
+        finally:
+            _CALLER.set(None)
+            blocking.engine.echo = False
+            blocking.close()
+        check()
+        return
+
+    async def main() -> None:
+        store = AsyncSqlAgentStore(url)
+        try:
+            nonlocal engine_url
+            engine_url = store.engine.url
+            event.listen(store.engine.sync_engine, "before_cursor_execute", listener)
+            await store.schema().initialize()
+            store.engine.echo = True
+            _CALLER.set("the caller")
+            memory = store.chat_memory("c1")
+            await memory.add_message_if_absent(UserMessage("hi", message_id="u1"))
+            assert len(await memory.get_messages()) == 1
+        finally:
+            store.engine.echo = False
+            await store.aclose()
+
+    asyncio.run(main())
+    check()
+
+
+def test_an_aiosqlite_of_other_internals_fails_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The connections use aiosqlite's internals (its call queue): an aiosqlite whose
+    internals differ fails with a clear `StoreError` when a connection is made, not a hang;
+    and the installed aiosqlite is one of the versions the ``sql`` extra pins (those tested)."""
+    import tomllib
+
+    import aiosqlite
+    from packaging.specifiers import SpecifierSet
+
+    from agentctx_fast.stores import _aiosqlite
+
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    extras = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]
+    assert f"aiosqlite{_aiosqlite.TESTED_AIOSQLITE}" in extras["sql"]
+    assert aiosqlite.__version__ in SpecifierSet(_aiosqlite.TESTED_AIOSQLITE)
+
+    original = aiosqlite.Connection.__init__
+
+    def other_internals(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        self._tx = []  # a queue of another kind: a call put there would never be answered
+
+    monkeypatch.setattr(aiosqlite.Connection, "__init__", other_internals)
+
+    async def main() -> None:
+        store = AsyncSqlAgentStore("sqlite://")
+        try:
+            await asyncio.wait_for(store.chat_memory("c1").message_count(), 10)
+        finally:
+            await store.aclose()
+
+    with pytest.raises(StoreError, match=r"aiosqlite .* is not supported .* lacks _tx"):
+        asyncio.run(main())
 
 
 # -- several calls in one trip (`AsyncSqlPort.together`), and the turns that use it ---------
@@ -493,12 +612,15 @@ def test_a_unit_cancelled_while_it_waits_stops_before_its_next_step(url: str) ->
     """Cancelled while its first call (a batch) waits for another writer's lock: the trip
     ends (the caller is cancelled only then), the batch's transaction, begun once the lock is
     free, is rolled back before it writes, and the unit's next call never runs."""
+    from sqlalchemy import event
+
     reached: list[str] = []
 
-    async def body(store: AsyncSqlAgentStore) -> tuple[float, int]:
+    async def body(store: AsyncSqlAgentStore) -> tuple[bool, int]:
         memory = store.chat_memory("c1")
         await memory.message_count()
-        thread, _ = _hold_write_lock(url.removeprefix("sqlite:///"), 0.5)
+        release = threading.Event()
+        thread, _ = _hold_write_lock(url.removeprefix("sqlite:///"), 0, release)
 
         async def work() -> None:
             reached.append("first")
@@ -506,20 +628,34 @@ def test_a_unit_cancelled_while_it_waits_stops_before_its_next_step(url: str) ->
             reached.append("second")  # never: the first call raised
             await memory.add_message_if_absent(UserMessage("b", message_id="b"))
 
+        begun = threading.Event()
+
+        def beginning(*args: Any) -> None:  # on the connection's thread
+            if args[2] == "BEGIN IMMEDIATE":
+                begun.set()  # the batch's transaction begins: it waits for the lock
+
+        event.listen(store.engine.sync_engine, "before_cursor_execute", beginning)
         task = asyncio.ensure_future(store._port.together("test", work))
-        await asyncio.sleep(0.15)
-        task.cancel()
-        start = time.perf_counter()
+        try:
+            for _ in range(2000):
+                if begun.is_set():
+                    break
+                await asyncio.sleep(0.005)
+            assert begun.is_set()
+            task.cancel()
+            await asyncio.sleep(0.05)
+            waiting = not task.done()  # the cancelled caller waits for the trip
+        finally:
+            release.set()
         with pytest.raises(asyncio.CancelledError):
             await task
-        waited = time.perf_counter() - start
         await asyncio.to_thread(thread.join)
-        return waited, await memory.message_count()
+        return waiting, await memory.message_count()
 
-    waited, count = run(url, body)
+    waiting, count = run(url, body)
     assert reached == ["first"]
     assert count == 0
-    assert waited >= 0.1  # the cancelled caller waited for the trip (the lock, ~0.35 s more)
+    assert waiting
     blocking = SqlAgentStore(url)
     try:
         start = time.perf_counter()
@@ -566,6 +702,115 @@ def test_cancelled_units_keep_an_in_memory_database() -> None:
     assert cancelled >= 6
     assert ids[0] == "u1"
     assert second_without_first == 0
+
+
+def _driven(steps: Any) -> Awaitable[Any]:
+    """What ``steps`` (a coroutine's ``__await__``) ends with, as a task would drive it on."""
+
+    async def drive() -> Any:
+        waiting = None
+        while True:
+            if waiting is not None:
+                await asyncio.wait((waiting,))
+            try:
+                waiting = steps.send(None)
+            except StopIteration as stop:
+                return stop.value
+
+    return drive()
+
+
+def test_a_unit_cancelled_before_its_first_wait_ends_cancelled_after_its_trip() -> None:
+    """A unit whose first step was run on its caller's behalf (as the runner starts a turn
+    eagerly) and which is cancelled before it is awaited again: its trip's future is not
+    cancelled then; it ends with `CancelledError` once the trip is over (never an error of
+    its own), nothing is left unreported, and the connection (the database) goes on."""
+
+    async def main() -> tuple[BaseException | None, bool, list[str], list[Any]]:
+        reports: list[Any] = []
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, c: reports.append(c))
+        store = AsyncSqlAgentStore("sqlite://")
+        try:
+            await store.schema().initialize()
+            memory = store.chat_memory("c1")
+            await memory.add_message_if_absent(UserMessage("kept", message_id="u1"))
+            gate = threading.Event()
+
+            async def work() -> None:
+                gate.wait(10)  # on the connection's thread: the trip is under way
+                await memory.add_message_if_absent(UserMessage("x", message_id="x"))
+
+            steps = store._port.together("test", work).__await__()
+            trip = steps.send(None)  # its first step: the trip is sent, its future awaited
+            assert isinstance(trip, asyncio.Future)
+            assert not trip.done()
+            outcome: BaseException | None = None
+            try:
+                thrown = steps.throw(asyncio.CancelledError())  # cancelled before it goes on
+                gate.set()
+                await asyncio.wait((thrown,))
+                await _driven(steps)
+            except BaseException as error:  # the outcome is what is checked
+                outcome = error
+            finally:
+                gate.set()
+            over = trip.done()
+            ids = [m.message_id for m in await memory.get_messages()]
+        finally:
+            await store.aclose()
+        gc.collect()
+        await asyncio.sleep(0)
+        return outcome, over, ids, reports
+
+    outcome, over, ids, reports = asyncio.run(main())
+    assert isinstance(outcome, asyncio.CancelledError)
+    assert over  # the caller ended after its trip
+    assert ids == ["u1"]  # the unit's call after the cancellation was skipped
+    assert reports == []
+
+
+def test_a_caller_cancelled_while_its_connection_goes_back_keeps_an_in_memory_database() -> None:
+    """In-memory SQLite: a call's connection goes back to the pool (its rollback queued behind
+    another task's long unit on the one connection) and the caller is cancelled meanwhile: it
+    waits for the return, then is cancelled, and the database is still there."""
+
+    async def main() -> tuple[bool, BaseException | None, int]:
+        store = AsyncSqlAgentStore("sqlite://")
+        try:
+            await store.schema().initialize()
+            memory = store.chat_memory("c1")
+            await memory.add_messages_if_absent(
+                [UserMessage(f"m{i}", message_id=f"u{i}") for i in range(20)]
+            )
+            trips = _trips(store)
+            gate = threading.Event()
+
+            async def long_unit() -> int:
+                gate.wait(10)  # on the connection's thread
+                return await memory.message_count()
+
+            short = asyncio.ensure_future(memory.message_count())
+            long = asyncio.ensure_future(store._port.together("long", long_unit))
+            try:
+                for _ in range(2000):  # the short call's trip, the unit's, the short's rollback
+                    if trips() >= 3:
+                        break
+                    await asyncio.sleep(0.005)
+                short.cancel()
+                await asyncio.sleep(0.05)
+                waiting = not short.done()
+            finally:
+                gate.set()
+            (outcome,) = await asyncio.gather(short, return_exceptions=True)
+            assert await long == 20
+            return waiting, outcome, await memory.message_count()
+        finally:
+            await store.aclose()
+
+    waiting, outcome, count = asyncio.run(main())
+    assert waiting
+    assert isinstance(outcome, asyncio.CancelledError)
+    assert count == 20
 
 
 def _turns_trips(

@@ -8,8 +8,9 @@ loop when it is done; on a busy machine each trip costs a thread switch both way
 - the store's own calls do not go through SQLAlchemy's asyncio layer at all: the store's port
   (`agentctx_fast.stores._sql_io.AsyncSqlPort`) sends the whole call to the thread of a pooled
   connection, where the blocking port's code runs it on that connection's own sqlite3
-  connection through `thread_engine` (a blocking engine whose connection, on such a thread, is
-  the thread's). Several calls can go as one trip (`AsyncSqlPort.together`);
+  connection through `thread_engines` (blocking engines whose connection, on such a thread, is
+  the thread's, and whose events and logging are the async engine's). Several calls can go
+  as one trip (`AsyncSqlPort.together`);
 - a caller's statement on ``store.engine`` (SQLAlchemy's asyncio layer calls the connection for
   every DB-API step: cursor, execute, fetch, close, commit, the pool's rollback on return) is
   one trip too: a cursor's ``execute`` runs the statement, reads its description, fetches its
@@ -36,24 +37,32 @@ call on): aiosqlite has no public call that runs a function on the connection's 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import sqlite3
 import threading
 from functools import partial
+from queue import SimpleQueue
 from typing import Any
 
 import aiosqlite
 import sqlalchemy as sa
 from sqlalchemy.pool import SingletonThreadPool
 
+from agentctx_fast.errors import StoreError
+
 __all__ = [
     "ONE_STATEMENT",
+    "TESTED_AIOSQLITE",
     "WRITE_TRANSACTION",
     "OneTripConnection",
     "begin_immediate",
     "connect",
-    "thread_engine",
+    "thread_engines",
 ]
 
+TESTED_AIOSQLITE = ">=0.22,<0.23"
+"""The aiosqlite versions whose internals `OneTripConnection` is tested on (the ``sql`` extra's
+pin); another whose internals differ fails with `StoreError` when a connection is made."""
 ONE_STATEMENT = "agentctx_one_statement"
 """Execution option of the engine a port runs single statements on (no ``BEGIN``)."""
 WRITE_TRANSACTION = "agentctx_write_transaction"
@@ -110,6 +119,7 @@ class OneTripConnection(aiosqlite.Connection):
 
     def __init__(self, connector: Any, iter_chunk_size: int) -> None:
         super().__init__(connector, iter_chunk_size)
+        _check_internals(self)
         # Calls sent to the thread and calls it finished: written by one side each, so the
         # loop can tell, without a trip, that nothing is queued.
         self._sent = 0
@@ -175,6 +185,29 @@ class OneTripConnection(aiosqlite.Connection):
             await self._execute(_rollback_open, self._conn)
 
 
+def _check_internals(connection: aiosqlite.Connection) -> None:
+    """A clear error, before the connection's thread starts, if this aiosqlite's internals are
+    not those `OneTripConnection` uses (a call put on a queue of another shape would never be
+    answered: the caller would hang)."""
+    queue = getattr(connection, "_tx", None)
+    missing = [
+        name
+        for name, present in (
+            ("_tx (a SimpleQueue of (future, function) pairs)", isinstance(queue, SimpleQueue)),
+            ("_running", isinstance(getattr(connection, "_running", None), bool)),
+            ("_connection", hasattr(connection, "_connection")),
+            ("_execute", inspect.iscoroutinefunction(getattr(connection, "_execute", None))),
+        )
+        if not present
+    ]
+    if missing:
+        version = getattr(aiosqlite, "__version__", "?")
+        raise StoreError(
+            f"aiosqlite {version} is not supported by AsyncSqlAgentStore's SQLite connections "
+            f"(tested: {TESTED_AIOSQLITE}): it lacks {', '.join(missing)}"
+        )
+
+
 def _commit_open(connection: sqlite3.Connection) -> None:
     if connection.in_transaction:
         connection.commit()
@@ -218,7 +251,7 @@ _THREAD = threading.local()
 
 
 class _Lent:
-    """The sqlite3 connection of the thread it is used on, as `thread_engine`'s DB-API
+    """The sqlite3 connection of the thread it is used on, as `thread_engines`' DB-API
     connection: every call goes to it, but closing is its `OneTripConnection`'s."""
 
     def __init__(self, connection: sqlite3.Connection) -> None:
@@ -238,21 +271,49 @@ class _Lent:
 def _this_threads_connection() -> _Lent:
     connection = getattr(_THREAD, "connection", None)
     if connection is None:
-        raise RuntimeError("thread_engine is used only on a OneTripConnection's thread")
+        raise RuntimeError("thread_engines are used only on a OneTripConnection's thread")
     return _Lent(connection)
 
 
-def thread_engine() -> sa.engine.Engine:
-    """A blocking engine whose connection, on a `OneTripConnection`'s thread, is that
+def thread_engines(
+    parent: sa.engine.Engine,
+) -> tuple[sa.engine.Engine, sa.engine.Engine, sa.engine.Engine]:
+    """Blocking engines whose connection, on a `OneTripConnection`'s thread, is that
     connection's own sqlite3 connection (in autocommit: a single statement commits itself; a
-    transaction begins by the same ``begin`` listener as the async engine's, and commits or
-    rolls back within the call). The async store runs its statements through it, each call
-    whole in one trip to the thread."""
+    transaction begins by the ``begin`` listener of ``parent``, the async engine's sync engine,
+    and commits or rolls back within the call): the engine, and its engines for single
+    statements (`ONE_STATEMENT`) and write transactions (`WRITE_TRANSACTION`). The async store
+    runs its statements through them, each call whole in one trip to the thread.
+
+    They share ``parent``'s events (a listener on ``store.engine.sync_engine``, such as a
+    tracer's, sees the store's statements, with the caller's context variables) and its
+    logging (``echo``, set before or after), as SQLAlchemy's own option engines do."""
     engine = sa.create_engine(
         "sqlite://",
         creator=_this_threads_connection,
         poolclass=SingletonThreadPool,
         pool_size=64,  # threads whose connection is remembered (forgetting one closes nothing)
+        hide_parameters=parent.hide_parameters,
     )
-    sa.event.listen(engine, "begin", begin_immediate)
-    return engine
+    # ``parent``'s events, those added later too, as an option engine joins its engine's (the
+    # parent always has one, its ``begin`` listener)
+    engine.dispatch = engine.dispatch._join(parent.dispatch)
+    engine._has_events = True
+    engine.url = parent.url  # what a listener reads of the engine (a tracer: the database)
+    single = engine.execution_options(**{ONE_STATEMENT: True})  # joined to ``engine``'s
+    writer = engine.execution_options(**{WRITE_TRANSACTION: True})
+    for each in (engine, single, writer):
+        each.logger = _LoggerOf(parent)  # type: ignore[assignment]
+    return engine, single, writer
+
+
+class _LoggerOf:
+    """The logger of an engine, looked up at each use (``echo`` replaces it)."""
+
+    __slots__ = ("_engine",)
+
+    def __init__(self, engine: sa.engine.Engine) -> None:
+        self._engine = engine
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine.logger, name)

@@ -20,6 +20,7 @@ failed ping, not a failed call).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import (
@@ -242,10 +243,16 @@ class AsyncSqlPort:
     is one trip to the thread of a pooled aiosqlite connection, where the blocking port's code
     runs it on that connection's own sqlite3 connection (single statements in autocommit,
     transactions begun with ``BEGIN IMMEDIATE`` and ended within the trip), and `together`
-    runs several calls in that one trip. A caller cancelled meanwhile leaves the trip to end
-    (a transaction never stays open, the connection is never dropped, which for an in-memory
-    database is the database), and its remaining calls and any transaction not yet begun are
-    skipped: it is cancelled when the trip is over."""
+    runs several calls in that one trip. A caller of the port cancelled meanwhile leaves the
+    trip to end (a transaction never stays open, the connection is never dropped, which for an
+    in-memory database is the database), and its remaining calls and any transaction not yet
+    begun are skipped: it is cancelled when the trip is over and its connection is back in the
+    pool (a return that waits for another task's calls on the one connection of an in-memory
+    database is waited for too). The runner's turn is such a caller only when its own task is
+    cancelled: a cancelled caller of the runner cancels no store call, so the trip runs whole.
+
+    There the statements run through `_aiosqlite.thread_engines`, whose events and logging
+    are those of ``engine.sync_engine``; a trip runs in a copy of its caller's context."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
@@ -264,18 +271,11 @@ class AsyncSqlPort:
         if self.dialect == "postgresql":
             single = engine.execution_options(isolation_level="AUTOCOMMIT")
         elif _one_trip(engine):
-            from agentctx_fast.stores._aiosqlite import (
-                ONE_STATEMENT,
-                WRITE_TRANSACTION,
-                thread_engine,
-            )
+            from agentctx_fast.stores._aiosqlite import thread_engines
 
-            blocking = thread_engine()
+            blocking, on_its_own, writing = thread_engines(engine.sync_engine)
             self._on_thread = BlockingSqlPort(
-                blocking,
-                single=blocking.execution_options(**{ONE_STATEMENT: True}),
-                writer=blocking.execution_options(**{WRITE_TRANSACTION: True}),
-                checkpoint=self._checkpoint,
+                blocking, single=on_its_own, writer=writing, checkpoint=self._checkpoint
             )
         # Elsewhere a single statement is the blocking port's code run in one greenlet of
         # SQLAlchemy's asyncio layer (`greenlet_spawn`, what `AsyncConnection` runs each call
@@ -325,10 +325,11 @@ class AsyncSqlPort:
             return await work()  # not SQLite, or already on the trip: run as it comes
         with translated(action):
             connection = await _greenlet_spawn(self.engine.sync_engine.connect)
+        driver: Any = connection.connection.driver_connection  # a OneTripConnection
         try:
             trip = _Trip()
-            driver: Any = connection.connection.driver_connection  # a OneTripConnection
-            done = driver.send(self._travel, trip, work)
+            # in a copy of the caller's context, as a call on the loop would see it (tracing)
+            done = driver.send(contextvars.copy_context().run, self._travel, trip, work)
             try:
                 result: T = await done
             except asyncio.CancelledError:
@@ -338,11 +339,14 @@ class AsyncSqlPort:
                     # runs its calls in order, so the end of a call queued now is the trip's.
                     await wait_uncut(driver.send(_nothing))
                 else:
+                    # Not cut off (the caller was cancelled before it first waited, or after
+                    # the trip ended): the connection goes back once the trip is over.
+                    await wait_uncut(done)
                     done.exception()  # the caller left: the trip's own failure is not reported
                 raise
             return result
         finally:
-            await _greenlet_spawn(connection.close)  # no trip: nothing is open or queued
+            await _returned(connection, driver)
 
     def _travel(self, trip: _Trip, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """On the connection's thread: ``work`` driven by the blocking driver, its port calls
@@ -404,6 +408,23 @@ class AsyncSqlPort:
         with translated(action):
             async with self._serial, self._writer.begin() as connection:
                 return (await connection.execute(statement, params)).all()
+
+
+async def _returned(connection: Connection, driver: Any) -> None:
+    """``connection`` (of a `OneTripConnection`, ``driver``) back to its pool, never cut off:
+    a close cancelled while its rollback is on a trip makes SQLAlchemy drop the connection,
+    which for an in-memory database is the database. A caller cancelled meanwhile waits for
+    the close, then is cancelled."""
+    if driver._settled():
+        # Nothing open or queued: the rollback makes no trip, so nothing can cut the close
+        # (an overflow connection's closing, which can be, loses nothing).
+        await _greenlet_spawn(connection.close)
+        return
+    closing = asyncio.ensure_future(_greenlet_spawn(connection.close))
+    if await wait_uncut(closing):
+        closing.exception()  # the caller left: the close's own failure is not reported
+        raise asyncio.CancelledError
+    closing.result()
 
 
 def _nothing() -> None:
