@@ -147,7 +147,7 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
         stale = await self.turn_store.acquire_conversation(
             conversation_id, turn_id, owner, self._lease_seconds, snapshot.created_at
         )
-        run.lease = HeldLease(conversation_id, turn_id, owner, self._clock())
+        run.lease = HeldLease(conversation_id, turn_id, owner, self._now(run))
         if stale is None:
             await self._start(run, snapshot, user, message)
         return stale
@@ -397,8 +397,8 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
         lease = run.lease
         if lease is None:
             return
-        if ask or self._clock() - lease.renewed_at >= self._lease_seconds / 10:
-            await self._keeper.renew(lease)
+        if ask or self._now(run) - lease.renewed_at >= self._lease_seconds / 10:
+            await self._keeper.renew(lease, run.now)  # in a unit: the reading taken before it
         if lease.lost.is_set():
             raise LeaseLost
 
@@ -458,12 +458,12 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
             if held is not None and not waiting:
                 await self._step_done(run, held)
                 continue
+            # Some calls wait for approval (the reply has calls: `_record` ended the turn
+            # otherwise, and its last call either ran, and is held, or waits).
             if held is not None:
                 await self._store_result(run, held)
             self._check_cancel(run)  # a cancel during the step's last tool
-            if waiting:
-                return await self._suspend(run, waiting)
-            await self._save(run, TurnStatus.RUNNING)
+            return await self._suspend(run, waiting)
 
     async def _record(self, run: TurnRun, reply: AiMessage) -> tuple[AgentTurn | None, AiMessage]:
         """The model's reply stored, and the turn completed if it is the final answer (store

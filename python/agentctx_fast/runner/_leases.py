@@ -69,9 +69,11 @@ class LeaseKeeper:
         with self._lock:
             return self._held.get((conversation_id, turn_id))
 
-    async def renew(self, lease: HeldLease) -> None:
-        """Renew now (the turn loop does this before each model call)."""
-        now = self._clock()
+    async def renew(self, lease: HeldLease, now: float | None = None) -> None:
+        """Renew now (the turn loop does this before each model call); ``now``: the clock's
+        reading, if the caller took it."""
+        if now is None:
+            now = self._clock()
         lease.observe(
             await self._turn_store.renew_lease(
                 lease.conversation_id, lease.turn_id, lease.owner, self._lease_seconds, now

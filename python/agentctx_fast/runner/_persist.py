@@ -56,7 +56,7 @@ class Persistence(ToolSteps):
             decisions=dict(run.decisions),
             final_message_id=None if final is None else final.message_id,
             error=error,
-            updated_at=self._clock(),
+            updated_at=self._now(run),
         )
         if not await self.turn_store.save_turn(snapshot, run.snapshot.version):
             raise TurnStateError(f"turn {run.turn_id!r} was changed by another process")
@@ -64,8 +64,8 @@ class Persistence(ToolSteps):
         if run.conversation_id is not None:  # the next turn's window need not ask for it
             self._remember_status(run.conversation_id, run.turn_id, status)
         if self._metrics is not None:
-            self._metrics.record(
-                m.SNAPSHOT_BYTES, len(dump_snapshot(snapshot)), {"agent": run.agent.name}
+            self._observe(
+                run, m.SNAPSHOT_BYTES, len(dump_snapshot(snapshot)), {"agent": run.agent.name}
             )
 
     async def _suspend(self, run: TurnRun, waiting: list[PendingApproval]) -> AgentTurn:
@@ -91,14 +91,13 @@ class Persistence(ToolSteps):
             await self._close_forms(run, status.value)
             await self._close_calls(run, f"not run: the turn ended {status.value} ({error})")
         await self._save(run, status, final=final, error=error)
-        if self._metrics is not None:
-            self._metrics.record(
-                m.TURN_STEPS, run.steps, {"agent": run.agent.name, "status": status.value}
-            )
+        self._observe(
+            run, m.TURN_STEPS, run.steps, {"agent": run.agent.name, "status": status.value}
+        )
         if run.lease is not None:
             self._keeper.drop(run.lease)
             await self.turn_store.release_conversation(
-                run.lease.conversation_id, run.turn_id, run.lease.owner, self._clock()
+                run.lease.conversation_id, run.turn_id, run.lease.owner, self._now(run)
             )
         return self._result(run, status, final=final, error=error)
 

@@ -28,6 +28,8 @@ INTERRUPTED_TEXT = "interrupted before the tool returned"
 
 TurnIO = BlockingTurnIO | AsyncTurnIO
 T = TypeVar("T")
+Observation = tuple[str, float, Mapping[str, str]]
+"""A metric observed: its name, value and labels."""
 
 
 @dataclass(slots=True)
@@ -45,6 +47,10 @@ class TurnRun:
     lease: HeldLease | None = None
     steps: int = 0
     decisions: dict[str, bool] = field(default_factory=dict)
+    # During a unit of store I/O (`EngineState._together`): the clock's reading taken before
+    # it, and the metrics observed in it, recorded once it is over (see `_together`).
+    now: float | None = None
+    observed: list[Observation] | None = None
 
 
 _REMEMBERED_REACHES = 65_536
@@ -73,12 +79,59 @@ class EngineState:
         (no model, tool, event or task), as one unit of I/O when both are handles of one
         database store that can: on the async SQLite store, one trip to a connection's thread
         instead of one per call. Each call is still the store's own (its statement, its
-        transaction); a unit is not a transaction."""
-        port = shared_port(self.turn_store, run.memory)
-        if port is None:
+        transaction); a unit is not a transaction.
+
+        A unit may run on another thread, outside the caller's context, so no callable of the
+        user's runs in it, whatever the store (one behaviour): the clock is read once before
+        it (`_now`), and the metrics it observes (`_observe`) are recorded after it, on the
+        caller's side, in order. A serializer of the user's makes the store offer no unit
+        (`shared_port`). A turn without a chat memory (``run_history``) has no store work:
+        its ``work()`` runs as it is, with no unit and no clock reading."""
+        if run.memory is None:
             return await work()
-        result: T = await port.together(action, work)
+        port = shared_port(self.turn_store, run.memory)
+        run.now = self._clock()
+        observed: list[Observation] = []
+        run.observed = observed
+        try:
+            if port is None:
+                result = await work()
+            else:
+                result = await port.together(action, work)
+        except BaseException:
+            self._recorded(observed, quiet=True)  # the unit's own failure goes on
+            raise
+        finally:
+            run.now = run.observed = None
+        self._recorded(observed)
         return result
+
+    def _now(self, run: TurnRun) -> float:
+        """The clock's reading: inside a unit of store I/O, the one taken before it."""
+        return self._clock() if run.now is None else run.now
+
+    def _observe(self, run: TurnRun, metric: str, value: float, labels: Mapping[str, str]) -> None:
+        """Record a metric of ``run``; inside a unit of store I/O, once the unit is over."""
+        if self._metrics is None:
+            return
+        if run.observed is not None:
+            run.observed.append((metric, value, labels))
+        else:
+            self._metrics.record(metric, value, labels)
+
+    def _recorded(self, observed: list[Observation], *, quiet: bool = False) -> None:
+        """The metrics a unit observed, recorded in order; with ``quiet`` (the unit failed),
+        a failing metrics sink does not replace the unit's error."""
+        if self._metrics is None:
+            return
+        for metric, value, labels in observed:
+            if not quiet:
+                self._metrics.record(metric, value, labels)
+                continue
+            try:
+                self._metrics.record(metric, value, labels)
+            except Exception:
+                pass
 
     def _remember_status(
         self, conversation_id: str, turn_id: str, status: TurnStatus | None

@@ -53,7 +53,8 @@ def check_key_prefix(prefix: object) -> str:
 
 
 _PRISTINE: dict[type, dict[str, object]] = {}
-"""The methods of each `unit_handle` class as the library defined them."""
+"""The methods of each `unit_handle` class, and of the library's serializer, as the library
+defined them."""
 
 H = TypeVar("H", bound=type)
 
@@ -61,8 +62,24 @@ H = TypeVar("H", bound=type)
 def unit_handle(cls: H) -> H:
     """Class decorator: ``cls`` (a database store's turn store or chat memory) offers its
     store's port as the ``_io_port`` property, for `shared_port`."""
-    _PRISTINE[cls] = {name: value for name, value in vars(cls).items() if callable(value)}
+    from agentctx_fast.stores.serializer import JsonAgentStoreSerializer
+
+    for kind in (cls, JsonAgentStoreSerializer):
+        if kind not in _PRISTINE:
+            _PRISTINE[kind] = {name: value for name, value in vars(kind).items() if callable(value)}
     return cls
+
+
+def _library_own(obj: object) -> bool:
+    """``obj`` is of a class in `_PRISTINE`, exactly, with none of its methods replaced (on
+    the class or on ``obj``)."""
+    cls = type(obj)
+    pristine = _PRISTINE.get(cls)
+    if pristine is None:
+        return False
+    own = vars(cls)
+    mine = vars(obj) if hasattr(obj, "__dict__") else {}
+    return all(own.get(name) is value and name not in mine for name, value in pristine.items())
 
 
 def shared_port(*handles: object) -> Any:
@@ -71,20 +88,18 @@ def shared_port(*handles: object) -> Any:
     on the async SQLite store, one trip to a connection's thread). Only a handle of a
     `unit_handle` class whose methods are the library's own offers its port: a subclass, or a
     class or instance with a method replaced, may await other things, and runs call by call.
-    None among ``handles`` is skipped."""
+    So does a handle whose store has a serializer of the user's (a unit may run on another
+    thread, outside the caller's context, and no user code runs there). None among
+    ``handles`` is skipped."""
     port: Any = None
     for handle in handles:
         if handle is None:
             continue
-        cls = type(handle)
-        pristine = _PRISTINE.get(cls)
-        if pristine is None:
+        if not _library_own(handle):
             return None
-        own = vars(cls)
-        mine = vars(handle) if hasattr(handle, "__dict__") else {}
-        for name, value in pristine.items():
-            if own.get(name) is not value or name in mine:
-                return None
+        serializer = getattr(getattr(handle, "_store", None), "serializer", None)
+        if serializer is not None and not _library_own(serializer):
+            return None
         found = getattr(handle, "_io_port", None)
         if found is None or (port is not None and found is not port):
             return None
