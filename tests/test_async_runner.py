@@ -1009,6 +1009,38 @@ def test_a_turn_whose_task_is_cancelled_before_it_first_runs_frees_the_conversat
     assert nxt.status is TurnStatus.COMPLETED
 
 
+def _shut_down_while_the_tool_runs(
+    loop: asyncio.AbstractEventLoop,
+    store: Any,
+    runner: AsyncAgentRunner,
+    caller: asyncio.Task[Any],
+    release: threading.Event,
+) -> None:
+    """Cancel every task of ``loop`` (as `asyncio.run` does on its way out) while the plain
+    tool of turn "c1" runs, let the tool finish 50 ms later, and check what was kept: the tool's
+    result, a protocol-valid turn ended cancelled, a free conversation."""
+    tasks = asyncio.all_tasks(loop)
+    for task in tasks:
+        task.cancel()
+    loop.call_later(0.05, release.set)
+    loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+    assert caller.cancelled()
+
+    async def after() -> tuple[Any, list[Message], Any]:
+        stored = await store.chat_memory("conv").get_messages()
+        first = await runner.turn("conv", stored[0].turn_id)
+        second = Agent("a", AsyncScriptedChatModel([AiMessage("second answer")]))
+        return first, stored, await runner.run(second, "conv", "again")
+
+    first, stored, nxt = loop.run_until_complete(after())
+    loop.run_until_complete(runner.aclose())
+    assert first.status is TurnStatus.CANCELLED
+    results = [m for m in stored if getattr(m, "tool_call_id", None) == "c1"]
+    assert [(m.text, m.is_error) for m in results] == [("refund issued", False)]
+    assert validate_tool_protocol(stored) == []
+    assert nxt.status is TurnStatus.COMPLETED
+
+
 def test_a_plain_tool_running_when_the_loop_shuts_down_keeps_its_result() -> None:
     """Every task is cancelled (as `asyncio.run` does on its way out) while a plain tool runs
     in its worker: the tool finishes, its result is stored, the turn ends cancelled and the
@@ -1023,29 +1055,10 @@ def test_a_plain_tool_running_when_the_loop_shuts_down_keeps_its_result() -> Non
         runner = AsyncAgentRunner(store)
         caller = loop.create_task(runner.run(Agent("a", model, tools=[tool]), "conv", "go"))
         loop.run_until_complete(loop.run_in_executor(None, entered.wait, 10))
-        tasks = asyncio.all_tasks(loop)
-        for task in tasks:
-            task.cancel()
-        loop.call_later(0.05, release.set)
-        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
-        assert caller.cancelled()
-
-        async def after() -> tuple[Any, list[Message], Any]:
-            stored = await store.chat_memory("conv").get_messages()
-            first = await runner.turn("conv", stored[0].turn_id)
-            second = Agent("a", AsyncScriptedChatModel([AiMessage("second answer")]))
-            return first, stored, await runner.run(second, "conv", "again")
-
-        first, stored, nxt = loop.run_until_complete(after())
-        loop.run_until_complete(runner.aclose())
+        _shut_down_while_the_tool_runs(loop, store, runner, caller, release)
     finally:
         loop.close()
-    assert first.status is TurnStatus.CANCELLED
-    results = [m for m in stored if getattr(m, "tool_call_id", None) == "c1"]
-    assert [(m.text, m.is_error) for m in results] == [("refund issued", False)]
-    assert validate_tool_protocol(stored) == []
     assert model.remaining == 1
-    assert nxt.status is TurnStatus.COMPLETED
 
 
 @pytest.mark.parametrize("fails", [False, True], ids=["returns", "raises"])
@@ -1151,30 +1164,11 @@ def test_a_plain_tool_whose_turn_is_cancelled_before_its_task_first_ran_keeps_it
         loop.call_soon(loop.stop)  # after the caller's first step, before the turn's task
         loop.run_forever()
         assert entered.wait(10) and not caller.done()
-        tasks = asyncio.all_tasks(loop)
-        for task in tasks:
-            task.cancel()
-        loop.call_later(0.05, release.set)
-        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
-        assert caller.cancelled()
-
-        async def after() -> tuple[Any, list[Message], Any]:
-            stored = await store.chat_memory("conv").get_messages()
-            first = await runner.turn("conv", stored[0].turn_id)
-            second = Agent("a", AsyncScriptedChatModel([AiMessage("second answer")]))
-            return first, stored, await runner.run(second, "conv", "again")
-
-        first, stored, nxt = loop.run_until_complete(after())
-        loop.run_until_complete(runner.aclose())
+        _shut_down_while_the_tool_runs(loop, store, runner, caller, release)
     finally:
         release.set()
         loop.close()
-    assert first.status is TurnStatus.CANCELLED
-    results = [m for m in stored if getattr(m, "tool_call_id", None) == "c1"]
-    assert [(m.text, m.is_error) for m in results] == [("refund issued", False)]
-    assert validate_tool_protocol(stored) == []
     assert model.remaining == 1
-    assert nxt.status is TurnStatus.COMPLETED
 
 
 def _eager_task_factory() -> Any:
