@@ -165,15 +165,20 @@ def test_a_failed_batch_rolls_back_every_page(url: str) -> None:
         return caught.value, count, after
 
     error, count, after = run(url, body)
+    assert "refused" in str(error)
+    assert (count, after) == (0, [True, True])
+    _the_blocking_store_refuses_alike(url, batch, error)
+
+
+def _the_blocking_store_refuses_alike(url: str, batch: list[Any], error: StoreError) -> None:
+    """The blocking store on the same database refuses ``batch`` with the same typed error (and
+    first line), and nothing is left locked: a blocking writer goes on at once."""
     blocking = SqlAgentStore(url)
     try:
         with pytest.raises(StoreError) as blocking_error:
             blocking.chat_memory("c2").add_messages_if_absent(batch)
         assert type(error) is type(blocking_error.value)
         assert str(error).split("\n")[0] == str(blocking_error.value).split("\n")[0]
-        assert "refused" in str(error)
-        assert (count, after) == (0, [True, True])
-        # nothing left locked: a blocking writer goes on at once
         assert blocking.chat_memory("c3").add_message_if_absent(UserMessage("x", message_id="x"))
     finally:
         blocking.close()
@@ -597,15 +602,7 @@ def test_a_failing_call_together_rolls_back_only_its_own_transaction(url: str) -
     error, stored = run(url, body)
     assert reached == ["kept"]
     assert stored == ["k1", "k2", "then"]
-    blocking = SqlAgentStore(url)
-    try:
-        with pytest.raises(StoreError) as blocking_error:
-            blocking.chat_memory("c2").add_messages_if_absent(refused)
-        assert type(error) is type(blocking_error.value)
-        assert str(error).split("\n")[0] == str(blocking_error.value).split("\n")[0]
-        assert blocking.chat_memory("c3").add_message_if_absent(UserMessage("y", message_id="y"))
-    finally:
-        blocking.close()
+    _the_blocking_store_refuses_alike(url, refused, error)
 
 
 def test_a_unit_cancelled_while_it_waits_stops_before_its_next_step(url: str) -> None:
