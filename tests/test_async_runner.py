@@ -1171,6 +1171,20 @@ def test_a_plain_tool_whose_turn_is_cancelled_before_its_task_first_ran_keeps_it
     assert model.remaining == 1
 
 
+async def _cancel_a_waiting_turn(runner: Any, conversation: str) -> Any:
+    """Start turn "turn-cancel" on ``conversation`` with a model that waits, cancel its caller
+    once the model is entered (the caller sees `CancelledError`) and return the stored turn."""
+    model = _WaitingModel()
+    waiting = asyncio.ensure_future(
+        runner.run(Agent("a", model), conversation, "go", turn_id="turn-cancel")
+    )
+    await model.entered.wait()
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    return await runner.turn(conversation, "turn-cancel")
+
+
 def _eager_task_factory() -> Any:
     """``asyncio.eager_task_factory`` (3.12+), or on 3.11 a factory that does what it does:
     the new task's first step runs inside ``create_task``, as that task."""
@@ -1236,15 +1250,7 @@ def test_turns_run_whatever_task_factory_the_loop_has(start_mode: str, factory: 
             ),
         ]
         turns = [await runner.run(agent, f"c{i}", "go") for i, agent in enumerate(agents)]
-        model = _WaitingModel()
-        waiting = asyncio.ensure_future(
-            runner.run(Agent("a", model), "c-cancel", "go", turn_id="turn-cancel")
-        )
-        await model.entered.wait()
-        waiting.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await waiting
-        stored = await runner.turn("c-cancel", "turn-cancel")
+        stored = await _cancel_a_waiting_turn(runner, "c-cancel")
         await runner.aclose()
         return turns, stored
 
@@ -1290,15 +1296,7 @@ def test_without_asyncios_task_switch_the_runner_imports_and_starts_turns_plainl
             tools=[Tool("lookup", lookup)],
         )
         done = await runner.run(agent, "c1", "go")
-        model = _WaitingModel()
-        waiting = asyncio.ensure_future(
-            runner.run(Agent("a", model), "c2", "go", turn_id="turn-cancel")
-        )
-        await model.entered.wait()
-        waiting.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await waiting
-        cancelled = await runner.turn("c2", "turn-cancel")
+        cancelled = await _cancel_a_waiting_turn(runner, "c2")
         again = await runner.run(Agent("a", AsyncScriptedChatModel([AiMessage("free")])), "c2", "x")
         await runner.aclose()
         return done, cancelled, again
