@@ -766,10 +766,15 @@ def test_a_unit_cancelled_before_its_first_wait_ends_cancelled_after_its_trip() 
     assert reports == []
 
 
-def test_a_caller_cancelled_while_its_connection_goes_back_keeps_an_in_memory_database() -> None:
+@pytest.mark.parametrize("cancelled", ["the caller", "every task"])
+def test_a_caller_cancelled_while_its_connection_goes_back_keeps_an_in_memory_database(
+    cancelled: str,
+) -> None:
     """In-memory SQLite: a call's connection goes back to the pool (its rollback queued behind
-    another task's long unit on the one connection) and the caller is cancelled meanwhile: it
-    waits for the return, then is cancelled, and the database is still there."""
+    another task's long unit on the one connection) and the caller is cancelled meanwhile,
+    alone or with every other task (as `asyncio.run` does on its way out, which reaches any
+    task the return would run in): it waits for the return, then is cancelled, and the
+    database is still there."""
 
     async def main() -> tuple[bool, BaseException | None, int]:
         store = AsyncSqlAgentStore("sqlite://")
@@ -793,13 +798,21 @@ def test_a_caller_cancelled_while_its_connection_goes_back_keeps_an_in_memory_da
                     if trips() >= 3:
                         break
                     await asyncio.sleep(0.005)
-                short.cancel()
+                assert trips() >= 3  # the short call's rollback is queued behind the unit
+                if cancelled == "the caller":
+                    short.cancel()
+                else:
+                    for task in asyncio.all_tasks() - {asyncio.current_task()}:
+                        task.cancel()
                 await asyncio.sleep(0.05)
                 waiting = not short.done()
             finally:
                 gate.set()
-            (outcome,) = await asyncio.gather(short, return_exceptions=True)
-            assert await long == 20
+            outcome, unit = await asyncio.gather(short, long, return_exceptions=True)
+            if cancelled == "the caller":
+                assert unit == 20
+            else:
+                assert isinstance(unit, asyncio.CancelledError)
             return waiting, outcome, await memory.message_count()
         finally:
             await store.aclose()

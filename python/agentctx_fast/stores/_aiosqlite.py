@@ -37,9 +37,12 @@ call on): aiosqlite has no public call that runs a function on the connection's 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import inspect
 import sqlite3
 import threading
+from collections.abc import Iterator
 from functools import partial
 from queue import SimpleQueue
 from typing import Any
@@ -48,6 +51,7 @@ import aiosqlite
 import sqlalchemy as sa
 from sqlalchemy.pool import SingletonThreadPool
 
+from agentctx_fast._tasks import wait_uncut
 from agentctx_fast.errors import StoreError
 
 __all__ = [
@@ -57,6 +61,7 @@ __all__ = [
     "OneTripConnection",
     "begin_immediate",
     "connect",
+    "returning",
     "thread_engines",
 ]
 
@@ -181,8 +186,36 @@ class OneTripConnection(aiosqlite.Connection):
             await self._execute(_commit_open, self._conn)
 
     async def rollback(self) -> None:
-        if not self._settled():
+        if self._settled():
+            return
+        cut = RETURNING.get()
+        if cut is None:
             await self._execute(_rollback_open, self._conn)
+        elif await wait_uncut(self.send(_rollback_open, self._conn)):
+            # Going back to its pool (`returning`): a rollback cut off makes SQLAlchemy drop
+            # the connection, which for an in-memory database is the database. The rollback is
+            # a plain future, which no cancellation of tasks reaches; the caller's cancellation
+            # is raised once the connection is back.
+            cut.append(True)
+
+
+# Set while a connection goes back to its pool (`returning`): the cancellations its rollback
+# waited through, raised once it is back.
+RETURNING: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar(
+    "agentctx_fast_returning", default=None
+)
+
+
+@contextlib.contextmanager
+def returning() -> Iterator[list[bool]]:
+    """While in it, a connection's rollback (the pool's reset on return) is never cut off;
+    yields the list of cancellations it waited through."""
+    cut: list[bool] = []
+    token = RETURNING.set(cut)
+    try:
+        yield cut
+    finally:
+        RETURNING.reset(token)
 
 
 def _check_internals(connection: aiosqlite.Connection) -> None:

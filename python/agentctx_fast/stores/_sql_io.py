@@ -346,7 +346,7 @@ class AsyncSqlPort:
                 raise
             return result
         finally:
-            await _returned(connection, driver)
+            await _returned(connection)
 
     def _travel(self, trip: _Trip, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """On the connection's thread: ``work`` driven by the blocking driver, its port calls
@@ -410,21 +410,17 @@ class AsyncSqlPort:
                 return (await connection.execute(statement, params)).all()
 
 
-async def _returned(connection: Connection, driver: Any) -> None:
-    """``connection`` (of a `OneTripConnection`, ``driver``) back to its pool, never cut off:
-    a close cancelled while its rollback is on a trip makes SQLAlchemy drop the connection,
-    which for an in-memory database is the database. A caller cancelled meanwhile waits for
-    the close, then is cancelled."""
-    if driver._settled():
-        # Nothing open or queued: the rollback makes no trip, so nothing can cut the close
-        # (an overflow connection's closing, which can be, loses nothing).
+async def _returned(connection: Connection) -> None:
+    """``connection`` (of a `OneTripConnection`) back to its pool, never cut off: a close
+    cancelled while its rollback is on a trip makes SQLAlchemy drop the connection, which for
+    an in-memory database is the database. A caller cancelled meanwhile (alone, or with every
+    task, as `asyncio.run` does on its way out) waits for the close, then is cancelled."""
+    from agentctx_fast.stores._aiosqlite import returning
+
+    with returning() as cut:
         await _greenlet_spawn(connection.close)
-        return
-    closing = asyncio.ensure_future(_greenlet_spawn(connection.close))
-    if await wait_uncut(closing):
-        closing.exception()  # the caller left: the close's own failure is not reported
+    if cut:
         raise asyncio.CancelledError
-    closing.result()
 
 
 def _nothing() -> None:
