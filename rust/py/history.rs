@@ -305,6 +305,39 @@ impl<'a, 'py> Source for History<'a, 'py> {
         Ok(CoreView(self.read(index)?.core.get()))
     }
 
+    fn visible_into(
+        &mut self,
+        start: usize,
+        end: usize,
+        turn: &mut Vec<(usize, CoreView<'a>)>,
+    ) -> Result<(), Failure> {
+        turn.clear();
+        // A turn the backward scan read sits in `tail`, newest first: handed over as it is.
+        let read = match (
+            self.items.len.checked_sub(end),
+            self.items.len.checked_sub(start),
+        ) {
+            (Some(newest), Some(past_oldest)) => self.tail.get(newest..past_oldest),
+            _ => None,
+        };
+        if let Some(read) = read {
+            for (index, read) in (start..).zip(read.iter().rev()) {
+                let core = read.core.get();
+                if core.info.visible {
+                    turn.push((index, CoreView(core)));
+                }
+            }
+            return Ok(());
+        }
+        for index in start..end {
+            let message = self.get(index)?;
+            if message.0.info.visible {
+                turn.push((index, message));
+            }
+        }
+        Ok(())
+    }
+
     fn tokens(&mut self, items: &[Item]) -> Result<u128, Failure> {
         if let Some(estimator) = self.count_tokens.clone() {
             let mut objects = Vec::with_capacity(items.len());
