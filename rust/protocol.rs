@@ -132,7 +132,7 @@ impl<M: Borrow<MessageInfo> + Clone> OpenCalls<M> {
         self.calls.is_empty()
     }
 
-    #[inline]
+    #[inline(always)]
     fn find(&self, id: &str, key: IdKey) -> Option<usize> {
         match &self.index {
             Some(index) => index.get(id).copied(),

@@ -210,14 +210,7 @@ pub fn visible_into<S: Source>(
     end: usize,
     turn: &mut Vec<(usize, S::Message)>,
 ) -> Result<(), S::Error> {
-    turn.clear();
-    for index in start..end {
-        let message = source.get(index)?;
-        if message.borrow().visible {
-            turn.push((index, message));
-        }
-    }
-    Ok(())
+    source.visible_into(start, end, turn)
 }
 
 /// A turn is complete when it ends with a final answer and every tool call has its result.

@@ -362,3 +362,58 @@ def test_public_entry_checks_a_limit_after_plain_calls(bad: Any) -> None:
     agentctx_fast.build_window(history, max_attached_turns=10)
     with pytest.raises(agentctx_fast.InvalidArgumentError, match=r"^max_attached_turns must be"):
         agentctx_fast.build_window(history, max_attached_turns=bad)
+
+
+@pytest.mark.parametrize("before_system", [0, 3, 4, 5, 9])
+def test_long_prefix_before_the_first_user_message(native: Any, before_system: int) -> None:
+    """The messages read from the front to find the leading system message: the first few are
+    held without allocating, the rest apart; either way the window matches the reference."""
+    history: list[Message] = [
+        AgentActionMessage({"step": i}, message_id=f"x{i}") for i in range(before_system)
+    ]
+    history.append(SystemMessage("Be brief.", message_id="s"))
+    history += [AgentFormMessage({"field": i}, "open", message_id=f"f{i}") for i in range(3)]
+    for turn in range(4):
+        history.append(UserMessage("q", message_id=f"u{turn}"))
+        history.append(AiMessage("a", message_id=f"a{turn}"))
+    for options in ({}, {"max_attached_turns": 1}, {"max_attached_messages": 3}):
+        outcome = _window(_keywords(native), history, options)
+        assert outcome == _window(_keywords(reference), history, _for_reference(options))
+        assert outcome[0][0].message_id == "s"
+    assert [m.message_id for m in native.build_window(history).messages][:3] == ["s", "u0", "a0"]
+
+
+def test_windows_built_inside_a_window_get_their_own_room(native: Any) -> None:
+    """A collection run while a window is built (gc callbacks) builds other windows: each gets
+    its own selection and message room, and every window holds its own messages."""
+    history = _history_with_missing_results()
+    other = [UserMessage(f"q{i}", message_id=f"o{i}") for i in range(5)]
+    inner: list[list[str]] = []
+
+    def build_another(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start" and len(inner) < 50:
+            inner.append(
+                [m.message_id for m in native.window(other, None, WindowOptions(), None).messages]
+            )
+
+    expected = [
+        m.message_id for m in reference.window(history, None, WindowOptions(), None).messages
+    ]
+    threshold = gc.get_threshold()
+    gc.callbacks.append(build_another)
+    gc.set_threshold(1)
+    try:
+        windows = [native.window(history, None, WindowOptions(), None) for _ in range(20)]
+    finally:
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(build_another)
+    assert inner, "no collection ran while windows were built"
+    other_expected = [
+        m.message_id for m in reference.window(other, None, WindowOptions(), None).messages
+    ]
+    assert all(ids == other_expected for ids in inner)
+    for window in windows:
+        assert [m.message_id for m in window.messages] == expected
+    assert [
+        m.message_id for m in native.window(history, None, WindowOptions(), None).messages
+    ] == expected

@@ -106,14 +106,20 @@ impl Borrow<MessageInfo> for CoreRef<'_> {
     }
 }
 
+/// Messages read from the front kept without allocating.
+const HEAD: usize = 4;
+
 /// The history of one window: every index read once (the leading prefix forward for the
 /// system message, the tail backwards for the turns), the caller's estimator and statuses.
 pub struct History<'a, 'py> {
     pub library: &'a Library,
     pub items: Items<'py>,
     reads: &'a Reads<'py>,
-    /// Messages read from the front, by index.
-    head: Vec<&'a Read<'py>>,
+    /// Messages read from the front, by index: the first `HEAD` here (a leading system
+    /// message and the user message after it need no allocation), the rest in `head_more`.
+    head: [Option<&'a Read<'py>>; HEAD],
+    head_more: Vec<&'a Read<'py>>,
+    head_len: usize,
     /// Messages read from the back, by distance from the end.
     tail: Vec<&'a Read<'py>>,
     pub system: Option<Bound<'py, PyAny>>,
@@ -132,7 +138,9 @@ impl<'a, 'py> History<'a, 'py> {
             library,
             items: sequence(library, messages)?,
             reads,
-            head: Vec::new(),
+            head: [None; HEAD],
+            head_more: Vec::new(),
+            head_len: 0,
             tail: Vec::with_capacity(64),
             system: None,
             count_tokens: None,
@@ -148,14 +156,24 @@ impl<'a, 'py> History<'a, 'py> {
     /// `messages[index]` and its core, read once.
     #[inline]
     pub fn read(&mut self, index: usize) -> Result<&'a Read<'py>, Failure> {
-        if let Some(read) = self.head.get(index) {
-            return Ok(read);
+        if index < self.head_len {
+            if let Some(read) = self.head_read(index) {
+                return Ok(read);
+            }
         }
         let from_end = self.items.len.checked_sub(index + 1);
         if let Some(read) = from_end.and_then(|back| self.tail.get(back)) {
             return Ok(read);
         }
         self.read_new(index, from_end)
+    }
+
+    /// The message read from the front at `index` (below `head_len`).
+    fn head_read(&self, index: usize) -> Option<&'a Read<'py>> {
+        match self.head.get(index) {
+            Some(slot) => *slot,
+            None => self.head_more.get(index.checked_sub(HEAD)?).copied(),
+        }
     }
 
     #[inline(never)]
@@ -170,8 +188,12 @@ impl<'a, 'py> History<'a, 'py> {
             object: Cell::new(Some(object)),
             core,
         });
-        if index == self.head.len() {
-            self.head.push(read);
+        if index == self.head_len {
+            match self.head.get_mut(index) {
+                Some(slot) => *slot = Some(read),
+                None => self.head_more.push(read),
+            }
+            self.head_len += 1;
         } else if from_end == Some(self.tail.len()) {
             self.tail.push(read);
         }
@@ -191,39 +213,42 @@ impl<'a, 'py> History<'a, 'py> {
         }
     }
 
-    /// The window's messages, `system` first then `items`: the synthetic results are made
-    /// first (that runs Python code), then each message read is handed over to the window.
+    /// The window's messages, `system` first then `items`, appended to `objects` (room kept
+    /// from an earlier window): the synthetic results are made first (that runs Python code),
+    /// then each message read is handed over to the window.
     pub fn into_objects(
         mut self,
         items: &[Item],
         system: Option<Bound<'py, PyAny>>,
-    ) -> Result<Vec<Bound<'py, PyAny>>, Failure> {
+        objects: &mut Vec<Py<PyAny>>,
+    ) -> Result<(), Failure> {
         for item in items {
             if let Item::MissingResult { caller, call } = *item {
                 self.missing_result(caller, call)?;
             }
         }
-        let first = usize::from(system.is_some());
-        let mut objects = Vec::with_capacity(items.len() + first);
-        objects.extend(system);
+        let py = self.py();
+        let first = objects.len() + usize::from(system.is_some());
+        objects.reserve(items.len() + 1);
+        objects.extend(system.map(Bound::unbind));
         for (position, item) in items.iter().enumerate() {
             let object = match *item {
                 Item::Original(index) => match self.read(index)?.object.take() {
-                    Some(object) => object,
+                    Some(object) => object.unbind(),
                     // The same message twice: its first place holds it.
                     None => items
                         .iter()
                         .position(|earlier| earlier == item)
                         .filter(|earlier| *earlier < position)
                         .and_then(|earlier| objects.get(earlier + first))
-                        .cloned()
+                        .map(|object| object.clone_ref(py))
                         .ok_or_else(given_away)?,
                 },
-                Item::MissingResult { caller, call } => self.missing_result(caller, call)?,
+                Item::MissingResult { caller, call } => self.missing_result(caller, call)?.unbind(),
             };
             objects.push(object);
         }
-        Ok(objects)
+        Ok(())
     }
 
     /// The synthetic result closing call `call` of the AI message at `caller`, made once,
@@ -278,6 +303,39 @@ impl<'a, 'py> Source for History<'a, 'py> {
     #[inline]
     fn get(&mut self, index: usize) -> Result<CoreView<'a>, Failure> {
         Ok(CoreView(self.read(index)?.core.get()))
+    }
+
+    fn visible_into(
+        &mut self,
+        start: usize,
+        end: usize,
+        turn: &mut Vec<(usize, CoreView<'a>)>,
+    ) -> Result<(), Failure> {
+        turn.clear();
+        // A turn the backward scan read sits in `tail`, newest first: handed over as it is.
+        let read = match (
+            self.items.len.checked_sub(end),
+            self.items.len.checked_sub(start),
+        ) {
+            (Some(newest), Some(past_oldest)) => self.tail.get(newest..past_oldest),
+            _ => None,
+        };
+        if let Some(read) = read {
+            for (index, read) in (start..).zip(read.iter().rev()) {
+                let core = read.core.get();
+                if core.info.visible {
+                    turn.push((index, CoreView(core)));
+                }
+            }
+            return Ok(());
+        }
+        for index in start..end {
+            let message = self.get(index)?;
+            if message.0.info.visible {
+                turn.push((index, message));
+            }
+        }
+        Ok(())
     }
 
     fn tokens(&mut self, items: &[Item]) -> Result<u128, Failure> {
