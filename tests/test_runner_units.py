@@ -342,6 +342,10 @@ def test_a_sink_that_needs_the_event_loop_works_on_every_store(kind: str, tmp_pa
     assert sink.loops and on_the_loop
 
 
+def _status_and_error(turn: Any) -> str:
+    return turn.status.value + (f" ({turn.error})" if turn.error else "")
+
+
 def _after_a_failing_sink(kind: str, tmp_path: Path, fail_on: str) -> tuple[str, str, str]:
     """A two-step turn whose sink raises once, at ``fail_on``: what the run raised, the turn's
     stored status, and the status of a next turn of the conversation (its lease is free)."""
@@ -357,7 +361,7 @@ def _after_a_failing_sink(kind: str, tmp_path: Path, fail_on: str) -> tuple[str,
                 raised = "nothing"
             except Exception as error:
                 raised = f"{type(error).__name__}: {error}"
-            stored = (await runner.turn("c1", "t1")).status.value
+            stored = _status_and_error(await runner.turn("c1", "t1"))
             next_turn = (await runner.run(after, "c1", "hi", turn_id="t2")).status.value
             return raised, stored, next_turn
 
@@ -370,7 +374,7 @@ def _after_a_failing_sink(kind: str, tmp_path: Path, fail_on: str) -> tuple[str,
             raised = "nothing"
         except Exception as error:
             raised = f"{type(error).__name__}: {error}"
-        stored = runner.turn("c1", "t1").status.value
+        stored = _status_and_error(runner.turn("c1", "t1"))
         next_turn = runner.run(after, "c1", "hi", turn_id="t2").status.value
         return raised, stored, next_turn
 
@@ -383,8 +387,11 @@ def _after_a_failing_sink(kind: str, tmp_path: Path, fail_on: str) -> tuple[str,
     [
         # at the turn's end: the turn is recorded completed and its lease freed
         (m.TURN_STEPS, ("Boom: turn.steps", "completed", "completed")),
-        # at the tool step's record: the runner closes the turn as it does on a store error
-        (m.SNAPSHOT_BYTES, ("Boom: snapshot.bytes", "failed", "completed")),
+        # at the tool step's record: the runner closes the turn failed, naming the error
+        (
+            m.SNAPSHOT_BYTES,
+            ("Boom: snapshot.bytes", "failed (the runner stopped on an error: Boom)", "completed"),
+        ),
     ],
 )
 def test_a_failing_sink_leaves_no_turn_or_lease_open(

@@ -125,9 +125,9 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
                 await self._together(
                     run, "opening a turn", partial(self._start, run, snapshot, user, message)
                 )
-        except BaseException:
+        except BaseException as error:
             if run.lease is not None:  # the conversation was taken: close the turn, free it
-                await self._abandon(run)
+                await self._abandon(run, error)
             raise
         return await self._drive(run)
 
@@ -276,8 +276,8 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
             if stale is not None:
                 await self._recover(io, memory, conversation_id, stale, agent)
             run.history, run.messages = await self._split_turn(agent, memory, snapshot)
-        except BaseException:
-            await self._abandon(run)
+        except BaseException as error:
+            await self._abandon(run, error)
             raise
         return run
 
@@ -369,8 +369,8 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
             except BaseException:
                 await asyncio.shield(self._release(run))
             raise
-        except BaseException:
-            await self._abandon(run)
+        except BaseException as error:
+            await self._abandon(run, error)
             raise
 
     async def _continue_interrupted(self, run: TurnRun) -> AgentTurn | None:

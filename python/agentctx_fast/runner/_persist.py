@@ -123,17 +123,17 @@ class Persistence(ToolSteps):
             run, TurnStatus.FAILED, error="lease lost: the turn ran longer than its lease"
         )
 
-    async def _abandon(self, run: TurnRun) -> None:
-        """An unexpected error (a store failure) left the loop: stop renewing the lease, so it
-        expires and the next run closes this turn; try to close it now if the store answers,
-        and free the conversation even when closing the record fails."""
+    async def _abandon(self, run: TurnRun, error: BaseException) -> None:
+        """An unexpected ``error`` (a store failure, a metrics sink's) left the loop: stop
+        renewing the lease, so it expires and the next run closes this turn; try to close it
+        now if the store answers, and free the conversation even when closing the record
+        fails."""
         if run.lease is not None:
             self._keeper.drop(run.lease)
         try:
             if run.snapshot is not None and run.snapshot.status in OPEN_STATUSES:
-                await self._finish(
-                    run, TurnStatus.FAILED, error="the runner stopped on a store error"
-                )
+                stopped = f"the runner stopped on an error: {type(error).__name__}"
+                await self._finish(run, TurnStatus.FAILED, error=stopped)
         except Exception:
             pass  # the record stays open; the freed lease lets the next run close it
         await self._release(run)
