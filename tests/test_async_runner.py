@@ -1310,12 +1310,13 @@ def test_without_asyncios_task_switch_the_runner_imports_and_starts_turns_plainl
 
 @pytest.mark.parametrize("mode", EAGER_MODES)
 @pytest.mark.parametrize("error", [KeyboardInterrupt, SystemExit])
-def test_a_keyboard_interrupt_in_the_turns_first_step_leaves_no_task_behind(
+def test_a_keyboard_interrupt_in_the_turns_first_step_leaves_no_task_after_a_round(
     monkeypatch: pytest.MonkeyPatch, error: type[BaseException], mode: str
 ) -> None:
     """A KeyboardInterrupt (or SystemExit) raised in the turn's eagerly run first step goes on
     through its caller, as from any task's step, and the task made for the turn ends quietly
-    (it never resumes the finished turn, nor reports the error its caller already got)."""
+    at the loop's next round (it never resumes the finished turn, nor reports the error its
+    caller already got; started by emulation, it is pending until that round)."""
     from agentctx_fast import AsyncInMemoryAgentStore
     from agentctx_fast.runner import aio
 
