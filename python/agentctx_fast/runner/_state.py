@@ -85,7 +85,10 @@ class EngineState:
         user's runs in it, whatever the store (one behaviour): the clock is read once before
         it (`_now`), and the metrics it observes (`_observe`) are recorded after it, on the
         caller's side, in order. A serializer of the user's makes the store offer no unit
-        (`shared_port`). A turn without a chat memory (``run_history``) has no store work:
+        (`shared_port`). (SQLAlchemy event listeners on the store's engine are the engine's,
+        not the runner's: on the async SQLite store they see its statements on the connection's
+        thread, as a blocking engine's do, in a copy of the caller's context.) A turn without
+        a chat memory (``run_history``) has no store work:
         its ``work()`` runs as it is, with no unit and no clock reading."""
         if run.memory is None:
             return await work()
