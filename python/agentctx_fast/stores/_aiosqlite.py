@@ -328,14 +328,16 @@ def thread_engines(
         pool_size=64,  # threads whose connection is remembered (forgetting one closes nothing)
         hide_parameters=parent.hide_parameters,
     )
-    # ``parent``'s events, those added later too, as an option engine joins its engine's (the
-    # parent always has one, its ``begin`` listener)
-    engine.dispatch = engine.dispatch._join(parent.dispatch)
-    engine._has_events = True
+    engine._has_events = True  # the parent always has a listener, its ``begin`` listener
     engine.url = parent.url  # what a listener reads of the engine (a tracer: the database)
-    single = engine.execution_options(**{ONE_STATEMENT: True})  # joined to ``engine``'s
+    single = engine.execution_options(**{ONE_STATEMENT: True})
     writer = engine.execution_options(**{WRITE_TRANSACTION: True})
     for each in (engine, single, writer):
+        # ``parent``'s events, those added later too: its own listener collections, shared
+        # rather than joined (as an option engine joins its engine's), since nothing listens on
+        # these engines themselves. Each join is one more level every event of every
+        # statement goes through (a connection joins its engine's once more).
+        each.dispatch = parent.dispatch
         each.logger = _LoggerOf(parent)  # type: ignore[assignment]
     return engine, single, writer
 
