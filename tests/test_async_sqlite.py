@@ -502,6 +502,46 @@ def test_the_store_engines_events_and_echo_see_the_stores_statements(
     check()
 
 
+def test_listeners_added_and_removed_on_the_store_engine_after_its_first_trip(url: str) -> None:
+    """The store's statements and transactions on the connections' threads follow the listeners
+    of ``store.engine.sync_engine`` as they are now: one added after the store has run
+    statements sees the next ones (a statement's and a transaction's events alike), and once
+    removed sees none."""
+    from sqlalchemy import event
+
+    seen: list[str] = []
+
+    def statement(*args: Any) -> None:
+        seen.append(" ".join(args[2].split()[:2]))
+
+    def committed(_connection: Any) -> None:
+        seen.append("commit")
+
+    async def body(store: AsyncSqlAgentStore) -> None:
+        memory = store.chat_memory("c1")
+        await memory.add_message_if_absent(UserMessage("hi", message_id="u1"))
+        assert len(await memory.get_messages()) == 1
+        assert seen == []
+        event.listen(store.engine.sync_engine, "before_cursor_execute", statement)
+        event.listen(store.engine.sync_engine, "commit", committed)
+        await memory.add_messages_if_absent(  # a batch: one write transaction
+            [UserMessage("again", message_id="u2"), AiMessage("yes", message_id="a2")]
+        )
+        assert len(await memory.get_messages()) == 3
+        assert "INSERT INTO" in seen and "SELECT agent_messages.data" in seen
+        assert "commit" in seen
+        event.remove(store.engine.sync_engine, "before_cursor_execute", statement)
+        event.remove(store.engine.sync_engine, "commit", committed)
+        seen.clear()
+        await memory.add_messages_if_absent(
+            [UserMessage("once more", message_id="u3"), AiMessage("no", message_id="a3")]
+        )
+        assert len(await memory.get_messages()) == 5
+        assert seen == []
+
+    run(url, body)
+
+
 def test_an_aiosqlite_of_other_internals_fails_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
     """The connections use aiosqlite's internals (its call queue): an aiosqlite whose
     internals differ fails with a clear `StoreError` when a connection is made, not a hang;
