@@ -7,6 +7,8 @@ and continues what the async store wrote, and the reverse.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import subprocess
 import sys
 import textwrap
@@ -858,6 +860,65 @@ def test_one_worker_serves_plain_calls_made_one_after_another() -> None:
     assert asyncio.run(main()) == [i * i for i in range(50)]
     assert workers._threads == 1
     assert (len(workers._idle), len(workers._backlog)) == (1, 0)
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "fork") or not os.path.isdir("/proc/self/fd"), reason="fork and /proc needed"
+)
+def test_a_forked_child_closes_the_parents_worker_sockets_and_runs_plain_calls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A child forked after plain calls ran has none of the parent's worker threads: the
+    sockets that woke them are closed there (nothing would ever read them), and its own
+    plain calls start workers of its own."""
+    import warnings
+
+    from agentctx_fast.runner import _threads
+
+    async def one_call() -> int:
+        return await _threads.in_worker(lambda: 6 * 7)
+
+    monkeypatch.setattr(_threads, "_workers", _threads._Workers())  # none started yet
+    before = _sockets()
+    assert asyncio.run(one_call()) == 42
+    fds = sorted(_sockets() - before)  # the pair of the worker that call started
+    assert len(fds) == 2
+    read, write = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork in a threaded process
+        pid = os.fork()
+    if pid == 0:  # the child: report, then leave without running the parent's cleanup
+        try:
+            still_open = [fd for fd in fds if _is_open(fd)]
+            answer = asyncio.run(one_call())
+            os.write(write, repr((still_open, answer)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        report = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert report == repr(([], 42))
+    assert all(_is_open(fd) for fd in fds)  # the parent's are untouched
+
+
+def _sockets() -> set[int]:
+    """This process's open socket descriptors."""
+    found = set()
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                found.add(int(name))
+    return found
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
 
 
 def test_a_call_in_a_worker_runs_to_its_end_whatever_its_caller_does() -> None:

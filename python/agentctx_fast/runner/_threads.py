@@ -81,6 +81,10 @@ class _Worker:
         job, self.job = self.job, None
         return job
 
+    def close(self) -> None:
+        self._wake.close()
+        self._waiting.close()
+
 
 class _Workers:
     def __init__(self) -> None:
@@ -88,6 +92,7 @@ class _Workers:
         self._idle: list[_Worker] = []  # waiting for a job, the one that ran last at the end
         self._backlog: collections.deque[_Job] = collections.deque()  # every worker busy
         self._threads = 0
+        self._workers: list[_Worker] = []  # every worker started, idle or busy
 
     def submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         loop = asyncio.get_running_loop()
@@ -103,14 +108,18 @@ class _Workers:
         if worker is not None:
             worker.give(job)
         elif start:
+            new = _Worker(job)
             try:
                 threading.Thread(
-                    target=self._work, args=(_Worker(job),), name="agentctx-worker", daemon=True
+                    target=self._work, args=(new,), name="agentctx-worker", daemon=True
                 ).start()
             except BaseException:
+                new.close()
                 with self._lock:
                     self._threads -= 1
                 raise
+            with self._lock:
+                self._workers.append(new)
         with self._lock:
             outcome, job.detached = job.outcome, True
         if outcome is not None:  # done while we woke the worker: no round of the loop
@@ -170,8 +179,12 @@ _workers = _Workers()
 
 
 def _forked() -> None:
+    """In a forked child, which has none of the parent's threads: new workers, and the
+    sockets of the parent's closed (nothing would ever read them)."""
     global _workers
-    _workers = _Workers()  # the child has none of the parent's threads
+    parents, _workers = _workers._workers, _Workers()
+    for worker in parents:
+        worker.close()
 
 
 os.register_at_fork(after_in_child=_forked)
