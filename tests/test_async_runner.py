@@ -1102,26 +1102,6 @@ def _shut_down_while_the_tool_runs(
     assert nxt.status is TurnStatus.COMPLETED
 
 
-def test_a_plain_tool_running_when_the_loop_shuts_down_keeps_its_result() -> None:
-    """Every task is cancelled (as `asyncio.run` does on its way out) while a plain tool runs
-    in its worker: the tool finishes, its result is stored, the turn ends cancelled and the
-    conversation is free."""
-    from agentctx_fast import AsyncInMemoryAgentStore
-
-    store = AsyncInMemoryAgentStore()
-    tool, entered, release = _blocked_tool("slow_refund", "refund issued")
-    model = AsyncScriptedChatModel([_call("c1", "slow_refund"), AiMessage("never used")])
-    loop = asyncio.new_event_loop()
-    try:
-        runner = AsyncAgentRunner(store)
-        caller = loop.create_task(runner.run(Agent("a", model, tools=[tool]), "conv", "go"))
-        loop.run_until_complete(loop.run_in_executor(None, entered.wait, 10))
-        _shut_down_while_the_tool_runs(loop, store, runner, caller, release)
-    finally:
-        loop.close()
-    assert model.remaining == 1
-
-
 @pytest.mark.parametrize("fails", [False, True], ids=["returns", "raises"])
 def test_a_call_done_before_its_caller_has_left_submit_is_answered_at_once(
     monkeypatch: pytest.MonkeyPatch, fails: bool
@@ -1204,17 +1184,23 @@ def test_a_turn_runs_as_its_own_task_from_its_first_step(start_mode: str) -> Non
     assert results["c2"].is_error and "TimeoutError" in results["c2"].text
 
 
-@pytest.mark.parametrize("mode", EAGER_MODES)
-def test_a_plain_tool_whose_turn_is_cancelled_before_its_task_first_ran_keeps_its_result(
-    monkeypatch: pytest.MonkeyPatch, mode: str
+@pytest.mark.parametrize(
+    ("when", "mode"),
+    [("while the tool runs", None)]
+    + [("before the turn's task first ran", mode) for mode in EAGER_MODES],
+)
+def test_a_plain_tool_running_when_the_loop_shuts_down_keeps_its_result(
+    monkeypatch: pytest.MonkeyPatch, when: str, mode: str | None
 ) -> None:
-    """The turn's first step (run with its caller's) reached a plain tool; the loop stops
-    before the turn's task first ran and shuts down, cancelling every task: the tool, still
-    running, finishes and keeps its result, and the turn ends cancelled."""
+    """Every task is cancelled (as `asyncio.run` does on its way out) while a plain tool runs
+    in its worker, either once the turn's task ran, or before it first ran (the turn's first
+    step, run with its caller's, reached the tool; the loop stopped then): the tool finishes,
+    its result is stored, the turn ends cancelled and the conversation is free."""
     from agentctx_fast import AsyncInMemoryAgentStore
     from agentctx_fast.runner import aio
 
-    monkeypatch.setattr(aio, "_START", mode, raising=False)
+    if mode is not None:
+        monkeypatch.setattr(aio, "_START", mode, raising=False)
     store = AsyncInMemoryAgentStore()
     tool, entered, release = _blocked_tool("slow_refund", "refund issued")
     model = AsyncScriptedChatModel([_call("c1", "slow_refund"), AiMessage("never used")])
@@ -1222,9 +1208,12 @@ def test_a_plain_tool_whose_turn_is_cancelled_before_its_task_first_ran_keeps_it
     try:
         runner = AsyncAgentRunner(store)
         caller = loop.create_task(runner.run(Agent("a", model, tools=[tool]), "conv", "go"))
-        loop.call_soon(loop.stop)  # after the caller's first step, before the turn's task
-        loop.run_forever()
-        assert entered.wait(10) and not caller.done()
+        if mode is None:
+            loop.run_until_complete(loop.run_in_executor(None, entered.wait, 10))
+        else:
+            loop.call_soon(loop.stop)  # after the caller's first step, before the turn's task
+            loop.run_forever()
+            assert entered.wait(10) and not caller.done()
         _shut_down_while_the_tool_runs(loop, store, runner, caller, release)
     finally:
         release.set()
