@@ -283,3 +283,49 @@ def test_an_async_turn_cancelled_inside_a_unit_returns_its_connection(
     assert out == 0
     assert cancelled is TurnStatus.CANCELLED
     assert after is TurnStatus.COMPLETED
+
+
+def test_a_batch_in_a_unit_is_a_transaction_on_the_units_connection(
+    database: tuple[str, str],
+) -> None:
+    """A batch write (``many``) in a unit of the async store on PostgreSQL runs as one
+    transaction on the connection the unit holds (a unit never waits for a second connection
+    while it holds one); the unit's statements after it commit by themselves again."""
+    url, dsn = database
+    import psycopg
+
+    async def main() -> tuple[Any, list[list[str]], list[int], int]:
+        store = AsyncSqlAgentStore(url)
+        await store.schema().initialize()
+        memory = store.chat_memory("c")
+        checkouts = _statements_by_checkout(store.engine.sync_engine)
+        seen: list[int] = []
+        table = store._tables.messages.name
+
+        def count_elsewhere() -> None:  # from another connection: what is committed
+            with psycopg.connect(dsn, autocommit=True) as other:
+                row = other.execute(f"SELECT count(*) FROM {table}").fetchone()
+                seen.append(int(row[0]) if row else -1)
+
+        async def work() -> tuple[list[bool], bool, bool]:
+            batch = await memory.add_messages_if_absent(
+                [UserMessage("a", message_id="m1"), UserMessage("b", message_id="m2")]
+            )
+            count_elsewhere()
+            again = await memory.add_messages_if_absent([UserMessage("a", message_id="m1")])
+            one = await memory.add_message_if_absent(UserMessage("c", message_id="m3"))
+            count_elsewhere()
+            return batch, again == [False], one
+
+        try:
+            result = await store._port.together("a test unit", work)
+            pool: Any = store.engine.sync_engine.pool
+            return result, checkouts, seen, pool.checkedout()
+        finally:
+            await store.aclose()
+
+    result, checkouts, seen, still_out = asyncio.run(main())
+    assert result == ([True, True], True, True)
+    assert checkouts == [["INSERT", "INSERT", "INSERT"]]
+    assert seen == [2, 3]
+    assert still_out == 0

@@ -101,6 +101,13 @@ class Connects(Protocol):
     def connect(self) -> AbstractContextManager[Connection]: ...
 
 
+class Begins(Protocol):
+    """What a port begins a transaction with: an `Engine`, or the connection a unit of
+    `AsyncSqlPort` holds (`_Held`)."""
+
+    def begin(self) -> AbstractContextManager[Connection]: ...
+
+
 class SqlPort(Protocol):
     """What the store's one implementation needs from a database connection."""
 
@@ -164,7 +171,7 @@ class BlockingSqlPort:
         engine: Engine,
         *,
         single: Connects | None = None,
-        writer: Engine | None = None,
+        writer: Begins | None = None,
         checkpoint: Callable[[], None] | None = None,
     ) -> None:
         self.engine = engine
@@ -174,7 +181,7 @@ class BlockingSqlPort:
         if single is None and self.dialect == "postgresql":
             single = engine.execution_options(isolation_level="AUTOCOMMIT")
         self._single: Connects | None = single
-        self._writer = writer or engine
+        self._writer: Begins = writer or engine
         self._checkpoint = checkpoint or _go_on
 
     async def rows(
@@ -296,7 +303,9 @@ class AsyncSqlPort:
         self._in_unit: BlockingSqlPort | None = None
         if self._single is not None:
             self._held = _Held()
-            self._in_unit = BlockingSqlPort(engine.sync_engine, single=self._held)
+            self._in_unit = BlockingSqlPort(
+                engine.sync_engine, single=self._held, writer=self._held
+            )
 
     async def rows(
         self,
@@ -384,11 +393,12 @@ class AsyncSqlPort:
     def _hold(self, action: str, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """In a greenlet of SQLAlchemy's asyncio layer: ``work`` driven by the blocking driver,
         its port calls run by `BlockingSqlPort` on one autocommit connection checked out
-        here, each its own statement (or, for `run` and `many`, a transaction on a connection
-        of its own). The connection goes back to the pool when ``work`` ends, however it
-        ends: a caller cancelled meanwhile is cancelled inside the greenlet, at the I/O it
-        waits on, which SQLAlchemy treats as it does for a single call (the connection is
-        dropped rather than returned in use), and its remaining calls never start."""
+        here, each its own statement (or, for `run` and `many`, a transaction on it: a unit
+        never waits for a second connection while it holds one). The connection goes back to
+        the pool when ``work`` ends, however it ends: a caller cancelled meanwhile is cancelled
+        inside the greenlet, at the I/O it waits on, which SQLAlchemy treats as it does for a
+        single call (the connection is dropped rather than returned in use), and its
+        remaining calls never start."""
         held = self._held
         assert held is not None and self._single is not None and self._in_unit is not None
         with translated(action):
@@ -484,9 +494,9 @@ def _nothing() -> None:
 
 class _Held:
     """The connections the units of an `AsyncSqlPort` on PostgreSQL hold, by the greenlet each
-    unit runs in; as `Connects`, the current greenlet's (a call's ``with`` neither opens nor
-    closes it; a call that fails rolls it back, so the next one starts clean, reconnecting
-    if the failure dropped the connection)."""
+    unit runs in; as `Connects` and `Begins`, the current greenlet's (a call's ``with``
+    neither opens nor closes it; a call that fails rolls it back, so the next one starts
+    clean, reconnecting if the failure dropped the connection)."""
 
     __slots__ = ("_by_greenlet", "_greenlet")
 
@@ -509,6 +519,19 @@ class _Held:
         finally:
             del self._by_greenlet[me]
             connection.close()
+
+    @contextmanager
+    def begin(self) -> Iterator[Connection]:
+        """A transaction on the held connection, at the database's default isolation level;
+        autocommit again after it."""
+        with self.connect() as connection:
+            connection.commit()  # SQLAlchemy's own record of autocommit statements only
+            connection.execution_options(isolation_level=connection.default_isolation_level)
+            try:
+                with connection.begin():
+                    yield connection
+            finally:
+                connection.execution_options(isolation_level="AUTOCOMMIT")
 
     @contextmanager
     def connect(self) -> Iterator[Connection]:
