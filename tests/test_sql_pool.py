@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from agentctx_fast import UserMessage
+from agentctx_fast import Agent, AiMessage, AsyncAgentRunner, AsyncScriptedChatModel, UserMessage
 from agentctx_fast.coordinator import AgentContextCompressionState
 from agentctx_fast.stores._sql_io import MAX_OVERFLOW, POOL_SIZE
 from agentctx_fast.stores.sql import AsyncSqlAgentStore, SqlAgentStore
+from agentctx_fast.turns import TurnStatus
 from servers import PostgresServer
 
 WORKERS = 32
@@ -179,3 +180,152 @@ def test_tasks_share_one_async_store_within_the_pool(database: tuple[str, str]) 
     assert 2 <= peak <= POOL_SIZE + MAX_OVERFLOW
     assert opened <= POOL_SIZE + MAX_OVERFLOW
     assert counter.peak <= POOL_SIZE + MAX_OVERFLOW
+
+
+def _statements_by_checkout(engine: Any) -> list[list[str]]:
+    """The statements the engine runs (their first word), grouped by the pool checkout of the
+    connection each ran on: one list per checkout, in order."""
+    from sqlalchemy import event
+
+    checkouts: list[list[str]] = []
+
+    def executed(_connection: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        checkouts[-1].append(statement.split()[0])
+
+    def checked_out(*_: Any) -> None:
+        checkouts.append([])
+
+    event.listen(engine, "before_cursor_execute", executed)
+    event.listen(engine, "checkout", checked_out)
+    return checkouts
+
+
+def _plain_agent() -> Agent:
+    return Agent("pool", AsyncScriptedChatModel([AiMessage("done")], cycle=True))
+
+
+def test_an_async_turn_checks_out_one_connection_per_unit_of_store_io(
+    database: tuple[str, str],
+) -> None:
+    """A plain turn's store calls come in two units (taking the conversation and starting the
+    turn; recording the reply and ending the turn): on PostgreSQL each unit runs on one
+    connection, checked out (and pinged) once, instead of one per statement."""
+    url, _ = database
+
+    async def main() -> tuple[list[list[str]], int, list[str]]:
+        store = AsyncSqlAgentStore(url)
+        await store.schema().initialize()
+        runner = AsyncAgentRunner(store)
+        agent = _plain_agent()
+        try:
+            await runner.run(agent, "c", "hello")  # the first turn reads no turn status
+            checkouts = _statements_by_checkout(store.engine.sync_engine)
+            turn = await runner.run(agent, "c", "again")
+            assert turn.status is TurnStatus.COMPLETED
+            pool: Any = store.engine.sync_engine.pool
+            stored = [m.message_id for m in await store.chat_memory("c").get_messages()]
+            return checkouts, pool.checkedout(), stored
+        finally:
+            await runner.aclose()
+            await store.aclose()
+
+    checkouts, still_out, stored = asyncio.run(main())
+    assert len(stored) == 4 and still_out == 0
+    # acquire, insert the turn, read the history, insert the user message | renew, insert the
+    # reply, update the turn, release | this test's read (call by call: 9 checkouts of one)
+    assert checkouts == [
+        ["INSERT", "INSERT", "SELECT", "INSERT"],
+        ["UPDATE", "INSERT", "UPDATE", "DELETE"],
+        ["SELECT"],
+    ]
+
+
+def test_an_async_turn_cancelled_inside_a_unit_returns_its_connection(
+    database: tuple[str, str],
+) -> None:
+    """A turn cancelled while a statement of a unit is in flight leaves no connection checked
+    out and no turn open: the next turn on the conversation runs."""
+    url, _ = database
+    from sqlalchemy import event
+
+    async def main() -> tuple[int, TurnStatus | None, TurnStatus]:
+        store = AsyncSqlAgentStore(url)
+        await store.schema().initialize()
+        runner = AsyncAgentRunner(store)
+        agent = _plain_agent()
+        engine = store.engine.sync_engine
+        target: list[asyncio.Task[Any]] = []
+
+        def cancel_at_the_ai_message(
+            _c: Any, _cu: Any, statement: str, params: Any, *_: Any
+        ) -> None:
+            # the reply's insert, second statement of the unit that records it
+            if target and statement.startswith("INSERT") and ":ai:" in str(params):
+                target.pop().cancel()  # delivered at the statement's wait for the server
+
+        event.listen(engine, "before_cursor_execute", cancel_at_the_ai_message)
+        try:
+            task = asyncio.ensure_future(runner.run(agent, "c", "hello", turn_id="t1"))
+            target.append(task)
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert not target  # the cancel was delivered inside the unit
+            pool: Any = engine.pool
+            out = pool.checkedout()
+            snapshot = await store.turn_store().load_turn("c", "t1")
+            after = await runner.run(agent, "c", "next")
+            return out, None if snapshot is None else snapshot.status, after.status
+        finally:
+            await runner.aclose()
+            await store.aclose()
+
+    out, cancelled, after = asyncio.run(main())
+    assert out == 0
+    assert cancelled is TurnStatus.CANCELLED
+    assert after is TurnStatus.COMPLETED
+
+
+def test_a_batch_in_a_unit_is_a_transaction_on_the_units_connection(
+    database: tuple[str, str],
+) -> None:
+    """A batch write (``many``) in a unit of the async store on PostgreSQL runs as one
+    transaction on the connection the unit holds (a unit never waits for a second connection
+    while it holds one); the unit's statements after it commit by themselves again."""
+    url, dsn = database
+    import psycopg
+
+    async def main() -> tuple[Any, list[list[str]], list[int], int]:
+        store = AsyncSqlAgentStore(url)
+        await store.schema().initialize()
+        memory = store.chat_memory("c")
+        checkouts = _statements_by_checkout(store.engine.sync_engine)
+        seen: list[int] = []
+        table = store._tables.messages.name
+
+        def count_elsewhere() -> None:  # from another connection: what is committed
+            with psycopg.connect(dsn, autocommit=True) as other:
+                row = other.execute(f"SELECT count(*) FROM {table}").fetchone()
+                seen.append(int(row[0]) if row else -1)
+
+        async def work() -> tuple[list[bool], bool, bool]:
+            batch = await memory.add_messages_if_absent(
+                [UserMessage("a", message_id="m1"), UserMessage("b", message_id="m2")]
+            )
+            count_elsewhere()
+            again = await memory.add_messages_if_absent([UserMessage("a", message_id="m1")])
+            one = await memory.add_message_if_absent(UserMessage("c", message_id="m3"))
+            count_elsewhere()
+            return batch, again == [False], one
+
+        try:
+            result = await store._port.together("a test unit", work)
+            pool: Any = store.engine.sync_engine.pool
+            return result, checkouts, seen, pool.checkedout()
+        finally:
+            await store.aclose()
+
+    result, checkouts, seen, still_out = asyncio.run(main())
+    assert result == ([True, True], True, True)
+    assert checkouts == [["INSERT", "INSERT", "INSERT"]]
+    assert seen == [2, 3]
+    assert still_out == 0

@@ -5,8 +5,9 @@ own in autocommit, which is as atomic: PostgreSQL, and the async store's SQLite 
 hands back what the statement returned, already fetched: the rows, or the number of rows
 changed. Database errors become typed store errors; the transaction has rolled back by then.
 ``together`` runs several calls as one unit of I/O where the driver allows it (the async store's
-SQLite engine: one trip to a connection's thread, held for the unit); each call is still its
-own statement or transaction, so a unit is not a transaction.
+SQLite engine: one trip to a connection's thread, held for the unit; the async store on
+PostgreSQL: one connection, checked out and pinged once, in one greenlet); each call is still
+its own statement or transaction, so a unit is not a transaction.
 
 Otherwise a connection is held for one statement only, so one pooled engine serves every
 thread (blocking store) or task (async store) of a process: a store made from a PostgreSQL
@@ -93,6 +94,20 @@ def translated(action: str) -> Iterator[None]:
         raise StoreError(f"database error while {action}: {error}") from error
 
 
+class Connects(Protocol):
+    """What a port opens a single statement's connection with: an `Engine`, or the
+    connection a unit of `AsyncSqlPort` holds (`_Held`)."""
+
+    def connect(self) -> AbstractContextManager[Connection]: ...
+
+
+class Begins(Protocol):
+    """What a port begins a transaction with: an `Engine`, or the connection a unit of
+    `AsyncSqlPort` holds (`_Held`)."""
+
+    def begin(self) -> AbstractContextManager[Connection]: ...
+
+
 class SqlPort(Protocol):
     """What the store's one implementation needs from a database connection."""
 
@@ -155,8 +170,8 @@ class BlockingSqlPort:
         self,
         engine: Engine,
         *,
-        single: Engine | None = None,
-        writer: Engine | None = None,
+        single: Connects | None = None,
+        writer: Begins | None = None,
         checkpoint: Callable[[], None] | None = None,
     ) -> None:
         self.engine = engine
@@ -165,8 +180,8 @@ class BlockingSqlPort:
         self._serial: AbstractContextManager[Any] = threading.RLock() if shared else nullcontext()
         if single is None and self.dialect == "postgresql":
             single = engine.execution_options(isolation_level="AUTOCOMMIT")
-        self._single = single
-        self._writer = writer or engine
+        self._single: Connects | None = single
+        self._writer: Begins = writer or engine
         self._checkpoint = checkpoint or _go_on
 
     async def rows(
@@ -282,6 +297,15 @@ class AsyncSqlPort:
         # in): the checkout, the statement and the return to the pool in one, where
         # `AsyncConnection` spends one greenlet on each and a task on the return.
         self._single: Engine | None = None if single is None else single.sync_engine
+        # On PostgreSQL a unit (`together`) holds one connection of ``_single`` in one
+        # greenlet, where the blocking port's code runs each call on it (`_Held`).
+        self._held: _Held | None = None
+        self._in_unit: BlockingSqlPort | None = None
+        if self._single is not None:
+            self._held = _Held()
+            self._in_unit = BlockingSqlPort(
+                engine.sync_engine, single=self._held, writer=self._held
+            )
 
     async def rows(
         self,
@@ -296,18 +320,27 @@ class AsyncSqlPort:
             return await self.together(
                 action, lambda: inner.rows(action, statement, write=write, params=params)
             )
+        unit = self._unit()
+        if unit is not None:
+            return await unit.rows(action, statement, write=write, params=params)
         return await self._whole(self._rows(action, statement, write, params))
 
     async def changed(self, action: str, statement: Any) -> int:
         inner = self._on_thread
         if inner is not None:
             return await self.together(action, lambda: inner.changed(action, statement))
+        unit = self._unit()
+        if unit is not None:
+            return await unit.changed(action, statement)
         return await self._whole(self._changed(action, statement))
 
     async def run(self, action: str, work: Callable[[Connection], Any]) -> None:
         inner = self._on_thread
         if inner is not None:
             return await self.together(action, lambda: inner.run(action, work))
+        unit = self._unit()
+        if unit is not None:
+            return await unit.run(action, work)
         await self._whole(self._run(action, work))
 
     async def many(
@@ -316,11 +349,20 @@ class AsyncSqlPort:
         inner = self._on_thread
         if inner is not None:
             return await self.together(action, lambda: inner.many(action, statement, params))
+        unit = self._unit()
+        if unit is not None:
+            return await unit.many(action, statement, params)
         return await self._whole(self._many(action, statement, params))
 
     async def together(self, action: str, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """``work()``, whose awaits are this port's calls: on the async SQLite engine, all of
-        them in one trip to a connection's thread; elsewhere, each as it comes."""
+        them in one trip to a connection's thread; on PostgreSQL, all of them on one
+        connection, checked out (and pinged) once, in one greenlet; elsewhere, each as it
+        comes."""
+        if self._held is not None:
+            if self._held.current() is not None:
+                return await work()  # already in a unit: run as it comes
+            return await _greenlet_spawn(self._hold, action, work)
         if self._on_thread is None or getattr(self._trip, "current", None) is not None:
             return await work()  # not SQLite, or already on the trip: run as it comes
         with translated(action):
@@ -347,6 +389,29 @@ class AsyncSqlPort:
             return result
         finally:
             await _returned(connection)
+
+    def _hold(self, action: str, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """In a greenlet of SQLAlchemy's asyncio layer: ``work`` driven by the blocking driver,
+        its port calls run by `BlockingSqlPort` on one autocommit connection checked out
+        here, each its own statement (or, for `run` and `many`, a transaction on it: a unit
+        never waits for a second connection while it holds one). The connection goes back to
+        the pool when ``work`` ends, however it ends: a caller cancelled meanwhile is cancelled
+        inside the greenlet, at the I/O it waits on, which SQLAlchemy treats as it does for a
+        single call (the connection is dropped rather than returned in use), and its
+        remaining calls never start."""
+        held = self._held
+        assert held is not None and self._single is not None and self._in_unit is not None
+        with translated(action):
+            connection = self._single.connect()
+        with held.lent(connection):
+            return run_sync(work())
+
+    def _unit(self) -> BlockingSqlPort | None:
+        """In a unit of this port (PostgreSQL): the port that runs its calls."""
+        held = self._held
+        if held is None or held.current() is None:
+            return None
+        return self._in_unit
 
     def _travel(self, trip: _Trip, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """On the connection's thread: ``work`` driven by the blocking driver, its port calls
@@ -425,6 +490,61 @@ async def _returned(connection: Connection) -> None:
 
 def _nothing() -> None:
     """A call whose end on a connection's thread says every call queued before it ended."""
+
+
+class _Held:
+    """The connections the units of an `AsyncSqlPort` on PostgreSQL hold, by the greenlet each
+    unit runs in; as `Connects` and `Begins`, the current greenlet's (a call's ``with``
+    neither opens nor closes it; a call that fails rolls it back, so the next one starts
+    clean, reconnecting if the failure dropped the connection)."""
+
+    __slots__ = ("_by_greenlet", "_greenlet")
+
+    def __init__(self) -> None:
+        from greenlet import getcurrent  # type: ignore[import-untyped]  # SQLAlchemy's asyncio
+
+        self._greenlet: Callable[[], Any] = getcurrent
+        self._by_greenlet: dict[Any, Connection] = {}
+
+    def current(self) -> Connection | None:
+        return self._by_greenlet.get(self._greenlet()) if self._by_greenlet else None
+
+    @contextmanager
+    def lent(self, connection: Connection) -> Iterator[None]:
+        """``connection`` held by the current greenlet, then closed (back to its pool)."""
+        me = self._greenlet()
+        self._by_greenlet[me] = connection
+        try:
+            yield
+        finally:
+            del self._by_greenlet[me]
+            connection.close()
+
+    @contextmanager
+    def begin(self) -> Iterator[Connection]:
+        """A transaction on the held connection, at the database's default isolation level;
+        autocommit again after it."""
+        with self.connect() as connection:
+            connection.commit()  # SQLAlchemy's own record of autocommit statements only
+            connection.execution_options(isolation_level=connection.default_isolation_level)
+            try:
+                with connection.begin():
+                    yield connection
+            finally:
+                connection.execution_options(isolation_level="AUTOCOMMIT")
+
+    @contextmanager
+    def connect(self) -> Iterator[Connection]:
+        connection = self.current()
+        assert connection is not None, "a unit's call outside its greenlet"
+        try:
+            yield connection
+        except BaseException:
+            try:
+                connection.rollback()
+            except Exception:
+                pass  # the call's own failure is reported; the next call meets the connection's
+            raise
 
 
 class _Trip:
