@@ -45,10 +45,14 @@ def run(url: str, body: Callable[[AsyncSqlAgentStore], Awaitable[Any]]) -> Any:
 
 
 def _trips(store: AsyncSqlAgentStore) -> Callable[[], int]:
-    """Trips made so far to the threads of the store's connections (those checked out since)."""
+    """Trips made so far to the threads of the store's connections (those checked out since,
+    and those the store keeps out of the pool between its units)."""
     from sqlalchemy import event
 
     seen: dict[int, tuple[OneTripConnection, int]] = {}
+    for kept in store._port._kept:  # type: ignore[attr-defined]
+        driver = kept.connection.driver_connection
+        seen.setdefault(id(driver), (driver, driver._sent))
 
     def checkout(_dbapi: Any, record: Any, _proxy: Any) -> None:
         driver = record.driver_connection
@@ -610,6 +614,47 @@ def test_calls_together_are_one_trip_each_committed_on_its_own(url: str) -> None
         assert [m.message_id for m in blocking.chat_memory("c1").get_messages()] == ids
     finally:
         blocking.close()
+
+
+def test_units_keep_their_connection_out_of_the_pool_between_them(url: str) -> None:
+    """A file database: a unit's connection, its trip over, is kept for the next unit instead
+    of going back to the pool (one checkout for many calls); concurrent units keep at most as
+    many as the pool keeps open, and the store's ``aclose`` returns every one."""
+    from sqlalchemy import event
+
+    async def body(store: AsyncSqlAgentStore) -> tuple[int, int, int, int, int]:
+        memory = store.chat_memory("c1")
+        pool: Any = store.engine.sync_engine.pool
+        checkouts = [0]
+
+        def checkout(*_: Any) -> None:
+            checkouts[0] += 1
+
+        event.listen(store.engine.sync_engine, "checkout", checkout)
+        for i in range(5):
+            await memory.add_message_if_absent(UserMessage("m", message_id=f"u{i}"))
+            await memory.get_messages()
+        one_by_one = checkouts[0]
+        gate = threading.Event()
+
+        async def held() -> int:
+            gate.wait(10)  # on the connection's thread: every unit holds its own
+            return await memory.message_count()
+
+        units = [asyncio.ensure_future(store._port.together("test", held)) for _ in range(8)]
+        for _ in range(3):
+            await asyncio.sleep(0)
+        gate.set()
+        counts = await asyncio.gather(*units)
+        assert counts == [5] * 8
+        kept, out = len(store._port._kept), pool.checkedout()  # type: ignore[attr-defined]
+        await store._port.aclose()  # type: ignore[attr-defined]
+        return one_by_one, kept, out, int(pool.size()), pool.checkedout()
+
+    one_by_one, kept, out, size, after = run(url, body)
+    assert one_by_one == 1
+    assert kept == out == size  # bounded by the pool's size, the others went back
+    assert after == 0
 
 
 def test_a_failing_call_together_rolls_back_only_its_own_transaction(url: str) -> None:

@@ -268,6 +268,10 @@ class AsyncSqlPort:
         self._writer = engine  # where `run` and `many` begin their transactions
         self._on_thread: BlockingSqlPort | None = None  # the port a trip runs
         self._trip = threading.local()  # on a connection's thread during a trip: its `_Trip`
+        # Connections out of the pool between units, taken by the next (see `_keep`): at most
+        # as many as the pool keeps open (none on the one connection of an in-memory database).
+        self._kept: list[Connection] = []
+        self._keep_at_most = 0
         if self.dialect == "postgresql":
             single = engine.execution_options(isolation_level="AUTOCOMMIT")
         elif _one_trip(engine):
@@ -277,6 +281,9 @@ class AsyncSqlPort:
             self._on_thread = BlockingSqlPort(
                 blocking, single=on_its_own, writer=writing, checkpoint=self._checkpoint
             )
+            if not self._shared:  # a file database: its pool's own connections, one per unit
+                pool: Any = engine.sync_engine.pool
+                self._keep_at_most = int(pool.size())
         # Elsewhere a single statement is the blocking port's code run in one greenlet of
         # SQLAlchemy's asyncio layer (`greenlet_spawn`, what `AsyncConnection` runs each call
         # in): the checkout, the statement and the return to the pool in one, where
@@ -323,8 +330,10 @@ class AsyncSqlPort:
         them in one trip to a connection's thread; elsewhere, each as it comes."""
         if self._on_thread is None or getattr(self._trip, "current", None) is not None:
             return await work()  # not SQLite, or already on the trip: run as it comes
-        with translated(action):
-            connection = await _greenlet_spawn(self.engine.sync_engine.connect)
+        connection = self._kept.pop() if self._kept else None
+        if connection is None:
+            with translated(action):
+                connection = await _greenlet_spawn(self.engine.sync_engine.connect)
         driver: Any = connection.connection.driver_connection  # a OneTripConnection
         try:
             trip = _Trip()
@@ -346,7 +355,31 @@ class AsyncSqlPort:
                 raise
             return result
         finally:
-            await _returned(connection)
+            if not self._keep(connection, driver):
+                await _returned(connection)
+
+    def _keep(self, connection: Connection, driver: Any) -> bool:
+        """Whether ``connection``, whose trip is over, is kept for the next unit instead of
+        going back to the pool: when this port keeps connections (a file database's pool),
+        has room, the connection is still of the engine's pool (not one disposed since) and
+        it has nothing left to reset (no transaction open, no call queued: what the pool's
+        rollback on return would do is done). Keeping it skips a checkout and a return (two
+        runs of SQLAlchemy's pool code in greenlets) on each unit."""
+        if (
+            len(self._kept) >= self._keep_at_most
+            or connection.closed
+            or connection.invalidated
+            or connection.engine.pool is not self.engine.sync_engine.pool
+            or not driver._settled()
+        ):
+            return False
+        self._kept.append(connection)
+        return True
+
+    async def aclose(self) -> None:
+        """The connections this port keeps (`together`) back to their pool."""
+        while self._kept:
+            await _returned(self._kept.pop())
 
     def _travel(self, trip: _Trip, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """On the connection's thread: ``work`` driven by the blocking driver, its port calls
