@@ -546,6 +546,55 @@ def test_listeners_added_and_removed_on_the_store_engine_after_its_first_trip(ur
     run(url, body)
 
 
+def test_statements_skip_event_dispatch_while_only_the_store_listens(url: str) -> None:
+    """With no listener of the caller's on ``store.engine``, the statements on the connections'
+    threads dispatch no SQLAlchemy event (the engine's own ``begin`` listener is then the
+    thread engines' dialect's work): a batch still runs in one ``BEGIN IMMEDIATE``
+    transaction. Once a listener is added, events are dispatched again, and the batch's
+    ``BEGIN IMMEDIATE`` is issued once, not twice."""
+    from sqlalchemy import event
+
+    from agentctx_fast.stores import _aiosqlite
+
+    def statement(*_: Any) -> None:
+        pass
+
+    async def body(store: AsyncSqlAgentStore) -> list[tuple[list[bool], list[str]]]:
+        memory = store.chat_memory("c1")
+        port: Any = store._port
+        engines = (port._on_thread.engine, port._on_thread._single, port._on_thread._writer)
+        outcomes = []
+        for step in range(2):
+            if step == 1:
+                event.listen(store.engine.sync_engine, "before_cursor_execute", statement)
+            traced: list[str] = []
+
+            async def work(step: int = step, traced: list[str] = traced) -> None:
+                _aiosqlite._THREAD.connection.set_trace_callback(traced.append)  # on the thread
+                try:
+                    await memory.add_messages_if_absent(
+                        [
+                            UserMessage("a", message_id=f"a{step}"),
+                            AiMessage("b", message_id=f"b{step}"),
+                        ]
+                    )
+                finally:
+                    _aiosqlite._THREAD.connection.set_trace_callback(None)
+
+            await store._port.together("test", work)
+            outcomes.append(([bool(e._has_events) for e in engines], traced))
+        return outcomes
+
+    (quiet, quiet_trace), (listened, listened_trace) = run(url, body)
+    assert quiet == [False, False, False]
+    assert listened == [True, True, True]
+    for trace in (quiet_trace, listened_trace):
+        statements = [s for s in trace if not s.startswith("PRAGMA")]  # an engine's first use
+        assert statements.count("BEGIN IMMEDIATE") == 1
+        assert statements[0] == "BEGIN IMMEDIATE"
+        assert statements[-1] == "COMMIT"
+
+
 def test_an_aiosqlite_of_other_internals_fails_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
     """The connections use aiosqlite's internals (its call queue): an aiosqlite whose
     internals differ fails with a clear `StoreError` when a connection is made, not a hang;

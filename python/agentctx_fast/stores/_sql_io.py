@@ -271,13 +271,16 @@ class AsyncSqlPort:
         # Connections out of the pool between units, taken by the next (see `_keep`): at most
         # as many as the pool keeps open (none on the one connection of an in-memory database).
         self._kept: list[Connection] = []
+        self._thread_engines: tuple[Engine, ...] = ()
         self._keep_at_most = 0
         if self.dialect == "postgresql":
             single = engine.execution_options(isolation_level="AUTOCOMMIT")
         elif _one_trip(engine):
-            from agentctx_fast.stores._aiosqlite import thread_engines
+            from agentctx_fast.stores._aiosqlite import follow_listeners, thread_engines
 
+            self._follow_listeners = follow_listeners
             blocking, on_its_own, writing = thread_engines(engine.sync_engine)
+            self._thread_engines = (blocking, on_its_own, writing)
             self._on_thread = BlockingSqlPort(
                 blocking, single=on_its_own, writer=writing, checkpoint=self._checkpoint
             )
@@ -384,6 +387,7 @@ class AsyncSqlPort:
     def _travel(self, trip: _Trip, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """On the connection's thread: ``work`` driven by the blocking driver, its port calls
         run by `BlockingSqlPort` on this thread's connection."""
+        self._follow_listeners(self.engine.sync_engine, self._thread_engines)
         self._trip.current = trip
         try:
             return run_sync(work())
