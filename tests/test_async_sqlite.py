@@ -1017,6 +1017,33 @@ def test_a_turn_costs_two_trips_a_tool_turn_four(url: str) -> None:
     assert two == ([5, 5], ["completed", "completed"])  # the first result is one trip more
 
 
+def test_a_new_runners_first_turn_reads_the_earlier_turns_statuses_in_one_trip(url: str) -> None:
+    """A runner new to a conversation (one made per request, say) reads the status of every
+    earlier turn in its first window's history: all of them in one trip, not one each."""
+    from agentctx_fast import Agent, AsyncAgentRunner, AsyncScriptedChatModel
+
+    async def body(store: AsyncSqlAgentStore) -> tuple[int, int, str]:
+        agent = Agent("a", AsyncScriptedChatModel([AiMessage("Hello.")], cycle=True))
+        first = AsyncAgentRunner(store)
+        for i in range(6):
+            await first.run(agent, "c1", f"turn {i}")
+        await first.aclose()
+        trips = _trips(store)
+        fresh = AsyncAgentRunner(store)
+        before = trips()
+        turn = await fresh.run(agent, "c1", "again")
+        new_runner = trips() - before
+        before = trips()
+        await fresh.run(agent, "c1", "and again")
+        await fresh.aclose()
+        return new_runner, trips() - before, turn.status.value
+
+    new_runner, next_turn, status = run(url, body)
+    assert status == "completed"
+    assert next_turn == 2
+    assert new_runner == 3  # the opening, the six statuses, the reply's recording
+
+
 def test_a_replaced_store_method_runs_call_by_call(
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
