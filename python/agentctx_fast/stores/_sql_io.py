@@ -247,12 +247,15 @@ class AsyncSqlPort:
     trip to end (a transaction never stays open, the connection is never dropped, which for an
     in-memory database is the database), and its remaining calls and any transaction not yet
     begun are skipped: it is cancelled when the trip is over and its connection is back in the
-    pool (a return that waits for another task's calls on the one connection of an in-memory
-    database is waited for too). The runner's turn is such a caller only when its own task is
-    cancelled: a cancelled caller of the runner cancels no store call, so the trip runs whole.
+    pool or kept for the next unit (`_keep`; a return that waits for another task's calls on
+    the one connection of an in-memory database is waited for too). The runner's turn is such
+    a caller only when its own task is cancelled: a cancelled caller of the runner cancels no
+    store call, so the trip runs whole.
 
     There the statements run through `_aiosqlite.thread_engines`, whose events and logging
-    are those of ``engine.sync_engine``; a trip runs in a copy of its caller's context."""
+    are those of ``engine.sync_engine`` (dispatched only while a listener other than the
+    store's own is there: `_aiosqlite.follow_listeners`, at the start of each trip); a trip
+    runs in a copy of its caller's context."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
