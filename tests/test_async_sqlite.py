@@ -50,7 +50,7 @@ def _trips(store: AsyncSqlAgentStore) -> Callable[[], int]:
     from sqlalchemy import event
 
     seen: dict[int, tuple[OneTripConnection, int]] = {}
-    for kept in store._port._kept:  # type: ignore[attr-defined]
+    for kept, _pool in store._port._kept:  # type: ignore[attr-defined]
         driver = kept.connection.driver_connection
         seen.setdefault(id(driver), (driver, driver._sent))
 
@@ -704,6 +704,26 @@ def test_units_keep_their_connection_out_of_the_pool_between_them(url: str) -> N
     assert one_by_one == 1
     assert kept == out == size  # bounded by the pool's size, the others went back
     assert after == 0
+
+
+def test_a_connection_kept_across_a_dispose_of_the_engine_goes_back_to_its_pool(url: str) -> None:
+    """``store.engine.dispose()`` between calls: the connection the store kept, of the pool
+    disposed, is not used again (it goes back to that pool); the next call takes one of the
+    engine's new pool, and the calls go on."""
+
+    async def body(store: AsyncSqlAgentStore) -> tuple[bool, int, int]:
+        memory = store.chat_memory("c1")
+        await memory.add_message_if_absent(UserMessage("a", message_id="u1"))
+        port: Any = store._port
+        ((old, _pool),) = port._kept
+        await store.engine.dispose()
+        await memory.add_message_if_absent(UserMessage("b", message_id="u2"))
+        ((new, _pool),) = port._kept
+        return new is old, await memory.message_count(), store.engine.sync_engine.pool.checkedout()
+
+    reused, count, out = run(url, body)
+    assert not reused
+    assert (count, out) == (2, 1)
 
 
 def test_a_failing_call_together_rolls_back_only_its_own_transaction(url: str) -> None:

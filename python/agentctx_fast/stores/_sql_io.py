@@ -40,7 +40,7 @@ try:
     import sqlalchemy as sa
     from sqlalchemy import exc as sa_exc
     from sqlalchemy.engine import Connection, Engine
-    from sqlalchemy.pool import StaticPool
+    from sqlalchemy.pool import Pool, StaticPool
 except ImportError as _error:
     raise missing_dependency("sql", _error) from _error
 
@@ -273,7 +273,7 @@ class AsyncSqlPort:
         self._trip = threading.local()  # on a connection's thread during a trip: its `_Trip`
         # Connections out of the pool between units, taken by the next (see `_keep`): at most
         # as many as the pool keeps open (none on the one connection of an in-memory database).
-        self._kept: list[Connection] = []
+        self._kept: list[tuple[Connection, Pool]] = []  # each with the pool it came from
         self._thread_engines: tuple[Engine, ...] = ()
         self._keep_at_most = 0
         if self.dialect == "postgresql":
@@ -336,10 +336,16 @@ class AsyncSqlPort:
         them in one trip to a connection's thread; elsewhere, each as it comes."""
         if self._on_thread is None or getattr(self._trip, "current", None) is not None:
             return await work()  # not SQLite, or already on the trip: run as it comes
-        connection = self._kept.pop() if self._kept else None
-        if connection is None:
+        pool = self.engine.sync_engine.pool
+        kept = self._kept.pop() if self._kept else None
+        if kept is not None and kept[1] is not pool:  # of a pool disposed since: back to it
+            await _returned(kept[0])
+            kept = None
+        if kept is None:
             with translated(action):
                 connection = await _greenlet_spawn(self.engine.sync_engine.connect)
+        else:
+            connection = kept[0]
         driver: Any = connection.connection.driver_connection  # a OneTripConnection
         try:
             trip = _Trip()
@@ -361,13 +367,13 @@ class AsyncSqlPort:
                 raise
             return result
         finally:
-            if not self._keep(connection, driver):
+            if not self._keep(connection, pool, driver):
                 await _returned(connection)
 
-    def _keep(self, connection: Connection, driver: Any) -> bool:
+    def _keep(self, connection: Connection, pool: Pool, driver: Any) -> bool:
         """Whether ``connection``, whose trip is over, is kept for the next unit instead of
-        going back to the pool: when this port keeps connections (a file database's pool),
-        has room, the connection is still of the engine's pool (not one disposed since) and
+        going back to ``pool``, its pool: when this port keeps connections (a file
+        database's pool), has room, ``pool`` is still the engine's (not disposed since) and
         it has nothing left to reset (no transaction open, no call queued: what the pool's
         rollback on return would do is done). Keeping it skips a checkout and a return (two
         runs of SQLAlchemy's pool code in greenlets) on each unit."""
@@ -375,17 +381,17 @@ class AsyncSqlPort:
             len(self._kept) >= self._keep_at_most
             or connection.closed
             or connection.invalidated
-            or connection.engine.pool is not self.engine.sync_engine.pool
+            or pool is not self.engine.sync_engine.pool
             or not driver._settled()
         ):
             return False
-        self._kept.append(connection)
+        self._kept.append((connection, pool))
         return True
 
     async def aclose(self) -> None:
         """The connections this port keeps (`together`) back to their pool."""
         while self._kept:
-            await _returned(self._kept.pop())
+            await _returned(self._kept.pop()[0])
 
     def _travel(self, trip: _Trip, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """On the connection's thread: ``work`` driven by the blocking driver, its port calls
