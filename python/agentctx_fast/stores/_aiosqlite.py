@@ -344,7 +344,7 @@ def thread_engines(
         # The transaction's start when the ``begin`` event is not dispatched (`follow_listeners`):
         # what `begin_immediate` would issue, unless it did.
         engine.dialect.do_begin = partial(_begin, begin)  # type: ignore[method-assign]
-        engine._has_events = True  # the parent always has a listener, its ``begin`` listener
+        engine._has_events = True  # until a trip's `follow_listeners` says otherwise
         engine.url = parent.url  # what a listener reads of the engine (a tracer: the database)
         # ``parent``'s events, those added later too: its own listener collections, shared
         # rather than joined (as an option engine joins its engine's), since nothing listens on
