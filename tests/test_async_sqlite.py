@@ -45,10 +45,14 @@ def run(url: str, body: Callable[[AsyncSqlAgentStore], Awaitable[Any]]) -> Any:
 
 
 def _trips(store: AsyncSqlAgentStore) -> Callable[[], int]:
-    """Trips made so far to the threads of the store's connections (those checked out since)."""
+    """Trips made so far to the threads of the store's connections (those checked out since,
+    and those the store keeps out of the pool between its units)."""
     from sqlalchemy import event
 
     seen: dict[int, tuple[OneTripConnection, int]] = {}
+    for kept, _pool in store._port._kept:  # type: ignore[attr-defined]
+        driver = kept.connection.driver_connection
+        seen.setdefault(id(driver), (driver, driver._sent))
 
     def checkout(_dbapi: Any, record: Any, _proxy: Any) -> None:
         driver = record.driver_connection
@@ -542,6 +546,55 @@ def test_listeners_added_and_removed_on_the_store_engine_after_its_first_trip(ur
     run(url, body)
 
 
+def test_statements_skip_event_dispatch_while_only_the_store_listens(url: str) -> None:
+    """With no listener of the caller's on ``store.engine``, the statements on the connections'
+    threads dispatch no SQLAlchemy event (the engine's own ``begin`` listener is then the
+    thread engines' dialect's work): a batch still runs in one ``BEGIN IMMEDIATE``
+    transaction. Once a listener is added, events are dispatched again, and the batch's
+    ``BEGIN IMMEDIATE`` is issued once, not twice."""
+    from sqlalchemy import event
+
+    from agentctx_fast.stores import _aiosqlite
+
+    def statement(*_: Any) -> None:
+        pass
+
+    async def body(store: AsyncSqlAgentStore) -> list[tuple[list[bool], list[str]]]:
+        memory = store.chat_memory("c1")
+        port: Any = store._port
+        engines = (port._on_thread.engine, port._on_thread._single, port._on_thread._writer)
+        outcomes = []
+        for step in range(2):
+            if step == 1:
+                event.listen(store.engine.sync_engine, "before_cursor_execute", statement)
+            traced: list[str] = []
+
+            async def work(step: int = step, traced: list[str] = traced) -> None:
+                _aiosqlite._THREAD.connection.set_trace_callback(traced.append)  # on the thread
+                try:
+                    await memory.add_messages_if_absent(
+                        [
+                            UserMessage("a", message_id=f"a{step}"),
+                            AiMessage("b", message_id=f"b{step}"),
+                        ]
+                    )
+                finally:
+                    _aiosqlite._THREAD.connection.set_trace_callback(None)
+
+            await store._port.together("test", work)
+            outcomes.append(([bool(e._has_events) for e in engines], traced))
+        return outcomes
+
+    (quiet, quiet_trace), (listened, listened_trace) = run(url, body)
+    assert quiet == [False, False, False]
+    assert listened == [True, True, True]
+    for trace in (quiet_trace, listened_trace):
+        statements = [s for s in trace if not s.startswith("PRAGMA")]  # an engine's first use
+        assert statements.count("BEGIN IMMEDIATE") == 1
+        assert statements[0] == "BEGIN IMMEDIATE"
+        assert statements[-1] == "COMMIT"
+
+
 def test_an_aiosqlite_of_other_internals_fails_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
     """The connections use aiosqlite's internals (its call queue): an aiosqlite whose
     internals differ fails with a clear `StoreError` when a connection is made, not a hang;
@@ -610,6 +663,67 @@ def test_calls_together_are_one_trip_each_committed_on_its_own(url: str) -> None
         assert [m.message_id for m in blocking.chat_memory("c1").get_messages()] == ids
     finally:
         blocking.close()
+
+
+def test_units_keep_their_connection_out_of_the_pool_between_them(url: str) -> None:
+    """A file database: a unit's connection, its trip over, is kept for the next unit instead
+    of going back to the pool (one checkout for many calls); concurrent units keep at most as
+    many as the pool keeps open, and the store's ``aclose`` returns every one."""
+    from sqlalchemy import event
+
+    async def body(store: AsyncSqlAgentStore) -> tuple[int, int, int, int, int]:
+        memory = store.chat_memory("c1")
+        pool: Any = store.engine.sync_engine.pool
+        checkouts = [0]
+
+        def checkout(*_: Any) -> None:
+            checkouts[0] += 1
+
+        event.listen(store.engine.sync_engine, "checkout", checkout)
+        for i in range(5):
+            await memory.add_message_if_absent(UserMessage("m", message_id=f"u{i}"))
+            await memory.get_messages()
+        one_by_one = checkouts[0]
+        gate = threading.Event()
+
+        async def held() -> int:
+            gate.wait(10)  # on the connection's thread: every unit holds its own
+            return await memory.message_count()
+
+        units = [asyncio.ensure_future(store._port.together("test", held)) for _ in range(8)]
+        for _ in range(3):
+            await asyncio.sleep(0)
+        gate.set()
+        counts = await asyncio.gather(*units)
+        assert counts == [5] * 8
+        kept, out = len(store._port._kept), pool.checkedout()  # type: ignore[attr-defined]
+        await store._port.aclose()  # type: ignore[attr-defined]
+        return one_by_one, kept, out, int(pool.size()), pool.checkedout()
+
+    one_by_one, kept, out, size, after = run(url, body)
+    assert one_by_one == 1
+    assert kept == out == size  # bounded by the pool's size, the others went back
+    assert after == 0
+
+
+def test_a_connection_kept_across_a_dispose_of_the_engine_goes_back_to_its_pool(url: str) -> None:
+    """``store.engine.dispose()`` between calls: the connection the store kept, of the pool
+    disposed, is not used again (it goes back to that pool); the next call takes one of the
+    engine's new pool, and the calls go on."""
+
+    async def body(store: AsyncSqlAgentStore) -> tuple[bool, int, int]:
+        memory = store.chat_memory("c1")
+        await memory.add_message_if_absent(UserMessage("a", message_id="u1"))
+        port: Any = store._port
+        ((old, _pool),) = port._kept
+        await store.engine.dispose()
+        await memory.add_message_if_absent(UserMessage("b", message_id="u2"))
+        ((new, _pool),) = port._kept
+        return new is old, await memory.message_count(), store.engine.sync_engine.pool.checkedout()
+
+    reused, count, out = run(url, body)
+    assert not reused
+    assert (count, out) == (2, 1)
 
 
 def test_a_failing_call_together_rolls_back_only_its_own_transaction(url: str) -> None:
@@ -921,6 +1035,33 @@ def test_a_turn_costs_two_trips_a_tool_turn_four(url: str) -> None:
     assert plain == ([2, 2], ["completed", "completed"])
     assert tool == ([4, 4], ["completed", "completed"])
     assert two == ([5, 5], ["completed", "completed"])  # the first result is one trip more
+
+
+def test_a_new_runners_first_turn_reads_the_earlier_turns_statuses_in_one_trip(url: str) -> None:
+    """A runner new to a conversation (one made per request, say) reads the status of every
+    earlier turn in its first window's history: all of them in one trip, not one each."""
+    from agentctx_fast import Agent, AsyncAgentRunner, AsyncScriptedChatModel
+
+    async def body(store: AsyncSqlAgentStore) -> tuple[int, int, str]:
+        agent = Agent("a", AsyncScriptedChatModel([AiMessage("Hello.")], cycle=True))
+        first = AsyncAgentRunner(store)
+        for i in range(6):
+            await first.run(agent, "c1", f"turn {i}")
+        await first.aclose()
+        trips = _trips(store)
+        fresh = AsyncAgentRunner(store)
+        before = trips()
+        turn = await fresh.run(agent, "c1", "again")
+        new_runner = trips() - before
+        before = trips()
+        await fresh.run(agent, "c1", "and again")
+        await fresh.aclose()
+        return new_runner, trips() - before, turn.status.value
+
+    new_runner, next_turn, status = run(url, body)
+    assert status == "completed"
+    assert next_turn == 2
+    assert new_runner == 3  # the opening, the six statuses, the reply's recording
 
 
 def test_a_replaced_store_method_runs_call_by_call(

@@ -31,6 +31,7 @@ from agentctx_fast.errors import (
 from agentctx_fast.memory import AsyncChatMemory
 from agentctx_fast.messages import AiMessage, Message
 from agentctx_fast.runner._state import EngineState, TurnRun, counted
+from agentctx_fast.stores.turns import AgentTurnSnapshot
 from agentctx_fast.turns import TurnStatus, segment_turns
 from agentctx_fast.window import AgentContextCompressor, ContextWindow, build_window_with
 from agentctx_fast.window import _compress as run_compressor
@@ -134,18 +135,27 @@ class WindowBuilding(EngineState):
             return None
         statuses = {run.turn_id: TurnStatus.RUNNING}
         cache = self._status_cache
+        known: dict[str, TurnStatus | None] = {}
         for turn_id in dict.fromkeys(msg.turn_id for msg in run.history if msg.turn_id):
             if turn_id in statuses or not _storable(turn_id):
                 continue
-            key = (conversation_id, turn_id)
-            status = cache.get(key, _UNKNOWN)
-            if status is _UNKNOWN:
-                snapshot = await self.turn_store.load_turn(conversation_id, turn_id)
+            known[turn_id] = cache.get((conversation_id, turn_id), _UNKNOWN)
+        unknown = [turn_id for turn_id, status in known.items() if status is _UNKNOWN]
+        if unknown:
+
+            async def load() -> list[AgentTurnSnapshot | None]:
+                return [await self.turn_store.load_turn(conversation_id, t) for t in unknown]
+
+            # all of them as one unit of store I/O (one trip on the async SQLite store)
+            snapshots = await self._together(run, "loading turn statuses", load)
+            for turn_id, snapshot in zip(unknown, snapshots, strict=True):
                 # No record: written without the runner, its status is inferred; a record is
                 # made before a turn's first message, so none appears later. A final status
                 # never changes again. Both are kept; an open one is asked again next time.
                 status = None if snapshot is None else snapshot.status
                 self._remember_status(conversation_id, turn_id, status)
+                known[turn_id] = status
+        for turn_id, status in known.items():
             if status is not None:
                 statuses[turn_id] = status
         return statuses

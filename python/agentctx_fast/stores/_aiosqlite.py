@@ -23,8 +23,10 @@ loop when it is done; on a busy machine each trip costs a thread switch both way
   queued leaves it queued; then the rollback goes to the thread and runs after it);
 - a write transaction of the store's (a batch, a schema change) starts with ``BEGIN
   IMMEDIATE``, which the engines' ``begin`` listener issues on connections marked
-  `WRITE_TRANSACTION` (any other transaction begins with a deferred ``BEGIN``, and a
-  connection marked `ONE_STATEMENT` runs each statement on its own): ``IMMEDIATE`` takes the
+  `WRITE_TRANSACTION` (or, on a connection's thread while nothing else listens on the
+  engine, the thread engines' dialect, without dispatching events: `follow_listeners`; any
+  other transaction begins with a deferred ``BEGIN``, and a connection marked
+  `ONE_STATEMENT` runs each statement on its own): ``IMMEDIATE`` takes the
   write lock at once, waiting up to the busy timeout, so a transaction that reads before it
   writes never fails on a snapshot another writer has moved on.
 
@@ -61,6 +63,7 @@ __all__ = [
     "OneTripConnection",
     "begin_immediate",
     "connect",
+    "follow_listeners",
     "returning",
     "thread_engines",
 ]
@@ -314,32 +317,76 @@ def thread_engines(
     """Blocking engines whose connection, on a `OneTripConnection`'s thread, is that
     connection's own sqlite3 connection (in autocommit: a single statement commits itself; a
     transaction begins by the ``begin`` listener of ``parent``, the async engine's sync engine,
-    and commits or rolls back within the call): the engine, and its engines for single
-    statements (`ONE_STATEMENT`) and write transactions (`WRITE_TRANSACTION`). The async store
-    runs its statements through them, each call whole in one trip to the thread.
+    or, while nothing else listens there, by the engine's dialect, and commits or rolls back
+    within the call): the engine, and its engines for single statements (`ONE_STATEMENT`) and
+    write transactions (`WRITE_TRANSACTION`). The async store runs its statements through
+    them, each call whole in one trip to the thread.
 
     They share ``parent``'s events (a listener on ``store.engine.sync_engine``, such as a
     tracer's, sees the store's statements, with the caller's context variables) and its
-    logging (``echo``, set before or after), as SQLAlchemy's own option engines do."""
-    engine = sa.create_engine(
-        "sqlite://",
-        creator=_this_threads_connection,
-        poolclass=SingletonThreadPool,
-        pool_size=64,  # threads whose connection is remembered (forgetting one closes nothing)
-        hide_parameters=parent.hide_parameters,
-    )
-    engine._has_events = True  # the parent always has a listener, its ``begin`` listener
-    engine.url = parent.url  # what a listener reads of the engine (a tracer: the database)
-    single = engine.execution_options(**{ONE_STATEMENT: True})
-    writer = engine.execution_options(**{WRITE_TRANSACTION: True})
-    for each in (engine, single, writer):
+    logging (``echo``, set before or after), as SQLAlchemy's own option engines do; each
+    trip calls `follow_listeners` first."""
+    engines = []
+    for option, begin in (
+        (None, "BEGIN"),
+        (ONE_STATEMENT, None),
+        (WRITE_TRANSACTION, "BEGIN IMMEDIATE"),
+    ):
+        engine = sa.create_engine(
+            "sqlite://",
+            creator=_this_threads_connection,
+            poolclass=SingletonThreadPool,
+            pool_size=64,  # threads whose connection is remembered (forgetting one closes nothing)
+            hide_parameters=parent.hide_parameters,
+        )
+        if option is not None:
+            engine.update_execution_options(**{option: True})
+        # The transaction's start when the ``begin`` event is not dispatched (`follow_listeners`):
+        # what `begin_immediate` would issue, unless it did.
+        engine.dialect.do_begin = partial(_begin, begin)  # type: ignore[method-assign]
+        engine._has_events = True  # until a trip's `follow_listeners` says otherwise
+        engine.url = parent.url  # what a listener reads of the engine (a tracer: the database)
         # ``parent``'s events, those added later too: its own listener collections, shared
         # rather than joined (as an option engine joins its engine's), since nothing listens on
         # these engines themselves. Each join is one more level every event of every
         # statement goes through (a connection joins its engine's once more).
-        each.dispatch = parent.dispatch
-        each.logger = _LoggerOf(parent)  # type: ignore[assignment]
-    return engine, single, writer
+        engine.dispatch = parent.dispatch
+        engine.logger = _LoggerOf(parent)  # type: ignore[assignment]
+        engines.append(engine)
+    return engines[0], engines[1], engines[2]
+
+
+def follow_listeners(parent: sa.engine.Engine, engines: tuple[sa.engine.Engine, ...]) -> None:
+    """Before a trip's statements on ``engines`` (of `thread_engines`): they dispatch events
+    only while something other than `begin_immediate` listens on ``parent``. Nothing else
+    listening (the common case), each statement skips SQLAlchemy's event dispatch (some
+    tens of µs a statement: a dozen event points, each walking empty listener collections)
+    and a transaction begins by the engine's dialect instead of the ``begin`` listener."""
+    dispatch: Any = parent.dispatch
+    listening = False
+    for name in dispatch._event_names:
+        listeners = getattr(dispatch, name)
+        if name == "begin":
+            if any(listener is not begin_immediate for listener in listeners):
+                listening = True
+                break
+        elif listeners:
+            listening = True
+            break
+    for engine in engines:
+        engine._has_events = listening
+
+
+def _begin(statement: str | None, dbapi_connection: Any) -> None:
+    """A thread engine's dialect's ``do_begin``: ``statement`` (``BEGIN`` or ``BEGIN
+    IMMEDIATE``; none for single statements) unless a transaction is open already (issued by
+    `begin_immediate`, when events are dispatched)."""
+    if statement is not None and not dbapi_connection.in_transaction:
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(statement)
+        finally:
+            cursor.close()
 
 
 class _LoggerOf:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import re
 from typing import Any, TypeVar
 
@@ -77,9 +78,11 @@ def _library_own(obj: object) -> bool:
     pristine = _PRISTINE.get(cls)
     if pristine is None:
         return False
-    own = vars(cls)
-    mine = vars(obj) if hasattr(obj, "__dict__") else {}
-    return all(own.get(name) is value and name not in mine for name, value in pristine.items())
+    # (the runner asks before each unit of store I/O: the loops run in C)
+    if not all(map(operator.is_, map(vars(cls).get, pristine), pristine.values())):
+        return False
+    mine = getattr(obj, "__dict__", None)
+    return not mine or mine.keys().isdisjoint(pristine)
 
 
 def shared_port(*handles: object) -> Any:

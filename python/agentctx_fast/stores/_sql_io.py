@@ -41,7 +41,7 @@ try:
     import sqlalchemy as sa
     from sqlalchemy import exc as sa_exc
     from sqlalchemy.engine import Connection, Engine
-    from sqlalchemy.pool import StaticPool
+    from sqlalchemy.pool import Pool, StaticPool
 except ImportError as _error:
     raise missing_dependency("sql", _error) from _error
 
@@ -262,12 +262,15 @@ class AsyncSqlPort:
     trip to end (a transaction never stays open, the connection is never dropped, which for an
     in-memory database is the database), and its remaining calls and any transaction not yet
     begun are skipped: it is cancelled when the trip is over and its connection is back in the
-    pool (a return that waits for another task's calls on the one connection of an in-memory
-    database is waited for too). The runner's turn is such a caller only when its own task is
-    cancelled: a cancelled caller of the runner cancels no store call, so the trip runs whole.
+    pool or kept for the next unit (`_keep`; a return that waits for another task's calls on
+    the one connection of an in-memory database is waited for too). The runner's turn is such
+    a caller only when its own task is cancelled: a cancelled caller of the runner cancels no
+    store call, so the trip runs whole.
 
     There the statements run through `_aiosqlite.thread_engines`, whose events and logging
-    are those of ``engine.sync_engine``; a trip runs in a copy of its caller's context."""
+    are those of ``engine.sync_engine`` (dispatched only while a listener other than the
+    store's own is there: `_aiosqlite.follow_listeners`, at the start of each trip); a trip
+    runs in a copy of its caller's context."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
@@ -283,15 +286,25 @@ class AsyncSqlPort:
         self._writer = engine  # where `run` and `many` begin their transactions
         self._on_thread: BlockingSqlPort | None = None  # the port a trip runs
         self._trip = threading.local()  # on a connection's thread during a trip: its `_Trip`
+        # Connections out of the pool between units, taken by the next (see `_keep`): at most
+        # as many as the pool keeps open (none on the one connection of an in-memory database).
+        self._kept: list[tuple[Connection, Pool]] = []  # each with the pool it came from
+        self._thread_engines: tuple[Engine, ...] = ()
+        self._keep_at_most = 0
         if self.dialect == "postgresql":
             single = engine.execution_options(isolation_level="AUTOCOMMIT")
         elif _one_trip(engine):
-            from agentctx_fast.stores._aiosqlite import thread_engines
+            from agentctx_fast.stores._aiosqlite import follow_listeners, thread_engines
 
+            self._follow_listeners = follow_listeners
             blocking, on_its_own, writing = thread_engines(engine.sync_engine)
+            self._thread_engines = (blocking, on_its_own, writing)
             self._on_thread = BlockingSqlPort(
                 blocking, single=on_its_own, writer=writing, checkpoint=self._checkpoint
             )
+            if not self._shared:  # a file database: its pool's own connections, one per unit
+                pool: Any = engine.sync_engine.pool
+                self._keep_at_most = int(pool.size())
         # Elsewhere a single statement is the blocking port's code run in one greenlet of
         # SQLAlchemy's asyncio layer (`greenlet_spawn`, what `AsyncConnection` runs each call
         # in): the checkout, the statement and the return to the pool in one, where
@@ -365,8 +378,16 @@ class AsyncSqlPort:
             return await _greenlet_spawn(self._hold, action, work)
         if self._on_thread is None or getattr(self._trip, "current", None) is not None:
             return await work()  # not SQLite, or already on the trip: run as it comes
-        with translated(action):
-            connection = await _greenlet_spawn(self.engine.sync_engine.connect)
+        pool = self.engine.sync_engine.pool
+        kept = self._kept.pop() if self._kept else None
+        if kept is not None and kept[1] is not pool:  # of a pool disposed since: back to it
+            await _returned(kept[0])
+            kept = None
+        if kept is None:
+            with translated(action):
+                connection = await _greenlet_spawn(self.engine.sync_engine.connect)
+        else:
+            connection = kept[0]
         driver: Any = connection.connection.driver_connection  # a OneTripConnection
         try:
             trip = _Trip()
@@ -388,7 +409,31 @@ class AsyncSqlPort:
                 raise
             return result
         finally:
-            await _returned(connection)
+            if not self._keep(connection, pool, driver):
+                await _returned(connection)
+
+    def _keep(self, connection: Connection, pool: Pool, driver: Any) -> bool:
+        """Whether ``connection``, whose trip is over, is kept for the next unit instead of
+        going back to ``pool``, its pool: when this port keeps connections (a file
+        database's pool), has room, ``pool`` is still the engine's (not disposed since) and
+        it has nothing left to reset (no transaction open, no call queued: what the pool's
+        rollback on return would do is done). Keeping it skips a checkout and a return (two
+        runs of SQLAlchemy's pool code in greenlets) on each unit."""
+        if (
+            len(self._kept) >= self._keep_at_most
+            or connection.closed
+            or connection.invalidated
+            or pool is not self.engine.sync_engine.pool
+            or not driver._settled()
+        ):
+            return False
+        self._kept.append((connection, pool))
+        return True
+
+    async def aclose(self) -> None:
+        """The connections this port keeps (`together`) back to their pool."""
+        while self._kept:
+            await _returned(self._kept.pop()[0])
 
     def _hold(self, action: str, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """In a greenlet of SQLAlchemy's asyncio layer: ``work`` driven by the blocking driver,
@@ -416,6 +461,7 @@ class AsyncSqlPort:
     def _travel(self, trip: _Trip, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """On the connection's thread: ``work`` driven by the blocking driver, its port calls
         run by `BlockingSqlPort` on this thread's connection."""
+        self._follow_listeners(self.engine.sync_engine, self._thread_engines)
         self._trip.current = trip
         try:
             return run_sync(work())

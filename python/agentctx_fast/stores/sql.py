@@ -397,7 +397,10 @@ class AsyncSqlAgentStore(_SqlStoreBase):
         return AsyncSqlAgentTurnStore(self)
 
     async def aclose(self) -> None:
-        """Dispose the engine if this store created it."""
+        """Return the connections the store keeps between calls to its engine's pool, and
+        dispose the engine if this store created it."""
+        if isinstance(self._port, AsyncSqlPort):
+            await self._port.aclose()
         if self._owns_engine:
             await self.engine.dispose()
 
