@@ -50,8 +50,8 @@ def _trips(store: AsyncSqlAgentStore) -> Callable[[], int]:
     from sqlalchemy import event
 
     seen: dict[int, tuple[OneTripConnection, int]] = {}
-    for kept, _pool in store._port._kept:  # type: ignore[attr-defined]
-        driver = kept.connection.driver_connection
+    for kept in store._port._kept:  # type: ignore[attr-defined]
+        driver = kept.connection.connection.driver_connection
         seen.setdefault(id(driver), (driver, driver._sent))
 
     def checkout(_dbapi: Any, record: Any, _proxy: Any) -> None:
@@ -706,24 +706,80 @@ def test_units_keep_their_connection_out_of_the_pool_between_them(url: str) -> N
     assert after == 0
 
 
-def test_a_connection_kept_across_a_dispose_of_the_engine_goes_back_to_its_pool(url: str) -> None:
+def test_a_connection_kept_across_a_dispose_of_the_engine_is_closed(url: str) -> None:
     """``store.engine.dispose()`` between calls: the connection the store kept, of the pool
-    disposed, is not used again (it goes back to that pool); the next call takes one of the
-    engine's new pool, and the calls go on."""
+    disposed, is not used again, and is closed (its thread ends: returned to the disposed pool,
+    it would stay open for good); the next call takes one of the engine's new pool, and the
+    calls go on. The same at ``aclose``."""
 
-    async def body(store: AsyncSqlAgentStore) -> tuple[bool, int, int]:
+    async def body(store: AsyncSqlAgentStore) -> tuple[bool, bool, int, int, bool]:
         memory = store.chat_memory("c1")
         await memory.add_message_if_absent(UserMessage("a", message_id="u1"))
         port: Any = store._port
-        ((old, _pool),) = port._kept
+        (old,) = port._kept
+        old_driver = old.connection.connection.driver_connection
         await store.engine.dispose()
         await memory.add_message_if_absent(UserMessage("b", message_id="u2"))
-        ((new, _pool),) = port._kept
-        return new is old, await memory.message_count(), store.engine.sync_engine.pool.checkedout()
+        (new,) = port._kept
+        new_driver = new.connection.connection.driver_connection
+        count = await memory.message_count()
+        out = store.engine.sync_engine.pool.checkedout()
+        await store.engine.dispose()
+        await port.aclose()
+        return (
+            new is old,
+            old_driver._running,
+            count,
+            out,
+            new_driver._running,
+        )
 
-    reused, count, out = run(url, body)
+    reused, old_running, count, out, new_running = run(url, body)
     assert not reused
+    assert not old_running
     assert (count, out) == (2, 1)
+    assert not new_running
+
+
+def test_kept_connections_never_make_a_caller_of_the_engine_wait(url: str) -> None:
+    """The caller holds ten of ``store.engine``'s connections (long transactions, say) while
+    twenty store calls run at once: the store keeps a connection only while the pool has no
+    more out than its size, so none of the calls waits for a connection kept idle (with the
+    pool's timeout at one second, such a wait fails the call)."""
+
+    async def body(store: AsyncSqlAgentStore) -> tuple[int, int]:
+        pool: Any = store.engine.sync_engine.pool
+        pool._timeout = 1.0
+        memory = store.chat_memory("c1")
+        await memory.add_message_if_absent(UserMessage("a", message_id="u1"))
+        held = [await store.engine.connect() for _ in range(10)]
+        try:
+            results = await asyncio.gather(
+                *(memory.get_messages() for _ in range(20)), return_exceptions=True
+            )
+        finally:
+            for connection in held:
+                await connection.close()
+        failed = sum(isinstance(result, BaseException) for result in results)
+        return failed, sum(len(result) for result in results if isinstance(result, list))
+
+    assert run(url, body) == (0, 20)
+
+
+def test_a_store_on_a_callers_engine_keeps_none_of_its_connections(url: str) -> None:
+    """A store made on the caller's engine (which it does not close, so nothing would return
+    what it kept) keeps no connection of that engine between its calls: every one goes back
+    to the caller's pool."""
+
+    async def body(owner: AsyncSqlAgentStore) -> tuple[int, int, int]:
+        store = AsyncSqlAgentStore(owner.engine)
+        memory = store.chat_memory("c1")
+        await memory.add_message_if_absent(UserMessage("a", message_id="u1"))
+        count = await memory.message_count()
+        pool: Any = owner.engine.sync_engine.pool
+        return count, len(store._port._kept), pool.checkedout()  # type: ignore[attr-defined]
+
+    assert run(url, body) == (1, 0, 0)
 
 
 def test_a_failing_call_together_rolls_back_only_its_own_transaction(url: str) -> None:
@@ -1184,3 +1240,38 @@ def test_concurrent_calls_on_an_in_memory_database_interleave_no_transaction() -
             await store.aclose()
 
     assert asyncio.run(main()) == (tasks * rounds * 2, tasks * rounds)
+
+
+def test_echo_logs_the_begin_immediate_of_a_write_transaction(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With ``echo`` on and no listener, statements still skip nothing the log shows: a batch
+    write's transaction begins with the ``BEGIN IMMEDIATE`` the log reports."""
+    import logging
+
+    async def body(store: AsyncSqlAgentStore) -> list[bool]:
+        await store.chat_memory("c1").get_messages()  # a trip before echo is set
+        store.engine.echo = True
+        return await store.chat_memory("c1").add_messages_if_absent(
+            [UserMessage("a", message_id="u1"), UserMessage("b", message_id="u2")]
+        )
+
+    with caplog.at_level(logging.INFO, logger="sqlalchemy.engine"):
+        assert run(url, body) == [True, True]
+    logged = [record.getMessage() for record in caplog.records]
+    assert "BEGIN IMMEDIATE" in logged, logged
+
+
+def test_sqlalchemy_without_the_internals_the_sqlite_connections_use_is_a_store_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The event internals `follow_listeners` reads are checked once, when the store is made:
+    missing, a clear `StoreError` instead of events silently missed."""
+    import sqlalchemy as sa
+
+    from agentctx_fast.stores import _aiosqlite
+
+    engine = sa.create_engine("sqlite://")
+    monkeypatch.delattr(type(engine.dispatch), "_event_names")
+    with pytest.raises(StoreError, match=r"lacks Engine\.dispatch\._event_names"):
+        _aiosqlite.thread_engines(engine)

@@ -329,3 +329,215 @@ def test_a_batch_in_a_unit_is_a_transaction_on_the_units_connection(
     assert checkouts == [["INSERT", "INSERT", "INSERT"]]
     assert seen == [2, 3]
     assert still_out == 0
+
+
+def test_units_on_a_callers_single_connection_engine_run_call_by_call(
+    database: tuple[str, str],
+) -> None:
+    """A caller's PostgreSQL engine with one connection every task shares (``StaticPool``):
+    a unit holds no connection of its own, so a call of another task never runs on the unit's
+    connection meanwhile (whose return would end its autocommit): every write is committed,
+    and no driver error escapes."""
+    url, dsn = database
+    import psycopg
+    from sqlalchemy.ext.asyncio import create_async_engine
+    from sqlalchemy.pool import StaticPool
+
+    async def main() -> tuple[list[Any], str]:
+        engine = create_async_engine(url, poolclass=StaticPool)
+        store = AsyncSqlAgentStore(engine)
+        try:
+            await store.schema().initialize()
+            memory = store.chat_memory("c")
+
+            async def in_a_unit() -> None:
+                for i in range(20):
+                    await memory.add_message_if_absent(UserMessage("u", message_id=f"u{i}"))
+
+            async def unit() -> None:
+                await store._port.together("a test unit", in_a_unit)
+
+            async def singles() -> None:
+                other = store.chat_memory("d")
+                for i in range(20):
+                    await other.add_message_if_absent(UserMessage("s", message_id=f"s{i}"))
+
+            results = await asyncio.gather(unit(), singles(), return_exceptions=True)
+            return results, store._tables.messages.name
+        finally:
+            await store.aclose()
+            await engine.dispose()
+
+    results, table = asyncio.run(main())
+    assert results == [None, None]
+    with psycopg.connect(dsn, autocommit=True) as other:
+        row = other.execute(f"SELECT count(*) FROM {table}").fetchone()
+    assert row is not None and row[0] == 40
+
+
+def test_a_unit_goes_on_in_autocommit_after_its_connection_is_dropped(
+    database: tuple[str, str],
+) -> None:
+    """The server drops a unit's connection between its calls: the next call fails with a
+    typed error, and the calls after it reconnect and commit by themselves (SQLAlchemy sets
+    the engine's autocommit on a new connection only, not on a reconnect)."""
+    url, dsn = database
+    import psycopg
+    import sqlalchemy as sa
+
+    from agentctx_fast.errors import StoreError
+
+    table = sa.Table("dropped", sa.MetaData(), sa.Column("id", sa.Integer, primary_key=True))
+    with psycopg.connect(dsn, autocommit=True) as setup:
+        setup.execute("CREATE TABLE dropped (id int primary key)")
+
+    def committed() -> int:
+        with psycopg.connect(dsn, autocommit=True) as other:
+            row = other.execute("SELECT count(*) FROM dropped").fetchone()
+        return int(row[0]) if row else -1
+
+    async def main() -> tuple[str, int, int]:
+        store = AsyncSqlAgentStore(url)
+        port = store._port
+
+        async def work() -> tuple[str, int]:
+            rows = await port.rows("reading the backend", sa.text("SELECT pg_backend_pid()"))
+            with psycopg.connect(dsn, autocommit=True) as other:
+                other.execute("SELECT pg_terminate_backend(%s)", (rows[0][0],))
+            try:
+                await port.changed("inserting", sa.insert(table).values(id=1))
+                failed = "nothing"
+            except StoreError as error:
+                failed = type(error).__name__
+            await port.changed("inserting", sa.insert(table).values(id=2))
+            return failed, committed()  # seen from another connection, the unit still on
+
+        try:
+            failed, during = await port.together("a test unit", work)
+            return failed, during, committed()
+        finally:
+            await store.aclose()
+
+    failed, during, after = asyncio.run(main())
+    assert failed == "StoreUnavailableError"
+    assert (during, after) == (1, 1)
+
+
+def test_a_unit_cancelled_in_a_batch_checks_out_no_second_connection(
+    database: tuple[str, str],
+) -> None:
+    """A unit cancelled while its batch's statement runs: the cancellation comes through
+    (the batch's connection, dropped, is not reconnected on the way out, which would check
+    out another and could fail with a store error instead), nothing of the batch is written,
+    and the unit's one connection is back."""
+    url, _ = database
+    import sqlalchemy as sa
+    from sqlalchemy import event
+
+    async def main() -> tuple[bool, int, int, int]:
+        store = AsyncSqlAgentStore(url)
+        await store.schema().initialize()
+        engine = store.engine.sync_engine
+        memory = store.chat_memory("c")
+        checkouts: list[int] = []
+        target: list[asyncio.Task[Any]] = []
+
+        def cancel_at_the_batch(_c: Any, _cu: Any, statement: str, *_: Any) -> None:
+            if target and statement.startswith("INSERT"):
+                target.pop().cancel()
+
+        event.listen(engine, "checkout", lambda *_: checkouts.append(1))
+        event.listen(engine, "before_cursor_execute", cancel_at_the_batch)
+
+        async def work() -> list[bool]:
+            await store._port.rows("a read", sa.text("SELECT 1"))
+            return await memory.add_messages_if_absent(
+                [UserMessage("a", message_id="m1"), UserMessage("b", message_id="m2")]
+            )
+
+        try:
+            task = asyncio.ensure_future(store._port.together("a test unit", work))
+            target.append(task)
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+            event.remove(engine, "before_cursor_execute", cancel_at_the_batch)
+            pool: Any = engine.pool
+            taken, out = len(checkouts), pool.checkedout()
+            return task.cancelled(), taken, out, len(await memory.get_messages())
+        finally:
+            await store.aclose()
+
+    cancelled, checkouts, out, stored = asyncio.run(main())
+    assert cancelled
+    assert (checkouts, out, stored) == (1, 0, 0)
+
+
+def test_a_batch_in_a_unit_begins_at_the_callers_isolation_level(
+    database: tuple[str, str],
+) -> None:
+    """A batch (``run``) in a unit of a store on the caller's engine begins at the isolation
+    level the engine's options set, as it does outside a unit."""
+    url, _ = database
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    async def main() -> list[str]:
+        engine = create_async_engine(url).execution_options(isolation_level="REPEATABLE READ")
+        store = AsyncSqlAgentStore(engine)
+        seen: list[str] = []
+
+        def probe(connection: Any) -> None:
+            seen.append(connection.exec_driver_sql("SHOW transaction_isolation").scalar())
+
+        async def work() -> None:
+            await store._port.run("in a unit", probe)
+
+        try:
+            await store._port.run("outside a unit", probe)
+            await store._port.together("a test unit", work)
+            return seen
+        finally:
+            await store.aclose()
+            await engine.dispose()
+
+    assert asyncio.run(main()) == ["repeatable read", "repeatable read"]
+
+
+def test_a_failing_batch_in_a_unit_writes_nothing_and_the_unit_goes_on(
+    database: tuple[str, str],
+) -> None:
+    """A batch in a unit that fails on its last row is one transaction: none of its rows is
+    written, and the unit's next call commits by itself."""
+    url, dsn = database
+    import psycopg
+    import sqlalchemy as sa
+
+    from agentctx_fast.errors import StoreError
+
+    table = sa.Table("batched", sa.MetaData(), sa.Column("id", sa.Integer, primary_key=True))
+    with psycopg.connect(dsn, autocommit=True) as setup:
+        setup.execute("CREATE TABLE batched (id int primary key)")
+
+    async def main() -> tuple[bool, int]:
+        store = AsyncSqlAgentStore(url)
+        port = store._port
+
+        async def work() -> tuple[bool, int]:
+            await port.changed("one row", sa.insert(table).values(id=9))
+            try:
+                await port.many("a batch", sa.insert(table), [{"id": 1}, {"id": 2}, {"id": 9}])
+                failed = False
+            except StoreError:
+                failed = True
+            await port.changed("one more row", sa.insert(table).values(id=3))
+            with psycopg.connect(dsn, autocommit=True) as other:
+                row = other.execute("SELECT count(*) FROM batched").fetchone()
+            return failed, int(row[0]) if row else -1
+
+        try:
+            return await port.together("a test unit", work)
+        finally:
+            await store.aclose()
+
+    assert asyncio.run(main()) == (True, 2)  # ids 9 and 3

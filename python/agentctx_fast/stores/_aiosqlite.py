@@ -326,6 +326,7 @@ def thread_engines(
     tracer's, sees the store's statements, with the caller's context variables) and its
     logging (``echo``, set before or after), as SQLAlchemy's own option engines do; each
     trip calls `follow_listeners` first."""
+    _check_dispatch(parent)
     engines = []
     for option, begin in (
         (None, "BEGIN"),
@@ -356,6 +357,29 @@ def thread_engines(
     return engines[0], engines[1], engines[2]
 
 
+def _check_dispatch(parent: sa.engine.Engine) -> None:
+    """A clear error, before the first trip, if this SQLAlchemy's internals are not those
+    `thread_engines` and `follow_listeners` use (events would be missed, or a write
+    transaction begin without ``IMMEDIATE``, with no error)."""
+    dispatch: Any = parent.dispatch
+    names = getattr(dispatch, "_event_names", None)
+    missing = [
+        name
+        for name, present in (
+            ("Engine.dispatch._event_names", isinstance(names, list) and "begin" in names),
+            ("Engine._has_events", isinstance(getattr(parent, "_has_events", None), bool)),
+            ("Dialect.do_begin", callable(getattr(parent.dialect, "do_begin", None))),
+            ("Engine._should_log_info", callable(getattr(parent, "_should_log_info", None))),
+        )
+        if not present
+    ]
+    if missing:
+        raise StoreError(
+            f"SQLAlchemy {sa.__version__} is not supported by AsyncSqlAgentStore's SQLite "
+            f"connections: it lacks {', '.join(missing)}"
+        )
+
+
 def follow_listeners(parent: sa.engine.Engine, engines: tuple[sa.engine.Engine, ...]) -> None:
     """Before a trip's statements on ``engines`` (of `thread_engines`): they dispatch events
     only while something other than `begin_immediate` listens on ``parent``. Nothing else
@@ -363,8 +387,10 @@ def follow_listeners(parent: sa.engine.Engine, engines: tuple[sa.engine.Engine, 
     tens of µs a statement: a dozen event points, each walking empty listener collections)
     and a transaction begins by the engine's dialect instead of the ``begin`` listener."""
     dispatch: Any = parent.dispatch
-    listening = False
-    for name in dispatch._event_names:
+    # Logging statements (``echo``) is listening too: the log shows the ``BEGIN IMMEDIATE``
+    # that `begin_immediate` issues, where the dialect's is the DB-API's own.
+    listening = bool(parent._should_log_info())
+    for name in () if listening else dispatch._event_names:
         listeners = getattr(dispatch, name)
         if name == "begin":
             if any(listener is not begin_immediate for listener in listeners):

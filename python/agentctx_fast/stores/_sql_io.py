@@ -15,13 +15,15 @@ URL keeps up to `POOL_SIZE` connections open and opens at most `MAX_OVERFLOW` mo
 a caller past that waits up to `POOL_TIMEOUT` seconds for a free one, then gets
 `StoreUnavailableError`.
 Connections are checked with a ping when taken from the pool (a restarted server costs one
-failed ping, not a failed call).
+failed ping, not a failed call; within a unit, whose connection is pinged once, the call after
+the restart fails, and the unit's next calls reconnect).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
 import threading
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import (
@@ -272,7 +274,7 @@ class AsyncSqlPort:
     store's own is there: `_aiosqlite.follow_listeners`, at the start of each trip); a trip
     runs in a copy of its caller's context."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, *, keep: bool = False) -> None:
         self.engine = engine
         self.dialect = check_dialect(engine.dialect.name)
         # One shared connection (an in-memory SQLite engine of the caller's): one operation at
@@ -287,8 +289,10 @@ class AsyncSqlPort:
         self._on_thread: BlockingSqlPort | None = None  # the port a trip runs
         self._trip = threading.local()  # on a connection's thread during a trip: its `_Trip`
         # Connections out of the pool between units, taken by the next (see `_keep`): at most
-        # as many as the pool keeps open (none on the one connection of an in-memory database).
-        self._kept: list[tuple[Connection, Pool]] = []  # each with the pool it came from
+        # as many as the pool keeps open, and only on an engine the store made (``keep``: a
+        # caller's engine is the caller's to share, and a store on it needs no closing), and
+        # none on the one connection of an in-memory database.
+        self._kept: list[_Kept] = []
         self._thread_engines: tuple[Engine, ...] = ()
         self._keep_at_most = 0
         if self.dialect == "postgresql":
@@ -302,7 +306,7 @@ class AsyncSqlPort:
             self._on_thread = BlockingSqlPort(
                 blocking, single=on_its_own, writer=writing, checkpoint=self._checkpoint
             )
-            if not self._shared:  # a file database: its pool's own connections, one per unit
+            if keep and not self._shared:  # a file database: its pool's connections, one a unit
                 pool: Any = engine.sync_engine.pool
                 self._keep_at_most = int(pool.size())
         # Elsewhere a single statement is the blocking port's code run in one greenlet of
@@ -314,8 +318,10 @@ class AsyncSqlPort:
         # greenlet, where the blocking port's code runs each call on it (`_Held`).
         self._held: _Held | None = None
         self._in_unit: BlockingSqlPort | None = None
-        if self._single is not None:
-            self._held = _Held()
+        if self._single is not None and not self._shared:  # not one connection all tasks share
+            # A batch in a unit begins at the isolation level the caller's engine asks for.
+            isolation = engine.sync_engine.get_execution_options().get("isolation_level")
+            self._held = _Held(isolation)
             self._in_unit = BlockingSqlPort(
                 engine.sync_engine, single=self._held, writer=self._held
             )
@@ -380,14 +386,14 @@ class AsyncSqlPort:
             return await work()  # not SQLite, or already on the trip: run as it comes
         pool = self.engine.sync_engine.pool
         kept = self._kept.pop() if self._kept else None
-        if kept is not None and kept[1] is not pool:  # of a pool disposed since: back to it
-            await _returned(kept[0])
+        if kept is not None and not kept.usable(pool):
+            await kept.discard()
             kept = None
         if kept is None:
             with translated(action):
                 connection = await _greenlet_spawn(self.engine.sync_engine.connect)
         else:
-            connection = kept[0]
+            connection = kept.connection
         driver: Any = connection.connection.driver_connection  # a OneTripConnection
         try:
             trip = _Trip()
@@ -418,22 +424,35 @@ class AsyncSqlPort:
         database's pool), has room, ``pool`` is still the engine's (not disposed since) and
         it has nothing left to reset (no transaction open, no call queued: what the pool's
         rollback on return would do is done). Keeping it skips a checkout and a return (two
-        runs of SQLAlchemy's pool code in greenlets) on each unit."""
+        runs of SQLAlchemy's pool code in greenlets) on each unit.
+
+        Only while the pool has no more out than the kept ones could be (its size): a pool
+        under pressure gets its connections back, so no caller of the engine ever waits for
+        one that sits idle here."""
         if (
             len(self._kept) >= self._keep_at_most
             or connection.closed
             or connection.invalidated
             or pool is not self.engine.sync_engine.pool
+            or pool.checkedout() > self._keep_at_most  # type: ignore[attr-defined]
+            or not driver._running
+            or driver._connection is None
             or not driver._settled()
         ):
             return False
-        self._kept.append((connection, pool))
+        self._kept.append(_Kept(connection, pool))
         return True
 
     async def aclose(self) -> None:
-        """The connections this port keeps (`together`) back to their pool."""
+        """The connections this port keeps (`together`) back to their pool (closed, if the
+        pool was disposed since)."""
+        pool = self.engine.sync_engine.pool
         while self._kept:
-            await _returned(self._kept.pop()[0])
+            kept = self._kept.pop()
+            if kept.usable(pool):
+                await _returned(kept.connection)
+            else:
+                await kept.discard()
 
     def _hold(self, action: str, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """In a greenlet of SQLAlchemy's asyncio layer: ``work`` driven by the blocking driver,
@@ -443,11 +462,20 @@ class AsyncSqlPort:
         the pool when ``work`` ends, however it ends: a caller cancelled meanwhile is cancelled
         inside the greenlet, at the I/O it waits on, which SQLAlchemy treats as it does for a
         single call (the connection is dropped rather than returned in use), and its
-        remaining calls never start."""
+        remaining calls never start; cancelled while autocommit is set on it, the connection
+        is dropped here. (A cancellation inside the pool's checkout and ping is SQLAlchemy's
+        to clean up, as for a single call.) A store on one connection every task shares
+        (``StaticPool``) holds none: its calls take turns on it (`_serial`)."""
         held = self._held
-        assert held is not None and self._single is not None and self._in_unit is not None
+        assert held is not None and self._in_unit is not None
         with translated(action):
-            connection = self._single.connect()
+            connection = self.engine.sync_engine.connect()
+            try:  # the connection is nobody's until it is lent: a cancellation here drops it
+                connection.execution_options(isolation_level="AUTOCOMMIT")
+            except BaseException:
+                connection.invalidate()
+                connection.close()
+                raise
         with held.lent(connection):
             return run_sync(work())
 
@@ -538,19 +566,46 @@ def _nothing() -> None:
     """A call whose end on a connection's thread says every call queued before it ended."""
 
 
+class _Kept:
+    """A connection `AsyncSqlPort` keeps between units, with the pool and the process it came
+    from."""
+
+    __slots__ = ("connection", "pid", "pool")
+
+    def __init__(self, connection: Connection, pool: Pool) -> None:
+        self.connection = connection
+        self.pool = pool
+        self.pid = os.getpid()
+
+    def usable(self, pool: Pool) -> bool:
+        """Whether the next unit can take it: ``pool`` (the engine's now) is still the one it
+        came from, and this is still the process that kept it."""
+        return self.pool is pool and self.pid == os.getpid()
+
+    async def discard(self) -> None:
+        """Closed, when its pool was disposed since (returned to that pool, it would stay
+        open with its thread for good); forgotten in a forked child, which has no thread to
+        serve it (as SQLAlchemy's pool forgets the parent's after ``dispose(close=False)``)."""
+        if self.pid != os.getpid():
+            return
+        await _greenlet_spawn(self.connection.invalidate)
+        await _returned(self.connection)
+
+
 class _Held:
     """The connections the units of an `AsyncSqlPort` on PostgreSQL hold, by the greenlet each
     unit runs in; as `Connects` and `Begins`, the current greenlet's (a call's ``with``
     neither opens nor closes it; a call that fails rolls it back, so the next one starts
     clean, reconnecting if the failure dropped the connection)."""
 
-    __slots__ = ("_by_greenlet", "_greenlet")
+    __slots__ = ("_by_greenlet", "_greenlet", "_isolation")
 
-    def __init__(self) -> None:
+    def __init__(self, isolation: str | None) -> None:
         from greenlet import getcurrent  # type: ignore[import-untyped]  # SQLAlchemy's asyncio
 
         self._greenlet: Callable[[], Any] = getcurrent
         self._by_greenlet: dict[Any, Connection] = {}
+        self._isolation = isolation  # a batch's, when the caller's engine sets one
 
     def current(self) -> Connection | None:
         return self._by_greenlet.get(self._greenlet()) if self._by_greenlet else None
@@ -568,21 +623,28 @@ class _Held:
 
     @contextmanager
     def begin(self) -> Iterator[Connection]:
-        """A transaction on the held connection, at the database's default isolation level;
-        autocommit again after it."""
+        """A transaction on the held connection, at the isolation level of the caller's engine
+        (the database's default unless it sets one); autocommit again after it."""
         with self.connect() as connection:
             connection.commit()  # SQLAlchemy's own record of autocommit statements only
-            connection.execution_options(isolation_level=connection.default_isolation_level)
+            isolation = self._isolation or connection.default_isolation_level
+            connection.execution_options(isolation_level=isolation)
             try:
                 with connection.begin():
                     yield connection
             finally:
-                connection.execution_options(isolation_level="AUTOCOMMIT")
+                # A dropped connection is left to the next call (`connect`) to reconnect:
+                # reconnecting here would check out another while a cancellation unwinds.
+                if not connection.invalidated:
+                    connection.execution_options(isolation_level="AUTOCOMMIT")
 
     @contextmanager
     def connect(self) -> Iterator[Connection]:
         connection = self.current()
         assert connection is not None, "a unit's call outside its greenlet"
+        if connection.invalidated:  # dropped by an earlier call: it reconnects, and SQLAlchemy
+            # sets an engine's isolation level on a new `Connection` only, not on a reconnect
+            connection.execution_options(isolation_level="AUTOCOMMIT")
         try:
             yield connection
         except BaseException:

@@ -368,7 +368,7 @@ class AsyncSqlAgentStore(_SqlStoreBase):
         engine, owns = _engine_argument(url_or_async_engine, AsyncEngine, async_engine)
         self.engine: AsyncEngine = engine
         super().__init__(
-            AsyncSqlPort(engine),
+            AsyncSqlPort(engine, keep=owns),
             owns,
             table_prefix,
             serializer,
