@@ -3,7 +3,7 @@
 
 use crate::error::CoreError;
 use crate::model::{Item, Kind, MessageInfo, Source};
-use crate::protocol::{OpenCalls, Violation, ViolationKind};
+use crate::protocol::{plainly_paired, OpenCalls, Violation, ViolationKind};
 use crate::turns::{has_tool_calls, inferred_completed, visible_into, TurnsBackward};
 use std::borrow::Borrow;
 
@@ -208,7 +208,9 @@ pub fn select_in<S: Source>(
         }
         visible_into(source, start, end, &mut turn)?;
         violations.clear();
-        open.validate_into(turn.iter().map(|(_, m)| m.clone()), &mut violations);
+        if !plainly_paired(turn.iter().map(|(_, m)| m.borrow())) {
+            open.validate_into(turn.iter().map(|(_, m)| m.clone()), &mut violations);
+        }
         let (Some((first_index, first)), Some((last_index, last))) = (turn.first(), turn.last())
         else {
             continue; // unreachable: a turn starts with its user message
