@@ -176,7 +176,7 @@ impl<'a, 'py> History<'a, 'py> {
         }
     }
 
-    #[inline(never)]
+    #[inline(always)]
     fn read_new(
         &mut self,
         index: usize,
@@ -214,15 +214,17 @@ impl<'a, 'py> History<'a, 'py> {
     }
 
     /// The window's messages, `system` first then `items`, appended to `objects` (room kept
-    /// from an earlier window): the synthetic results are made first (that runs Python code),
-    /// then each message read is handed over to the window.
+    /// from an earlier window): the synthetic results are made first (that runs Python code;
+    /// `synthetic` false says `items` holds none), then each message read is handed over to
+    /// the window.
     pub fn into_objects(
         mut self,
         items: &[Item],
         system: Option<Bound<'py, PyAny>>,
+        synthetic: bool,
         objects: &mut Vec<Py<PyAny>>,
     ) -> Result<(), Failure> {
-        for item in items {
+        for item in items.iter().take_while(|_| synthetic) {
             if let Item::MissingResult { caller, call } = *item {
                 self.missing_result(caller, call)?;
             }
