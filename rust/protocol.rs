@@ -320,6 +320,29 @@ impl<M: Borrow<MessageInfo> + Clone> Default for Validator<M> {
 /// ids are distinct compares every pair).
 const PLAIN_CALLS_AT_MOST: usize = 8;
 
+/// `a == b`, comparing ids of 4 to 16 bytes as two overlapping words each (the first and last
+/// 4 or 8 bytes cover every byte) rather than by a call to `memcmp`.
+#[inline(always)]
+fn same_id(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let len = a.len();
+    if len != b.len() {
+        return false;
+    }
+    fn word<const N: usize>(bytes: &[u8], at: usize) -> Option<[u8; N]> {
+        bytes.get(at..at + N)?.try_into().ok()
+    }
+    match len {
+        8..=16 => {
+            word::<8>(a, 0) == word::<8>(b, 0) && word::<8>(a, len - 8) == word::<8>(b, len - 8)
+        }
+        4..=7 => {
+            word::<4>(a, 0) == word::<4>(b, 0) && word::<4>(a, len - 4) == word::<4>(b, len - 4)
+        }
+        _ => a == b,
+    }
+}
+
 /// Whether a turn's calls are plainly paired: each AI message's calls (distinct ids) are
 /// answered by the tool messages right after it, one per call in call order, and no other
 /// tool message is in the turn. Such a turn has no violation, so `OpenCalls` need not read
@@ -330,7 +353,7 @@ pub fn plainly_paired<'m>(turn: impl IntoIterator<Item = &'m MessageInfo>) -> bo
     for info in turn {
         match info.kind {
             Kind::Tool => match waiting.split_first() {
-                Some((id, rest)) if *id == info.tool_call_id => waiting = rest,
+                Some((id, rest)) if same_id(id, &info.tool_call_id) => waiting = rest,
                 _ => return false,
             },
             _ if !waiting.is_empty() => return false,
@@ -340,7 +363,8 @@ pub fn plainly_paired<'m>(turn: impl IntoIterator<Item = &'m MessageInfo>) -> bo
                     return false;
                 }
                 for (place, id) in calls.iter().enumerate() {
-                    if calls.get(..place).is_some_and(|before| before.contains(id)) {
+                    let before = calls.get(..place).unwrap_or_default();
+                    if before.iter().any(|other| same_id(other, id)) {
                         return false;
                     }
                 }
@@ -486,6 +510,23 @@ mod tests {
 
     fn user(id: &str) -> MessageInfo {
         MessageInfo::new(Kind::User, id)
+    }
+
+    #[test]
+    fn same_id_is_equality() {
+        let base = "abcdefghijklmnopqrstu";
+        for len in 0..=base.len() {
+            let id = base.get(..len).unwrap_or_default();
+            let copy: String = id.chars().collect(); // another allocation, the same bytes
+            assert!(same_id(id, &copy));
+            assert!(!same_id(id, base.get(..len + 1).unwrap_or("-")));
+            for at in 0..len {
+                let mut other = id.as_bytes().to_vec();
+                other[at] = b'_';
+                let other = String::from_utf8(other).unwrap_or_default();
+                assert!(!same_id(id, &other), "len {len}, byte {at}");
+            }
+        }
     }
 
     #[test]
