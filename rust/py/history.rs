@@ -154,7 +154,7 @@ impl<'a, 'py> History<'a, 'py> {
     }
 
     /// `messages[index]` and its core, read once.
-    #[inline]
+    #[inline(always)]
     pub fn read(&mut self, index: usize) -> Result<&'a Read<'py>, Failure> {
         if index < self.head_len {
             if let Some(read) = self.head_read(index) {
@@ -302,11 +302,12 @@ impl<'a, 'py> Source for History<'a, 'py> {
         self.items.len
     }
 
-    #[inline]
+    #[inline(always)]
     fn get(&mut self, index: usize) -> Result<CoreView<'a>, Failure> {
         Ok(CoreView(self.read(index)?.core.get()))
     }
 
+    #[inline(always)]
     fn visible_into(
         &mut self,
         start: usize,
