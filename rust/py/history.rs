@@ -7,7 +7,7 @@ use super::library::Library;
 use super::message::{core_of, tokens, MessageCore};
 use crate::model::{Item, MessageInfo, Source};
 use crate::tokens::missing_result_tokens;
-use crate::window::{missing_result_id, MISSING_RESULT_TEXT};
+use crate::window::{missing_result_id, recycle, MISSING_RESULT_TEXT};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -106,6 +106,14 @@ impl Borrow<MessageInfo> for CoreRef<'_> {
     }
 }
 
+thread_local! {
+    /// Room for the next window's `History::tail` (empty between windows; see `recycle`).
+    static TAIL_ROOM: Cell<Vec<usize>> = const { Cell::new(Vec::new()) };
+}
+
+/// A tail grown past this many entries is not kept for the next window.
+const TAIL_KEPT_AT_MOST: usize = 4096;
+
 /// Messages read from the front kept without allocating.
 const HEAD: usize = 4;
 
@@ -141,7 +149,11 @@ impl<'a, 'py> History<'a, 'py> {
             head: [None; HEAD],
             head_more: Vec::new(),
             head_len: 0,
-            tail: Vec::with_capacity(64),
+            tail: {
+                let mut tail = recycle(TAIL_ROOM.with(Cell::take));
+                tail.reserve(64);
+                tail
+            },
             system: None,
             count_tokens: None,
             statuses: None,
@@ -249,6 +261,10 @@ impl<'a, 'py> History<'a, 'py> {
                 Item::MissingResult { caller, call } => self.missing_result(caller, call)?.unbind(),
             };
             objects.push(object);
+        }
+        let tail = std::mem::take(&mut self.tail);
+        if tail.capacity() <= TAIL_KEPT_AT_MOST {
+            TAIL_ROOM.with(|room| room.set(recycle(tail)));
         }
         Ok(())
     }
