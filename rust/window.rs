@@ -323,7 +323,11 @@ pub fn select_in<S: Source>(
         attached_turns: attached,
         compacted_turns: compacted,
         cut_by,
-        repairs: repairs_by_turn.into_iter().rev().flatten().collect(),
+        repairs: if repairs_by_turn.is_empty() {
+            Vec::new()
+        } else {
+            repairs_by_turn.into_iter().rev().flatten().collect()
+        },
         seen_history_turns: seen,
         unread_end,
     })
