@@ -569,6 +569,15 @@ mod tests {
                 vec![user("u"), ai("a", &["c0", "c0"]), tool("t0", "c0")],
                 true,
             ),
+            (
+                vec![
+                    user("u"),
+                    ai("a", &["c0", "c0"]),
+                    tool("t0", "c0"),
+                    tool("t1", "c0"),
+                ],
+                true,
+            ),
             (vec![user("u"), ai("a", &["c0"])], true),
             (vec![user("u"), tool("t0", "c0")], true),
             (vec![user("u"), ai("a", &["c0"]), tool("t0", "c1")], true),
