@@ -316,6 +316,66 @@ impl<M: Borrow<MessageInfo> + Clone> Default for Validator<M> {
     }
 }
 
+/// AI messages with more calls than this are left to `OpenCalls` (checking that a message's
+/// ids are distinct compares every pair).
+const PLAIN_CALLS_AT_MOST: usize = 8;
+
+/// `a == b`, comparing ids of 4 to 16 bytes as two overlapping words each (the first and last
+/// 4 or 8 bytes cover every byte) rather than by a call to `memcmp`.
+#[inline(always)]
+fn same_id(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let len = a.len();
+    if len != b.len() {
+        return false;
+    }
+    fn word<const N: usize>(bytes: &[u8], at: usize) -> Option<[u8; N]> {
+        bytes.get(at..at + N)?.try_into().ok()
+    }
+    match len {
+        8..=16 => {
+            word::<8>(a, 0) == word::<8>(b, 0) && word::<8>(a, len - 8) == word::<8>(b, len - 8)
+        }
+        4..=7 => {
+            word::<4>(a, 0) == word::<4>(b, 0) && word::<4>(a, len - 4) == word::<4>(b, len - 4)
+        }
+        _ => a == b,
+    }
+}
+
+/// Whether a turn's calls are plainly paired: each AI message's calls (distinct ids) are
+/// answered by the tool messages right after it, one per call in call order, and no other
+/// tool message is in the turn. Such a turn has no violation, so `OpenCalls` need not read
+/// it; false says nothing (the turn is validated in full).
+pub fn plainly_paired<'m>(turn: impl IntoIterator<Item = &'m MessageInfo>) -> bool {
+    // The calls of the last AI message still waiting for their results, in order.
+    let mut waiting: &[String] = &[];
+    for info in turn {
+        match info.kind {
+            Kind::Tool => match waiting.split_first() {
+                Some((id, rest)) if same_id(id, &info.tool_call_id) => waiting = rest,
+                _ => return false,
+            },
+            _ if !waiting.is_empty() => return false,
+            Kind::Ai => {
+                let calls = info.call_ids.as_slice();
+                if calls.len() > PLAIN_CALLS_AT_MOST {
+                    return false;
+                }
+                for (place, id) in calls.iter().enumerate() {
+                    let before = calls.get(..place).unwrap_or_default();
+                    if before.iter().any(|other| same_id(other, id)) {
+                        return false;
+                    }
+                }
+                waiting = calls;
+            }
+            _ => {}
+        }
+    }
+    waiting.is_empty()
+}
+
 /// Violations of one turn's messages, in message order; positions are in `segment`.
 pub fn validate_segment<M: Borrow<MessageInfo> + Clone>(
     segment: impl IntoIterator<Item = M>,
@@ -446,5 +506,155 @@ mod tests {
                 .collect();
             assert_eq!(got, naive(&segment), "case {case}");
         }
+    }
+
+    fn user(id: &str) -> MessageInfo {
+        MessageInfo::new(Kind::User, id)
+    }
+
+    #[test]
+    fn same_id_is_equality() {
+        let base = "abcdefghijklmnopqrstu";
+        for len in 0..=base.len() {
+            let id = base.get(..len).unwrap_or_default();
+            let copy: String = id.chars().collect(); // another allocation, the same bytes
+            assert!(same_id(id, &copy));
+            assert!(!same_id(id, base.get(..len + 1).unwrap_or("-")));
+            for at in 0..len {
+                let mut other = id.as_bytes().to_vec();
+                other[at] = b'_';
+                let other = String::from_utf8(other).unwrap_or_default();
+                assert!(!same_id(id, &other), "len {len}, byte {at}");
+            }
+        }
+    }
+
+    #[test]
+    fn plainly_paired_turns_have_no_violation() {
+        let plain: Vec<Vec<MessageInfo>> = vec![
+            vec![user("u"), ai("a", &[])],
+            vec![user("u")],
+            vec![],
+            vec![
+                user("u"),
+                ai("a", &["c0", "c1", "c2"]),
+                tool("t0", "c0"),
+                tool("t1", "c1"),
+                tool("t2", "c2"),
+                ai("b", &["c0"]), // an id answered before may be used again
+                tool("t3", "c0"),
+                ai("f", &[]),
+            ],
+        ];
+        for turn in &plain {
+            assert!(plainly_paired(turn), "{turn:?}");
+            assert!(validate_segment(turn.iter()).is_empty(), "{turn:?}");
+        }
+        // Turns with a violation, and clean turns paired in another order: never plain.
+        let calls: Vec<String> = (0..=PLAIN_CALLS_AT_MOST).map(|c| format!("c{c}")).collect();
+        let many: Vec<&str> = calls.iter().map(String::as_str).collect();
+        let mut many_turn = vec![user("u"), ai("a", &many)];
+        many_turn.extend(many.iter().map(|c| tool("t", c)));
+        let not_plain: Vec<(Vec<MessageInfo>, bool)> = vec![
+            (
+                vec![
+                    user("u"),
+                    ai("a", &["c0", "c1"]),
+                    tool("t1", "c1"),
+                    tool("t0", "c0"),
+                ],
+                false,
+            ),
+            (
+                vec![user("u"), ai("a", &["c0", "c0"]), tool("t0", "c0")],
+                true,
+            ),
+            (
+                vec![
+                    user("u"),
+                    ai("a", &["c0", "c0"]),
+                    tool("t0", "c0"),
+                    tool("t1", "c0"),
+                ],
+                true,
+            ),
+            (vec![user("u"), ai("a", &["c0"])], true),
+            (vec![user("u"), tool("t0", "c0")], true),
+            (vec![user("u"), ai("a", &["c0"]), tool("t0", "c1")], true),
+            (
+                vec![user("u"), ai("a", &["c0"]), ai("b", &[]), tool("t0", "c0")],
+                false,
+            ),
+            (
+                vec![
+                    user("u"),
+                    ai("a", &["c0"]),
+                    ai("b", &["c1"]),
+                    tool("t0", "c0"),
+                    tool("t1", "c1"),
+                ],
+                false,
+            ),
+            (
+                vec![
+                    user("u"),
+                    ai("a", &["c0"]),
+                    tool("t0", "c0"),
+                    tool("t1", "c0"),
+                ],
+                true,
+            ),
+            (many_turn, false),
+        ];
+        for (turn, violated) in &not_plain {
+            assert!(!plainly_paired(turn), "{turn:?}");
+            assert_eq!(
+                !validate_segment(turn.iter()).is_empty(),
+                *violated,
+                "{turn:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn plainly_paired_turns_are_clean_in_random_walks() {
+        // Whenever the shortcut says plain, the full validation finds nothing.
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = |bound: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % bound
+        };
+        let mut plain = 0;
+        for _ in 0..4000 {
+            let mut turn = vec![user("u")];
+            let mut last_calls = Vec::new();
+            for position in 0..next(8) {
+                let message_id = format!("m{position}");
+                match next(4) {
+                    0 | 1 if !last_calls.is_empty() => {
+                        let call: String = last_calls.remove(0);
+                        let call = if next(6) == 0 {
+                            format!("c{}", next(3))
+                        } else {
+                            call
+                        };
+                        turn.push(tool(&message_id, &call));
+                    }
+                    2 => turn.push(user(&message_id)),
+                    _ => {
+                        last_calls = (0..next(4)).map(|_| format!("c{}", next(4))).collect();
+                        let calls: Vec<&str> = last_calls.iter().map(String::as_str).collect();
+                        turn.push(ai(&message_id, &calls));
+                    }
+                }
+            }
+            if plainly_paired(&turn) {
+                plain += 1;
+                assert!(validate_segment(turn.iter()).is_empty(), "{turn:?}");
+            }
+        }
+        assert!(plain > 200, "only {plain} plain turns");
     }
 }

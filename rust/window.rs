@@ -3,7 +3,7 @@
 
 use crate::error::CoreError;
 use crate::model::{Item, Kind, MessageInfo, Source};
-use crate::protocol::{OpenCalls, Violation, ViolationKind};
+use crate::protocol::{plainly_paired, OpenCalls, Violation, ViolationKind};
 use crate::turns::{has_tool_calls, inferred_completed, visible_into, TurnsBackward};
 use std::borrow::Borrow;
 
@@ -127,6 +127,17 @@ pub struct Buffers {
     views: Vec<Item>,
     kept: Vec<(usize, usize, u128)>,
     items: Vec<Item>,
+    /// Room for the turn being read: a turn's messages are borrowed for one window, so the
+    /// room is kept as plain words between windows (see `recycle`).
+    turn: Vec<(usize, usize)>,
+}
+
+/// `room`'s allocation as an empty vector of another element type: the same allocation when
+/// the two types have the same size and alignment (std collects a mapped `into_iter` in place),
+/// a new one otherwise. Lets a buffer of borrowed values outlive the borrows.
+pub fn recycle<T, U>(mut room: Vec<T>) -> Vec<U> {
+    room.clear();
+    room.into_iter().filter_map(|_| None).collect()
 }
 
 /// Buffers grown past this many entries are not kept for the next window.
@@ -150,6 +161,9 @@ impl Buffers {
         if self.kept.capacity() > KEPT_AT_MOST {
             self.kept = Vec::new();
         }
+        if self.turn.capacity() > KEPT_AT_MOST {
+            self.turn = Vec::new();
+        }
     }
 }
 
@@ -172,7 +186,8 @@ pub fn select_in<S: Source>(
     let Some((current_start, current_end)) = turns.next_turn(source)? else {
         return Err(CoreError::NoUserMessage.into());
     };
-    let mut turn: Turn<S::Message> = Vec::with_capacity(16);
+    let mut turn: Turn<S::Message> = recycle(std::mem::take(&mut buffers.turn));
+    turn.reserve(16);
     visible_into(source, current_start, current_end, &mut turn)?;
     let current_items = &mut buffers.current;
     current_items.clear();
@@ -208,7 +223,9 @@ pub fn select_in<S: Source>(
         }
         visible_into(source, start, end, &mut turn)?;
         violations.clear();
-        open.validate_into(turn.iter().map(|(_, m)| m.clone()), &mut violations);
+        if !plainly_paired(turn.iter().map(|(_, m)| m.borrow())) {
+            open.validate_into(turn.iter().map(|(_, m)| m.clone()), &mut violations);
+        }
         let (Some((first_index, first)), Some((last_index, last))) = (turn.first(), turn.last())
         else {
             continue; // unreachable: a turn starts with its user message
@@ -297,6 +314,7 @@ pub fn select_in<S: Source>(
         view_end = view_start;
     }
     items.extend_from_slice(current_items);
+    buffers.turn = recycle(turn);
     Ok(Window {
         items,
         older_count,
@@ -305,8 +323,36 @@ pub fn select_in<S: Source>(
         attached_turns: attached,
         compacted_turns: compacted,
         cut_by,
-        repairs: repairs_by_turn.into_iter().rev().flatten().collect(),
+        repairs: if repairs_by_turn.is_empty() {
+            Vec::new()
+        } else {
+            repairs_by_turn.into_iter().rev().flatten().collect()
+        },
         seen_history_turns: seen,
         unread_end,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::recycle;
+
+    #[test]
+    fn recycle_keeps_the_allocation_of_a_same_layout_type() {
+        let value = 7u64;
+        let mut room: Vec<(usize, usize)> = Vec::with_capacity(16);
+        room.push((1, 2));
+        let place = room.as_ptr() as usize;
+        let mut borrowed: Vec<(usize, &u64)> = recycle(room);
+        assert!(borrowed.is_empty());
+        assert_eq!(borrowed.as_ptr() as usize, place);
+        assert!(borrowed.capacity() >= 16);
+        borrowed.push((3, &value));
+        let back: Vec<(usize, usize)> = recycle(borrowed);
+        assert!(back.is_empty());
+        assert_eq!(back.as_ptr() as usize, place);
+        // Another layout: a new, empty vector.
+        let other: Vec<u8> = recycle(back);
+        assert!(other.is_empty());
+    }
 }

@@ -7,7 +7,7 @@ use super::library::Library;
 use super::message::{core_of, tokens, MessageCore};
 use crate::model::{Item, MessageInfo, Source};
 use crate::tokens::missing_result_tokens;
-use crate::window::{missing_result_id, MISSING_RESULT_TEXT};
+use crate::window::{missing_result_id, recycle, MISSING_RESULT_TEXT};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -106,6 +106,14 @@ impl Borrow<MessageInfo> for CoreRef<'_> {
     }
 }
 
+thread_local! {
+    /// Room for the next window's `History::tail` (empty between windows; see `recycle`).
+    static TAIL_ROOM: Cell<Vec<usize>> = const { Cell::new(Vec::new()) };
+}
+
+/// A tail grown past this many entries is not kept for the next window.
+const TAIL_KEPT_AT_MOST: usize = 4096;
+
 /// Messages read from the front kept without allocating.
 const HEAD: usize = 4;
 
@@ -141,7 +149,11 @@ impl<'a, 'py> History<'a, 'py> {
             head: [None; HEAD],
             head_more: Vec::new(),
             head_len: 0,
-            tail: Vec::with_capacity(64),
+            tail: {
+                let mut tail = recycle(TAIL_ROOM.with(Cell::take));
+                tail.reserve(64);
+                tail
+            },
             system: None,
             count_tokens: None,
             statuses: None,
@@ -154,7 +166,7 @@ impl<'a, 'py> History<'a, 'py> {
     }
 
     /// `messages[index]` and its core, read once.
-    #[inline]
+    #[inline(always)]
     pub fn read(&mut self, index: usize) -> Result<&'a Read<'py>, Failure> {
         if index < self.head_len {
             if let Some(read) = self.head_read(index) {
@@ -176,7 +188,7 @@ impl<'a, 'py> History<'a, 'py> {
         }
     }
 
-    #[inline(never)]
+    #[inline(always)]
     fn read_new(
         &mut self,
         index: usize,
@@ -214,15 +226,17 @@ impl<'a, 'py> History<'a, 'py> {
     }
 
     /// The window's messages, `system` first then `items`, appended to `objects` (room kept
-    /// from an earlier window): the synthetic results are made first (that runs Python code),
-    /// then each message read is handed over to the window.
+    /// from an earlier window): the synthetic results are made first (that runs Python code;
+    /// `synthetic` false says `items` holds none), then each message read is handed over to
+    /// the window.
     pub fn into_objects(
         mut self,
         items: &[Item],
         system: Option<Bound<'py, PyAny>>,
+        synthetic: bool,
         objects: &mut Vec<Py<PyAny>>,
     ) -> Result<(), Failure> {
-        for item in items {
+        for item in items.iter().take_while(|_| synthetic) {
             if let Item::MissingResult { caller, call } = *item {
                 self.missing_result(caller, call)?;
             }
@@ -247,6 +261,10 @@ impl<'a, 'py> History<'a, 'py> {
                 Item::MissingResult { caller, call } => self.missing_result(caller, call)?.unbind(),
             };
             objects.push(object);
+        }
+        let tail = std::mem::take(&mut self.tail);
+        if tail.capacity() <= TAIL_KEPT_AT_MOST {
+            TAIL_ROOM.with(|room| room.set(recycle(tail)));
         }
         Ok(())
     }
@@ -300,11 +318,12 @@ impl<'a, 'py> Source for History<'a, 'py> {
         self.items.len
     }
 
-    #[inline]
+    #[inline(always)]
     fn get(&mut self, index: usize) -> Result<CoreView<'a>, Failure> {
         Ok(CoreView(self.read(index)?.core.get()))
     }
 
+    #[inline(always)]
     fn visible_into(
         &mut self,
         start: usize,

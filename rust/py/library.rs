@@ -53,7 +53,13 @@ pub struct Library {
     pub window_slots: [Member; 7],
     pub cut_names: [Py<PyString>; 3],
     pub engine: Py<PyModule>,
+    /// The ints 0 to `SMALL_INTS - 1` (CPython's own cached objects): a window's counts are
+    /// handed out from here without a conversion call.
+    pub small_ints: Vec<Py<PyAny>>,
 }
+
+/// How many small ints `Library` holds (CPython caches 0 to 256).
+const SMALL_INTS: u16 = 257;
 
 static LIBRARY: PyOnceLock<Library> = PyOnceLock::new();
 
@@ -139,6 +145,9 @@ impl Library {
             ]
             .map(|name| PyString::intern(py, name).unbind()),
             engine: engine.clone().unbind(),
+            small_ints: (0..SMALL_INTS)
+                .map(|n| Ok(n.into_pyobject(py)?.into_any().unbind()))
+                .collect::<PyResult<_>>()?,
         };
         // A second import (a re-created module) keeps the first capture: the classes are the
         // same objects for the life of the interpreter.
@@ -171,6 +180,15 @@ impl Library {
             .zip(&self.core_slots)
             .find(|((known, _), _)| known.as_ptr() == pointer)
             .map(|((_, (kind, _)), slot)| (kind, slot))
+    }
+
+    /// `count` as a Python int.
+    #[inline]
+    pub fn int<'py>(&self, py: Python<'py>, count: usize) -> PyResult<Bound<'py, PyAny>> {
+        match self.small_ints.get(count) {
+            Some(small) => Ok(small.bind(py).clone()),
+            None => Ok(count.into_pyobject(py)?.into_any()),
+        }
     }
 
     /// The `_core` slot of messages of `kind`.
@@ -249,6 +267,7 @@ impl Member {
 
     /// Sets the slot on `message`, as `descr.__set__(obj, value)` (a TypeError for an object
     /// of another class).
+    #[inline]
     pub fn write(&self, message: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
         // SAFETY: the member descriptor's set function checks `message`'s type, takes its own
         // reference to `value` and returns -1 with an exception set on failure.

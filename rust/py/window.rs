@@ -208,7 +208,9 @@ fn choose<'py>(
     // which must never see a list that is not full.
     let system = history.system.take();
     let mut objects = take_objects();
-    let made = history.into_objects(&result.items, system, &mut objects);
+    // A synthetic result closes a missing one, which is a repair.
+    let synthetic = !result.repairs.is_empty();
+    let made = history.into_objects(&result.items, system, synthetic, &mut objects);
     buffers.give_back(std::mem::take(&mut result.items));
     keep_buffers(buffers);
     if let Err(error) = made {
@@ -308,15 +310,15 @@ fn whole_window<'py>(
     }
     let unread: [Bound<'py, PyAny>; 4] = [
         messages.clone(),
-        result.seen_history_turns.into_pyobject(py)?.into_any(),
-        result.unread_end.into_pyobject(py)?.into_any(),
+        library.int(py, result.seen_history_turns)?,
+        library.int(py, result.unread_end)?,
         library.engine.bind(py).clone().into_any(),
     ];
     let values: [Bound<'py, PyAny>; 7] = [
         list.into_any(),
         tokens_int(py, result.estimated_tokens)?,
-        result.attached_turns.into_pyobject(py)?.into_any(),
-        result.compacted_turns.into_pyobject(py)?.into_any(),
+        library.int(py, result.attached_turns)?,
+        library.int(py, result.compacted_turns)?,
         cut_by_name(py, library, result.cut_by),
         repairs.into_any(),
         PyTuple::new(py, unread)?.into_any(),
@@ -325,8 +327,8 @@ fn whole_window<'py>(
         .object_new
         .bind(py)
         .call1(library.new_window_args.bind(py))?;
-    for (slot, value) in library.window_slots.iter().zip(values) {
-        slot.write(&window, &value)?;
+    for (slot, value) in library.window_slots.iter().zip(&values) {
+        slot.write(&window, value)?;
     }
     Ok(window)
 }
@@ -367,15 +369,15 @@ pub fn select<'py>(
     let values: [Bound<'py, PyAny>; 11] = [
         messages.into_any(),
         has_system.into_pyobject(py)?.to_owned().into_any(),
-        result.older_count.into_pyobject(py)?.into_any(),
+        library.int(py, result.older_count)?,
         tokens_int(py, result.older_tokens)?,
         tokens_int(py, result.estimated_tokens)?,
-        result.attached_turns.into_pyobject(py)?.into_any(),
-        result.compacted_turns.into_pyobject(py)?.into_any(),
+        library.int(py, result.attached_turns)?,
+        library.int(py, result.compacted_turns)?,
         cut_by_name(py, library, result.cut_by),
         PyList::new(py, repairs?)?.into_any(),
-        result.seen_history_turns.into_pyobject(py)?.into_any(),
-        result.unread_end.into_pyobject(py)?.into_any(),
+        library.int(py, result.seen_history_turns)?,
+        library.int(py, result.unread_end)?,
     ];
     PyTuple::new(py, values)
 }
