@@ -20,7 +20,31 @@ from agentctx_fast import (
     UserMessage,
 )
 
-CALL_IDS = st.sampled_from(["call_0", "call_1", "call_2", "c-x"])
+# Short ids, and ids of every length class the native id compare treats apart (4-7 and 8-16
+# bytes compared by words, others whole): pairs that share their first and last bytes and
+# differ in the middle, non-ASCII ones, and provider-length ones (about 30 bytes).
+CALL_IDS = st.sampled_from(
+    [
+        "call_0",
+        "call_1",
+        "call_2",
+        "c-x",
+        "ab1cd",
+        "ab2cd",
+        "toolu_01A_x",
+        "toolu_01B_x",
+        "abcdefgh1ijklmnop",
+        "abcdefgh2ijklmnop",
+        "呼叫_1",
+        "呼叫_2",
+        "call_Xq7fK2mNpL9sT4vB8wZ1cR3a",
+        "call_Xq7fK2mNpL9sT5vB8wZ1cR3a",
+    ]
+)
+# How a structured turn names its calls: by index, in each length class above.
+CALL_NAMES = st.sampled_from(
+    ["call_{}", "c{}", "tool{}ab", "toolu_0{}_xyz", "call_Xq7fK2mNpL{}sT4vB8wZ1cR3a", "呼{}"]
+)
 TURN_IDS = st.one_of(st.none(), st.sampled_from(["T0", "T1", "T2", "T3"]))
 TEXT = st.one_of(
     st.sampled_from(["", "ok", "订单 ORD-2024-001 已发货", '{"order_id": "ORD-1", "n": 42}']),
@@ -56,15 +80,17 @@ def _turn(draw: st.DrawFn, prefix: str, number: int) -> list[Message]:
     """A plausible turn: a user message, steps of parallel calls with (mostly) their results."""
     turn_id = draw(st.one_of(st.none(), st.just(f"T{number}")))
     out: list[Message] = [UserMessage(draw(TEXT), message_id=f"{prefix}u{number}", turn_id=turn_id)]
+    name = draw(CALL_NAMES)
     for step in range(draw(st.integers(0, 3))):
-        n = draw(st.integers(1, 3))
-        calls = tuple(ToolCall(f"call_{i}", "get_order", '{"id": 1}') for i in range(n))
+        n = draw(st.one_of(st.integers(1, 3), st.integers(7, 10)))  # many: past 8 at once
+        calls = tuple(ToolCall(name.format(i), "get_order", '{"id": 1}') for i in range(n))
         out.append(AiMessage(None, calls, message_id=f"{prefix}a{number}.{step}", turn_id=turn_id))
-        for i in range(n):
+        order = draw(st.one_of(st.just(list(range(n))), st.permutations(range(n))))
+        for i in order:  # in call order, or not
             if draw(st.integers(0, 9)) > 0:  # sometimes a result goes missing
                 out.append(
                     ToolMessage(
-                        f"call_{i}",
+                        name.format(i),
                         draw(TEXT),
                         message_id=f"{prefix}t{number}.{step}.{i}",
                         turn_id=turn_id,
