@@ -447,6 +447,17 @@ mod tests {
         all.into_iter().map(|(_, _, k, m, id)| (k, m, id)).collect()
     }
 
+    /// A deterministic xorshift walk from ``seed``: each call, a number below ``bound``.
+    fn walk(seed: u64) -> impl FnMut(u64) -> u64 {
+        let mut state = seed;
+        move |bound| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % bound
+        }
+    }
+
     #[test]
     fn ids_alike_at_both_ends_are_told_apart() {
         // Same length, same first and last 8 bytes: only the middle tells these apart.
@@ -479,13 +490,7 @@ mod tests {
     fn small_and_indexed_turns_match_the_reference() {
         // A deterministic pseudo-random walk over few ids (reuse, duplicates, orphans) and
         // over many (more open calls than the linear limit, so the index is used).
-        let mut state = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = |bound: u64| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state % bound
-        };
+        let mut next = walk(0x2545_f491_4f6c_dd1d_u64);
         for case in 0..400 {
             let ids = if case % 2 == 0 { 4 } else { 60 };
             let mut segment = Vec::new();
@@ -619,13 +624,7 @@ mod tests {
     #[test]
     fn plainly_paired_turns_are_clean_in_random_walks() {
         // Whenever the shortcut says plain, the full validation finds nothing.
-        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut next = |bound: u64| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state % bound
-        };
+        let mut next = walk(0x9e37_79b9_7f4a_7c15_u64);
         let mut plain = 0;
         for _ in 0..4000 {
             let mut turn = vec![user("u")];

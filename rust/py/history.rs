@@ -150,7 +150,7 @@ impl<'a, 'py> History<'a, 'py> {
             head_more: Vec::new(),
             head_len: 0,
             tail: {
-                let mut tail = recycle(TAIL_ROOM.with(Cell::take));
+                let mut tail = recycle(TAIL_ROOM.try_with(Cell::take).unwrap_or_default());
                 tail.reserve(64);
                 tail
             },
@@ -236,9 +236,11 @@ impl<'a, 'py> History<'a, 'py> {
         synthetic: bool,
         objects: &mut Vec<Py<PyAny>>,
     ) -> Result<(), Failure> {
-        for item in items.iter().take_while(|_| synthetic) {
-            if let Item::MissingResult { caller, call } = *item {
-                self.missing_result(caller, call)?;
+        if synthetic {
+            for item in items {
+                if let Item::MissingResult { caller, call } = *item {
+                    self.missing_result(caller, call)?;
+                }
             }
         }
         let py = self.py();
@@ -264,7 +266,7 @@ impl<'a, 'py> History<'a, 'py> {
         }
         let tail = std::mem::take(&mut self.tail);
         if tail.capacity() <= TAIL_KEPT_AT_MOST {
-            TAIL_ROOM.with(|room| room.set(recycle(tail)));
+            let _ = TAIL_ROOM.try_with(|room| room.set(recycle(tail))); // none at thread exit
         }
         Ok(())
     }
