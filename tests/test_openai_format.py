@@ -201,6 +201,28 @@ def test_round_trip_on_generated_histories(history: list[Message]) -> None:
     assert all("id" not in entry for entry in to_openai(history))
 
 
+def test_a_tool_call_without_an_id_is_refused_both_ways() -> None:
+    """An empty tool-call id has no OpenAI form: ``to_openai`` refuses it, naming the message,
+    as ``from_openai`` refuses the entry it would make (so a round trip never fails half-way)."""
+    history = [
+        UserMessage("hi", message_id="u1"),
+        AiMessage(None, (ToolCall("", "get_order", "{}"),), message_id="a1"),
+    ]
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"message 'a1' \(messages\[1\]\): tool call 'get_order' has no id",
+    ):
+        to_openai(history)
+    entry = {
+        "role": "assistant",
+        "tool_calls": [
+            {"id": "", "type": "function", "function": {"name": "get_order", "arguments": "{}"}}
+        ],
+    }
+    with pytest.raises(InvalidArgumentError, match="a tool call has no id"):
+        from_openai([entry])
+
+
 def test_ui_messages_are_left_out_and_never_made() -> None:
     entries = to_openai(conversation(), include_ids=True)
     assert not {"ui1", "form1"} & {e["id"] for e in entries}

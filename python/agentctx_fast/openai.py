@@ -205,6 +205,9 @@ def _ai_to_openai(message: AiMessage, index: int) -> dict[str, Any]:
     if calls:
         out = []  # a plain loop: cheaper than a comprehension for the usual one call
         for call in calls:
+            if not call.id:  # the API needs one, and `from_openai` reads none as malformed
+                where = _where(message, index)
+                raise InvalidArgumentError(f"{where}: tool call {call.name!r} has no id")
             function = {"name": call.name, "arguments": call.arguments}
             out.append({"id": call.id, "type": "function", "function": function})
         entry["tool_calls"] = out
