@@ -11,13 +11,13 @@
    together), with a model that awaits 50 ms per call:
    ``extra_info`` holds turns per second, the p50/p99 runner overhead per turn (the turn's time
    less the model's wait), the event loop's largest lag (how late a 1 ms ticker woke, which
-   includes waiting behind other ready tasks) and, from a second run in asyncio's debug mode,
-   the longest single step any task took on the loop (what "blocking the loop" means; debug
-   mode slows every step, so this is an upper bound). A step can also hold the cyclic garbage
-   collector's pause, which the interpreter takes wherever allocations cross its threshold and
-   whose length grows with everything the process keeps alive (the other benchmarks' histories
-   included): the longest collection is reported on its own, and the longest step once more
-   with the collector off for the run, which is the library's own share.
+   includes waiting behind other ready tasks) and, from a second run, the longest single step
+   any task took on the loop (what "blocking the loop" means), timed around each of the loop's
+   callbacks. A step can also hold the cyclic garbage collector's pause, which the interpreter
+   takes wherever allocations cross its threshold and whose length grows with everything the
+   process keeps alive (the other benchmarks' histories included): the longest collection is
+   reported on its own, and the longest step once more with the collector off for the run,
+   which is the library's own share.
 """
 
 from __future__ import annotations
@@ -25,8 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import logging
-import re
 import statistics
 import time
 import uuid
@@ -273,34 +271,40 @@ def _collections_timed(pauses: list[float]) -> Iterator[None]:
 def _longest_step_ms(
     main: Callable[[], Coroutine[Any, Any, Any]], *, collect: bool = True
 ) -> float:
-    """The longest single callback asyncio's debug mode reports while ``main`` runs (with the
-    cyclic garbage collector off when not ``collect``)."""
+    """The longest single step (callback) the loop ran while ``main`` runs, timed around each
+    ``Handle._run`` in normal mode (asyncio's debug mode, which reports slow callbacks too,
+    slows every step several times over), with the cyclic garbage collector off when not
+    ``collect``. The setup's first step (filling the conversations) is not counted."""
     durations: list[float] = []
+    original = asyncio.events.Handle._run
+    clock = time.perf_counter
 
-    class Steps(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            found = re.search(r"took (\d+\.\d+) seconds", record.getMessage())
-            text = record.getMessage()
-            if found and "main()" not in text and ".run()" not in text:  # not the setup
-                durations.append(float(found.group(1)))
+    def timed(handle: asyncio.Handle) -> None:
+        before = clock()
+        original(handle)
+        took = clock() - before
+        if took > 0.0005 and not _is_setup(handle):
+            durations.append(took)
 
-    handler = Steps()
-    logger = logging.getLogger("asyncio")
-    logger.addHandler(handler)
+    if not collect:
+        gc.collect()
+        gc.disable()
+    asyncio.events.Handle._run = timed  # type: ignore[method-assign]
     try:
-
-        async def run() -> None:
-            asyncio.get_running_loop().slow_callback_duration = 0.0005
-            await main()
-
-        if not collect:
-            gc.collect()
-            gc.disable()
-        asyncio.run(run(), debug=True)
+        asyncio.run(main())
     finally:
+        asyncio.events.Handle._run = original  # type: ignore[method-assign]
         gc.enable()
-        logger.removeHandler(handler)
     return round(max(durations, default=0.0) * 1e3, 2)
+
+
+def _is_setup(handle: asyncio.Handle) -> bool:
+    """Whether ``handle`` steps the benchmark's own ``main`` coroutine (its setup) or
+    ``asyncio.run``'s shutdown, which are not the library's steps."""
+    owner = getattr(handle._callback, "__self__", None)  # a task's step: bound to the task
+    if isinstance(owner, asyncio.Task):
+        return owner.get_coro().__qualname__.endswith("main")  # type: ignore[union-attr]
+    return "shutdown" in getattr(handle._callback, "__qualname__", "")
 
 
 __all__ = ["Message"]
