@@ -1145,52 +1145,6 @@ def test_a_call_done_before_its_caller_has_left_submit_is_answered_at_once(
     assert workers._threads == 1
 
 
-def test_a_caller_waits_for_a_short_call_and_not_for_a_callable_whose_last_call_was_long(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The caller of a plain call waits (for `WAIT` at most) for the answer, so a short call is
-    answered before it gets its future, even one that lets go of the interpreter lock; a call
-    still running then is answered through the loop, and the next call of that callable (a
-    bound method, made anew at each access) is not waited for until one of its calls is short
-    again."""
-    from agentctx_fast.runner import _threads
-
-    monkeypatch.setattr(_threads, "WAIT", 0.05, raising=False)  # wide margins either side
-    workers = _threads._Workers()
-
-    class Napper:
-        def __init__(self) -> None:
-            self.gate = threading.Event()
-
-        def nap(self, seconds: float | None) -> str:
-            if seconds is None:
-                return "released" if self.gate.wait(10) else "timed out"
-            time.sleep(seconds)  # lets go of the interpreter lock, as I/O does
-            return "slept"
-
-    napper = Napper()
-
-    async def main() -> list[tuple[bool, str]]:
-        await workers.submit(str, "a worker, idle again")
-        answers = []
-        for seconds in (0.005, None, 0.005, 0.005):
-            future = workers.submit(napper.nap, seconds)
-            done = future.done()
-            if seconds is None:
-                await asyncio.sleep(0.1)  # the call outlasts the wait by far
-                napper.gate.set()
-            answers.append((done, await future))
-        return answers
-
-    assert asyncio.run(main()) == [
-        (True, "slept"),  # a callable not seen yet is expected to be short
-        (False, "released"),  # still running when the wait ended
-        (False, "slept"),  # not waited for: its last call was long
-        (True, "slept"),  # waited for again: its last call was short
-    ]
-    assert workers._threads == 1
-
-
 def test_a_turn_runs_as_its_own_task_from_its_first_step(start_mode: str) -> None:
     """The turn's first step runs at once but as the task that carries the turn on (as an
     eager task does): a tool sees one task before and after it waits, never its caller's,

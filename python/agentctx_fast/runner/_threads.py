@@ -1,28 +1,21 @@
 """The worker threads of the async runner's plain (blocking) models and tools.
 
-A call is one byte sent to an idle worker's socket (the worker waits on its end), after which
-the caller waits for the answer, its interpreter lock let go, for `WAIT` at most: a short call
-(most plain tools) is answered in `_Workers.submit`, for two thread wake-ups (the worker's and
-the caller's) and no round of the event loop. Without that wait, whether a short call was over
-before its caller had left `submit` was a race between the worker's wake-up and the end of the
-caller's send, which the caller mostly won when the worker's CPU had gone idle or was busy with
-another process: the worker then waited for the interpreter lock until the loop slept, and woke
-the loop to answer, twice the wake-ups and a round of the loop (some 100-200 µs a call against
-10-50 µs answered in `submit`, on a shared two-CPU machine). A call still running at the end of
-the wait, or one of a callable whose last call took longer than `WAIT` (which the caller does
-not wait for: a model's network call, a tool's query), is answered through the caller's loop
-with ``call_soon_threadsafe``. So the loop is held up by a plain call for `WAIT` at most, or by
-a call in Python code for a switch interval at most, as it would be whenever it woke meanwhile.
-A socket rather than a lock wakes the worker: the kernel treats a socket wake-up as a
-hand-over, and tends to run the worker where the caller is about to wait.
+A call is one byte sent to an idle worker's socket (the worker waits on its end) and one
+``call_soon_threadsafe`` back to the caller's loop: about half of what ``run_in_executor`` costs
+(its work item, its lock-guarded queue and the chained asyncio future), which a tool turn pays
+for every plain tool call. The send lets go of the GIL, and a short call often runs to its end
+in the worker before the caller has left `_Workers.submit`: the caller then takes the answer
+itself, and the call costs neither the loop's wake-up nor a round of the loop (a long call in
+Python code holds the caller back for a switch interval at most, as it would whenever the
+loop woke meanwhile). A socket rather than a lock wakes the worker: the kernel treats a
+socket wake-up as a hand-over, and tends to run the worker where the caller is about to wait.
 
 A worker counts itself idle before it answers, so the next call, made as soon as the caller
 has the answer, finds it: calls in a row use one thread. As with the loop's default executor,
 at most ``min(32, cpus + 4)`` threads run calls at once and more calls wait for one; a thread
 starts only when no worker is idle, so a call never waits behind another one while the limit
-allows a new thread (the caller does not wait for a call that starts a thread or waits for
-one). Workers are daemon threads that live as long as the process (a call in flight when the
-interpreter exits does not hold it).
+allows a new thread. Workers are daemon threads that live as long as the process (a call in
+flight when the interpreter exits does not hold it).
 
 The future of a call cannot be cancelled (`_Call`): the call runs to its end whatever its
 caller does, and the caller awaits it directly, without `asyncio.shield`'s extra future and
@@ -37,26 +30,21 @@ import contextvars
 import os
 import socket
 import threading
-import time
-import types
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 MAX_WORKERS = min(32, (os.cpu_count() or 1) + 4)
-WAIT = 0.0002  # seconds a caller waits for the answer of a call it expects to be short
-SLOW_KEPT = 256  # callables remembered as slow at most (forgotten all at once beyond that)
 
 _Outcome = tuple[Any, BaseException | None]  # (result, None) or (None, error)
 
 
 class _Job:
     """One call: run by a worker, answered through the caller's loop, or left for the caller
-    when it is done before the caller has left `_Workers.submit` (``detached`` still False);
-    ``answered``, when the caller waits for it there, is released once it is done."""
+    when it is done before the caller has left `_Workers.submit` (``detached`` still False)."""
 
-    __slots__ = ("answered", "args", "context", "detached", "fn", "future", "loop", "outcome")
+    __slots__ = ("args", "context", "detached", "fn", "future", "loop", "outcome")
 
     def __init__(
         self,
@@ -72,7 +60,6 @@ class _Job:
         self.args = args
         self.outcome: _Outcome | None = None
         self.detached = False
-        self.answered: threading.Lock | None = None
 
 
 class _Worker:
@@ -106,7 +93,6 @@ class _Workers:
         self._backlog: collections.deque[_Job] = collections.deque()  # every worker busy
         self._threads = 0
         self._workers: list[_Worker] = []  # every worker started, idle or busy
-        self._slow: dict[Hashable, None] = {}  # callables whose last call took over `WAIT`
 
     def submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         loop = asyncio.get_running_loop()
@@ -119,14 +105,8 @@ class _Workers:
                 self._threads += 1
             elif worker is None:
                 self._backlog.append(job)  # the next worker to finish takes it
-            wait = worker is not None and _identity(fn) not in self._slow
         if worker is not None:
-            answered = job.answered = threading.Lock() if wait else None
-            if answered is not None:
-                answered.acquire()
             worker.give(job)
-            if answered is not None:
-                answered.acquire(timeout=WAIT)  # released by the worker once the call is done
         elif start:
             new = _Worker(job)
             try:
@@ -149,12 +129,10 @@ class _Workers:
     def _work(self, worker: _Worker) -> None:
         job: _Job | None = worker.next_job()
         while job is not None:
-            started = time.perf_counter()
             try:
                 outcome: _Outcome = (job.context.run(job.fn, *job.args), None)
             except BaseException as error:  # handed to the caller, as an executor does
                 outcome = (None, error)
-            slow = time.perf_counter() - started > WAIT
             # Counted idle before it answers: a call made as soon as the caller is woken finds
             # this worker, which is about to wait (and a socket send never misses it).
             with self._lock:
@@ -164,9 +142,6 @@ class _Workers:
                 post = job.detached
                 if not post:
                     job.outcome = outcome  # the caller is still in `submit`: it answers
-                self._remember(job.fn, slow)
-            if job.answered is not None and not post:
-                job.answered.release()  # the caller wakes as this worker goes to wait
             if post:
                 try:
                     job.loop.call_soon_threadsafe(_settle, job.future, *outcome)
@@ -176,26 +151,6 @@ class _Workers:
             job = nxt
             if job is None:
                 job = worker.next_job()
-
-    def _remember(self, fn: Callable[..., Any], slow: bool) -> None:
-        """Whether ``fn``'s callers wait for its next call (holding ``self._lock``)."""
-        identity = _identity(fn)
-        if not slow:
-            self._slow.pop(identity, None)
-            return
-        if len(self._slow) >= SLOW_KEPT:
-            self._slow.clear()
-        self._slow[identity] = None
-
-
-def _identity(fn: Callable[..., Any]) -> Hashable:
-    """``fn`` by identity, made of numbers only, so that no code of the caller's runs under
-    the workers' lock (a bound method, a tool's ``invoke`` say, is made anew at each
-    attribute access: it is known by its object and function). A number may come back for
-    another callable once the first is gone: that costs one call a wrong guess, no more."""
-    if type(fn) is types.MethodType:
-        return (id(fn.__self__), id(fn.__func__))
-    return id(fn)
 
 
 class _Call(asyncio.Future[T]):
