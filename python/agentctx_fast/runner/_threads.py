@@ -3,15 +3,15 @@
 A call is one byte written to an idle worker's pipe (the worker waits on its end) and one
 ``call_soon_threadsafe`` back to the caller's loop: about half of what ``run_in_executor`` costs
 (its work item, its lock-guarded queue and the chained asyncio future), which a tool turn pays
-for every plain tool call. The send lets go of the GIL, and a short call often runs to its end
+for every plain tool call. The write lets go of the GIL, and a short call often runs to its end
 in the worker before the caller has left `_Workers.submit`: the caller then takes the answer
 itself, and the call costs neither the loop's wake-up nor a round of the loop (a long call in
 Python code holds the caller back for a switch interval at most, as it would whenever the
 loop woke meanwhile). A pipe rather than a lock wakes the worker: the write lets go of the GIL
 while it wakes the worker (a lock's release keeps it), and the kernel treats a pipe wake-up,
 like a socket's, as a hand-over, tending to run the worker where the caller is about to wait.
-A pipe's write costs less than a socket's send, which a plain-tool turn saw (some 5-10 µs a
-turn of the 30 µs the hop adds, on a shared two-CPU VM; `benches/bench_async_runner.py`).
+A pipe's write costs less than a socket's send: some 5-10 µs of the 30 µs the hop adds to the
+fastest plain-tool turns on a shared two-CPU VM (`benches/bench_async_runner.py`).
 
 A worker counts itself idle before it answers, so the next call, made as soon as the caller
 has the answer, finds it: calls in a row use one thread. As with the loop's default executor,
@@ -78,7 +78,7 @@ class _Worker:
         os.write(self._wake, b"\0")
 
     def next_job(self) -> _Job:
-        while self.job is None:  # a byte left by a job found without reading: read on
+        while self.job is None:  # a job found before its byte was read leaves that byte
             os.read(self._waiting, 1)
         job, self.job = self.job, None
         return job
