@@ -6,8 +6,17 @@
    event loop for its one turn (``run_until_complete``, some 10–15 µs here), which a service,
    already inside its loop, never pays per turn; so also ``runner turns in a running loop
    (…) KIND``: ten turns per call, the blocking runner's in a plain loop and the async
-   runner's in one coroutine, on the same stored conversation (1,000 messages).
-2. 500 conversations on one event loop (arriving one per millisecond, then all in flight
+   runner's in one coroutine, on the same stored conversation (1,000 messages). The plain tool
+   (``async``) costs a worker-thread hop per call; ``async-async-tool`` has the same tool as an
+   ``async def``, and ``async-to-thread-tool`` as the ``async def`` a user would write without
+   the runner's workers (``await asyncio.to_thread(plain)``).
+2. ``plain call hop (…)``: that hop alone, the runner's workers (``in_worker``) beside
+   ``asyncio.to_thread``, ``loop.run_in_executor(None, …)`` and an inline call (the floor), for
+   the call a turn hands over (the plain ``get_order`` tool's ``invoke``: parse the arguments,
+   call, render the result, some 5-10 µs), many calls per round in a running loop: back to
+   back, and each after some work on the loop thread (as in a turn, where the worker has gone
+   idle and the loop has work of its own to finish before it waits).
+3. 500 conversations on one event loop (arriving one per millisecond, then all in flight
    together), with a model that awaits 50 ms per call:
    ``extra_info`` holds turns per second, the p50/p99 runner overhead per turn (the turn's time
    less the model's wait), the event loop's largest lag (how late a 1 ms ticker woke, which
@@ -137,7 +146,9 @@ def test_async_runner_turn(
 TURNS_PER_CALL = 10
 
 
-@pytest.mark.parametrize("runner_kind", ["blocking", "async", "async-async-tool"])
+@pytest.mark.parametrize(
+    "runner_kind", ["blocking", "async", "async-async-tool", "async-to-thread-tool"]
+)
 @pytest.mark.parametrize("turn_kind", ["plain", "tool"])
 def test_turns_in_a_running_loop(
     benchmark: Any,
@@ -172,14 +183,10 @@ def test_turns_in_a_running_loop(
     else:
         async_runner = AsyncAgentRunner(store)
         async_agent = _agent(replies)
-        if runner_kind == "async-async-tool":  # the tool an asyncio service would write
+        if runner_kind != "async":
             if turn_kind == "plain":
                 pytest.skip("a plain turn calls no tool")
-
-            async def get_order(order_id: str) -> dict[str, str]:
-                return {"order_id": order_id, "status": "shipped"}
-
-            async_agent = replace(async_agent, tools=(Tool("get_order", get_order),))
+            async_agent = replace(async_agent, tools=(_ASYNC_TOOLS[runner_kind],))
 
         async def many() -> Any:
             for _ in range(TURNS_PER_CALL):
@@ -191,6 +198,75 @@ def test_turns_in_a_running_loop(
         last = benchmark(lambda: loop.run_until_complete(many()))
         loop.run_until_complete(async_runner.aclose())
     assert last.status.value == "completed"
+
+
+def _get_order(order_id: str) -> dict[str, str]:
+    return {"order_id": order_id, "status": "shipped"}
+
+
+async def _get_order_async(order_id: str) -> dict[str, str]:
+    """The tool an asyncio service would write."""
+    return _get_order(order_id)
+
+
+async def _get_order_to_thread(order_id: str) -> dict[str, str]:
+    """The plain tool as a user would hand it to a thread without the runner's workers."""
+    return await asyncio.to_thread(_get_order, order_id)
+
+
+_ASYNC_TOOLS = {
+    "async-async-tool": Tool("get_order", _get_order_async),
+    "async-to-thread-tool": Tool("get_order", _get_order_to_thread),
+}
+
+CALLS_PER_ROUND = 50
+HOP_WORK = 3000  # `_loop_work` rounds between two calls: some 100 µs here
+_PLAIN_TOOL = Tool("get_order", _get_order)
+_ARGUMENTS = '{"order_id": "ORD-1"}'
+
+
+def _loop_work(rounds: int) -> int:
+    """Work on the loop thread between two calls (the Python of a turn, roughly)."""
+    total = 0
+    for i in range(rounds):
+        total += i * i
+    return total
+
+
+@pytest.mark.parametrize("spacing", ["back to back", "after loop work"])
+@pytest.mark.parametrize("hop", ["workers", "to_thread", "run_in_executor", "inline"])
+def test_plain_call_hop(benchmark: Any, hop: str, spacing: str) -> None:
+    """One plain call from a running loop, by each way there is to make it."""
+    from agentctx_fast.runner._threads import in_worker
+
+    benchmark.group = f"plain call hop ({CALLS_PER_ROUND} calls per round, {spacing})"
+    benchmark.extra_info["calls_per_round"] = CALLS_PER_ROUND
+    work = HOP_WORK if spacing == "after loop work" else 0
+    loop = asyncio.new_event_loop()
+
+    async def calls_made() -> int:
+        running = asyncio.get_running_loop()
+        calls = 0
+        for _ in range(CALLS_PER_ROUND):
+            if work:
+                _loop_work(work)
+            if hop == "workers":
+                outcome = await in_worker(_PLAIN_TOOL.invoke, _ARGUMENTS)
+            elif hop == "to_thread":
+                outcome = await asyncio.to_thread(_PLAIN_TOOL.invoke, _ARGUMENTS)
+            elif hop == "run_in_executor":
+                outcome = await running.run_in_executor(None, _PLAIN_TOOL.invoke, _ARGUMENTS)
+            else:
+                outcome = _PLAIN_TOOL.invoke(_ARGUMENTS)
+            calls += not outcome.is_error
+        return calls
+
+    try:
+        loop.run_until_complete(calls_made())  # threads started before the first round
+        calls = benchmark(lambda: loop.run_until_complete(calls_made()))
+    finally:
+        loop.close()
+    assert calls == CALLS_PER_ROUND
 
 
 def test_500_conversations_on_one_loop(benchmark: Any) -> None:

@@ -865,11 +865,11 @@ def test_one_worker_serves_plain_calls_made_one_after_another() -> None:
 @pytest.mark.skipif(
     not hasattr(os, "fork") or not os.path.isdir("/proc/self/fd"), reason="fork and /proc needed"
 )
-def test_a_forked_child_closes_the_parents_worker_sockets_and_runs_plain_calls(
+def test_a_forked_child_closes_the_parents_worker_pipes_and_runs_plain_calls(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A child forked after plain calls ran has none of the parent's worker threads: the
-    sockets that woke them are closed there (nothing would ever read them), and its own
+    pipes that woke them are closed there (nothing would ever read them), and its own
     plain calls start workers of its own."""
     import warnings
 
@@ -879,9 +879,9 @@ def test_a_forked_child_closes_the_parents_worker_sockets_and_runs_plain_calls(
         return await _threads.in_worker(lambda: 6 * 7)
 
     monkeypatch.setattr(_threads, "_workers", _threads._Workers())  # none started yet
-    before = _sockets()
+    before = _pipes()
     assert asyncio.run(one_call()) == 42
-    fds = sorted(_sockets() - before)  # the pair of the worker that call started
+    fds = sorted(_pipes() - before)  # the two ends of the worker's pipe that call started
     assert len(fds) == 2
     read, write = os.pipe()
     with warnings.catch_warnings():
@@ -903,12 +903,12 @@ def test_a_forked_child_closes_the_parents_worker_sockets_and_runs_plain_calls(
     assert all(_is_open(fd) for fd in fds)  # the parent's are untouched
 
 
-def _sockets() -> set[int]:
-    """This process's open socket descriptors."""
+def _pipes() -> set[int]:
+    """This process's open pipe descriptors."""
     found = set()
     for name in os.listdir("/proc/self/fd"):
         with contextlib.suppress(OSError):
-            if os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+            if os.readlink(f"/proc/self/fd/{name}").startswith("pipe:"):
                 found.add(int(name))
     return found
 

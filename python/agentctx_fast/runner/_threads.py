@@ -1,14 +1,17 @@
 """The worker threads of the async runner's plain (blocking) models and tools.
 
-A call is one byte sent to an idle worker's socket (the worker waits on its end) and one
+A call is one byte written to an idle worker's pipe (the worker waits on its end) and one
 ``call_soon_threadsafe`` back to the caller's loop: about half of what ``run_in_executor`` costs
 (its work item, its lock-guarded queue and the chained asyncio future), which a tool turn pays
-for every plain tool call. The send lets go of the GIL, and a short call often runs to its end
+for every plain tool call. The write lets go of the GIL, and a short call often runs to its end
 in the worker before the caller has left `_Workers.submit`: the caller then takes the answer
 itself, and the call costs neither the loop's wake-up nor a round of the loop (a long call in
 Python code holds the caller back for a switch interval at most, as it would whenever the
-loop woke meanwhile). A socket rather than a lock wakes the worker: the kernel treats a
-socket wake-up as a hand-over, and tends to run the worker where the caller is about to wait.
+loop woke meanwhile). A pipe rather than a lock wakes the worker: the write lets go of the GIL
+while it wakes the worker (a lock's release keeps it), and the kernel treats a pipe wake-up,
+like a socket's, as a hand-over, tending to run the worker where the caller is about to wait.
+A pipe's write costs less than a socket's send: some 5-10 µs of the 30 µs the hop adds to the
+fastest plain-tool turns on a shared two-CPU VM (`benches/bench_async_runner.py`).
 
 A worker counts itself idle before it answers, so the next call, made as soon as the caller
 has the answer, finds it: calls in a row use one thread. As with the loop's default executor,
@@ -28,7 +31,6 @@ import asyncio
 import collections
 import contextvars
 import os
-import socket
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -63,27 +65,27 @@ class _Job:
 
 
 class _Worker:
-    """One worker thread and the socket that wakes it; ``job`` is what it runs next."""
+    """One worker thread and the pipe that wakes it; ``job`` is what it runs next."""
 
     __slots__ = ("_waiting", "_wake", "job")
 
     def __init__(self, job: _Job) -> None:
         self.job: _Job | None = job
-        self._wake, self._waiting = socket.socketpair()
+        self._waiting, self._wake = os.pipe()
 
     def give(self, job: _Job) -> None:
         self.job = job
-        self._wake.send(b"\0")
+        os.write(self._wake, b"\0")
 
     def next_job(self) -> _Job:
-        while self.job is None:
-            self._waiting.recv(1)
+        while self.job is None:  # a job found before its byte was read leaves that byte
+            os.read(self._waiting, 1)
         job, self.job = self.job, None
         return job
 
     def close(self) -> None:
-        self._wake.close()
-        self._waiting.close()
+        os.close(self._wake)
+        os.close(self._waiting)
 
 
 class _Workers:
@@ -134,7 +136,7 @@ class _Workers:
             except BaseException as error:  # handed to the caller, as an executor does
                 outcome = (None, error)
             # Counted idle before it answers: a call made as soon as the caller is woken finds
-            # this worker, which is about to wait (and a socket send never misses it).
+            # this worker, which is about to wait (and a pipe write never misses it).
             with self._lock:
                 nxt = self._backlog.popleft() if self._backlog else None
                 if nxt is None:
@@ -180,7 +182,7 @@ _workers = _Workers()
 
 def _forked() -> None:
     """In a forked child, which has none of the parent's threads: new workers, and the
-    sockets of the parent's closed (nothing would ever read them)."""
+    pipes of the parent's closed (nothing would ever read them)."""
     global _workers
     parents, _workers = _workers._workers, _Workers()
     for worker in parents:
