@@ -1093,6 +1093,67 @@ def test_a_turn_costs_two_trips_a_tool_turn_four(url: str) -> None:
     assert two == ([5, 5], ["completed", "completed"])  # the first result is one trip more
 
 
+def test_a_turn_that_suspends_costs_four_trips(url: str) -> None:
+    """A turn whose tool call needs approval: the opening, the reply's recording and the
+    approval form are one trip each, and the turn's record (suspended) with its conversation
+    marked suspended one more, the `ApprovalRequired` event after it; the turn is then as
+    before: the conversation refuses a new turn, and the resumed turn runs the call and
+    completes."""
+    from agentctx_fast import (
+        Agent,
+        AgentConversationBusyError,
+        AgentFormMessage,
+        AsyncAgentRunner,
+        AsyncScriptedChatModel,
+        Tool,
+        ToolCall,
+    )
+    from agentctx_fast.runner.events import ApprovalRequired, TurnEnded
+
+    refund = Tool("refund", lambda order_id: f"refunded {order_id}", requires_approval=True)
+    call = AiMessage(tool_calls=(ToolCall("call-1", "refund", '{"order_id": "o1"}'),))
+    agent = Agent("a", AsyncScriptedChatModel([call], cycle=True), tools=[refund])
+    answering = Agent(
+        "a", AsyncScriptedChatModel([AiMessage("Refunded.")], cycle=True), tools=[refund]
+    )
+
+    async def body(store: AsyncSqlAgentStore) -> tuple[list[int], list[Any], bool, str, str]:
+        runner = AsyncAgentRunner(store)
+        first = await runner.run(agent, "c0", "warm up")  # the store's first trips are behind us
+        await runner.resume(answering, "c0", first.turn_id, {"call-1": True})
+        trips = _trips(store)
+        counts, kinds = [], []
+        turn_id = ""
+        for conversation in ("c1", "c2"):
+            before = trips()
+            events = [event async for event in runner.stream(agent, conversation, "refund")]
+            counts.append(trips() - before)
+            kinds = [type(event).__name__ for event in events]
+            ended = events[-1]
+            assert isinstance(ended, TurnEnded) and isinstance(events[-2], ApprovalRequired)
+            turn_id = ended.turn.turn_id
+        try:
+            await runner.run(agent, "c2", "another")
+            busy = False
+        except AgentConversationBusyError:
+            busy = True
+        forms = [
+            m
+            for m in await store.chat_memory("c2").get_messages()
+            if isinstance(m, AgentFormMessage)
+        ]
+        done = await runner.resume(answering, "c2", turn_id, {"call-1": True})
+        await runner.aclose()
+        return counts, kinds, busy, forms[0].status, done.status.value
+
+    counts, kinds, busy, form_status, status = run(url, body)
+    assert counts == [4, 4]
+    assert kinds == ["ToolCallEvent", "ApprovalRequired", "TurnEnded"]
+    assert busy
+    assert form_status == "pending"
+    assert status == "completed"
+
+
 def test_a_new_runners_first_turn_reads_the_earlier_turns_statuses_in_one_trip(url: str) -> None:
     """A runner new to a conversation (one made per request, say) reads the status of every
     earlier turn in its first window's history: all of them in one trip, not one each."""
