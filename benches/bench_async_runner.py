@@ -9,7 +9,11 @@
    runner's in one coroutine, on the same stored conversation (1,000 messages). The plain tool
    (``async``) costs a worker-thread hop per call; ``async-async-tool`` has the same tool as an
    ``async def``, and ``async-to-thread-tool`` as the ``async def`` a user would write without
-   the runner's workers (``await asyncio.to_thread(plain)``).
+   the runner's workers (``await asyncio.to_thread(plain)``). Those rows run one after the
+   other, and on a shared machine the load moves between them by more than the runners
+   differ: ``runner turns alternating (…) KIND`` runs the same batches round by round, every
+   runner kind in each round, and gives the async/blocking ratios in ``extra_info`` (printed
+   with ``-s``).
 2. ``plain call hop (…)``: that hop alone, the runner's workers (``in_worker``) beside
    ``asyncio.to_thread``, ``loop.run_in_executor(None, …)`` and an inline call (the floor), for
    the call a turn hands over (the plain ``get_order`` tool's ``invoke``: parse the arguments,
@@ -34,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import itertools
 import statistics
 import time
 import uuid
@@ -146,9 +151,63 @@ def test_async_runner_turn(
 TURNS_PER_CALL = 10
 
 
-@pytest.mark.parametrize(
-    "runner_kind", ["blocking", "async", "async-async-tool", "async-to-thread-tool"]
-)
+RUNNER_KINDS = ("blocking", "async", "async-async-tool", "async-to-thread-tool")
+
+
+class _Batch:
+    """``TURNS_PER_CALL`` turns of one runner kind on a store's stored conversation (1,000
+    messages): the blocking runner's in a plain loop, the async runner's in one coroutine in the
+    running loop, with a plain tool, or the ``async def`` tool an asyncio service would write
+    (``async-async-tool``), or one that awaits ``asyncio.to_thread`` (``async-to-thread-tool``)."""
+
+    def __init__(
+        self,
+        runner_kind: str,
+        async_runner_store: tuple[str, Any, dict[int, str], asyncio.AbstractEventLoop],
+        replies: Sequence[AiMessage],
+    ) -> None:
+        kind, store, conversations, loop = async_runner_store
+        self._loop = loop
+        self._runner: Any
+        self._async = runner_kind != "blocking"
+        if not self._async:
+            if kind == "memory":  # the async in-memory store's data is not the blocking one's
+                blocking: Any = InMemoryAgentStore()
+                self._conversation = f"blocking-{uuid.uuid4().hex[:6]}"
+                memory = blocking.chat_memory(self._conversation)
+                memory.add_messages_if_absent(tool_history(SIZES[0]))
+            else:
+                blocking, self._conversation = _BLOCKING[kind], conversations[SIZES[0]]
+            self._runner = AgentRunner(blocking)
+            self._agent = _blocking_agent(replies)
+            return
+        self._conversation = conversations[SIZES[0]]
+        self._runner = AsyncAgentRunner(store)
+        self._agent = _agent(replies)
+        if runner_kind != "async":
+            self._agent = replace(self._agent, tools=(_ASYNC_TOOLS[runner_kind],))
+
+    def __call__(self) -> Any:
+        """The batch's turns; the last one."""
+        if not self._async:
+            for _ in range(TURNS_PER_CALL):
+                done = self._runner.run(self._agent, self._conversation, "Where is my order?")
+            return done
+        return self._loop.run_until_complete(self._many())
+
+    async def _many(self) -> Any:
+        for _ in range(TURNS_PER_CALL):
+            done = await self._runner.run(self._agent, self._conversation, "Where is my order?")
+        return done
+
+    def close(self) -> None:
+        if self._async:
+            self._loop.run_until_complete(self._runner.aclose())
+        else:
+            self._runner.close()
+
+
+@pytest.mark.parametrize("runner_kind", RUNNER_KINDS)
 @pytest.mark.parametrize("turn_kind", ["plain", "tool"])
 def test_turns_in_a_running_loop(
     benchmark: Any,
@@ -156,47 +215,16 @@ def test_turns_in_a_running_loop(
     turn_kind: str,
     runner_kind: str,
 ) -> None:
-    kind, store, conversations, loop = async_runner_store
+    kind = async_runner_store[0]
     benchmark.group = (
         f"runner turns in a running loop ({turn_kind}, {TURNS_PER_CALL} per call) {kind}"
     )
     benchmark.extra_info["turns_per_call"] = TURNS_PER_CALL
-    replies = _PLAIN if turn_kind == "plain" else _TOOL
-    if runner_kind == "blocking":
-        if kind == "memory":  # the async in-memory store's data is not the blocking one's
-            blocking: Any = InMemoryAgentStore()
-            conversation = f"blocking-{uuid.uuid4().hex[:6]}"
-            memory = blocking.chat_memory(conversation)
-            memory.add_messages_if_absent(tool_history(SIZES[0]))
-        else:
-            blocking, conversation = _BLOCKING[kind], conversations[SIZES[0]]
-        runner = AgentRunner(blocking)
-        agent = _blocking_agent(replies)
-
-        def turns() -> Any:
-            for _ in range(TURNS_PER_CALL):
-                done = runner.run(agent, conversation, "Where is my order?")
-            return done
-
-        last = benchmark(turns)
-        runner.close()
-    else:
-        async_runner = AsyncAgentRunner(store)
-        async_agent = _agent(replies)
-        if runner_kind != "async":
-            if turn_kind == "plain":
-                pytest.skip("a plain turn calls no tool")
-            async_agent = replace(async_agent, tools=(_ASYNC_TOOLS[runner_kind],))
-
-        async def many() -> Any:
-            for _ in range(TURNS_PER_CALL):
-                done = await async_runner.run(
-                    async_agent, conversations[SIZES[0]], "Where is my order?"
-                )
-            return done
-
-        last = benchmark(lambda: loop.run_until_complete(many()))
-        loop.run_until_complete(async_runner.aclose())
+    if runner_kind not in ("blocking", "async") and turn_kind == "plain":
+        pytest.skip("a plain turn calls no tool")
+    batch = _Batch(runner_kind, async_runner_store, _PLAIN if turn_kind == "plain" else _TOOL)
+    last = benchmark(batch)
+    batch.close()
     assert last.status.value == "completed"
 
 
@@ -267,6 +295,72 @@ def test_plain_call_hop(benchmark: Any, hop: str, spacing: str) -> None:
     finally:
         loop.close()
     assert calls == CALLS_PER_ROUND
+
+
+ALTERNATING_ROUNDS = 30
+
+
+@pytest.mark.parametrize("turn_kind", ["plain", "tool"])
+def test_turns_alternating(
+    benchmark: Any,
+    async_runner_store: tuple[str, Any, dict[int, str], asyncio.AbstractEventLoop],
+    turn_kind: str,
+) -> None:
+    """The batches of ``test_turns_in_a_running_loop``, every runner kind's in each round (in a
+    rotating order), so they all see the same load: the rows of that test run one after the
+    other, and on a shared machine the load moves between them by more than the runners
+    differ. Per kind, the fastest batch and the median in ``extra_info`` (ms per turn), and for
+    each async kind its ratio to the blocking runner: of the fastest batches, and the median
+    and the 90th percentile of the rounds' own ratios; printed with ``-s``. The row's own time
+    is a whole round."""
+    kind = async_runner_store[0]
+    benchmark.group = f"runner turns alternating ({turn_kind}, {TURNS_PER_CALL} per batch) {kind}"
+    replies = _PLAIN if turn_kind == "plain" else _TOOL
+    kinds = RUNNER_KINDS if turn_kind == "tool" else RUNNER_KINDS[:2]  # a plain turn calls no tool
+    batches = {
+        runner_kind: _Batch(runner_kind, async_runner_store, replies) for runner_kind in kinds
+    }
+    times: dict[str, list[float]] = {runner_kind: [] for runner_kind in kinds}
+    rounds = itertools.count()
+    lasts: list[Any] = []
+
+    def round_of_all() -> None:
+        shift = next(rounds) % len(kinds)
+        for runner_kind in kinds[shift:] + kinds[:shift]:
+            start = time.perf_counter()
+            lasts.append(batches[runner_kind]())
+            times[runner_kind].append((time.perf_counter() - start) / TURNS_PER_CALL)
+
+    benchmark.pedantic(round_of_all, rounds=ALTERNATING_ROUNDS, warmup_rounds=len(kinds))
+    for batch in batches.values():
+        batch.close()
+    blocking = times["blocking"][len(kinds) :]  # after the warm-up rounds
+    lines = []
+    for runner_kind in kinds:
+        mine = times[runner_kind][len(kinds) :]
+        key = runner_kind.replace("-", "_")
+        benchmark.extra_info[f"{key}_min_ms"] = round(min(mine) * 1e3, 3)
+        benchmark.extra_info[f"{key}_median_ms"] = round(statistics.median(mine) * 1e3, 3)
+        line = (
+            f"{runner_kind}: min {min(mine) * 1e3:.3f} median {statistics.median(mine) * 1e3:.3f}"
+        )
+        if runner_kind != "blocking":
+            ratios = sorted(a / b for a, b in zip(mine, blocking, strict=True))
+            figures = {
+                "ratio_of_mins": min(mine) / min(blocking),
+                "ratio_median": statistics.median(ratios),
+                "ratio_p90": ratios[int(len(ratios) * 0.9) - 1],
+            }
+            for name, value in figures.items():
+                benchmark.extra_info[f"{key}_{name}"] = round(value, 3)
+            line += " ms/turn; over blocking: " + ", ".join(
+                f"{name} {value:.2f}" for name, value in figures.items()
+            )
+        else:
+            line += " ms/turn"
+        lines.append(line)
+    print(f"\n{kind}, {turn_kind} turns alternating:\n  " + "\n  ".join(lines))
+    assert all(last.status.value == "completed" for last in lasts)
 
 
 def test_500_conversations_on_one_loop(benchmark: Any) -> None:

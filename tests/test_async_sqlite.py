@@ -1093,6 +1093,121 @@ def test_a_turn_costs_two_trips_a_tool_turn_four(url: str) -> None:
     assert two == ([5, 5], ["completed", "completed"])  # the first result is one trip more
 
 
+def test_a_turn_that_suspends_costs_four_trips(url: str) -> None:
+    """A turn whose tool call needs approval: the opening, the reply's recording and the
+    approval form are one trip each, and the turn's record (suspended) with its conversation
+    marked suspended one more, the `ApprovalRequired` event after it; the turn is then as
+    before: the conversation refuses a new turn, and the resumed turn runs the call and
+    completes."""
+    from agentctx_fast import (
+        Agent,
+        AgentConversationBusyError,
+        AgentFormMessage,
+        AsyncAgentRunner,
+        AsyncScriptedChatModel,
+        Tool,
+        ToolCall,
+    )
+    from agentctx_fast.runner.events import ApprovalRequired, TurnEnded
+
+    refund = Tool("refund", lambda order_id: f"refunded {order_id}", requires_approval=True)
+    call = AiMessage(tool_calls=(ToolCall("call-1", "refund", '{"order_id": "o1"}'),))
+    agent = Agent("a", AsyncScriptedChatModel([call], cycle=True), tools=[refund])
+    answering = Agent(
+        "a", AsyncScriptedChatModel([AiMessage("Refunded.")], cycle=True), tools=[refund]
+    )
+
+    async def body(store: AsyncSqlAgentStore) -> tuple[list[int], list[Any], bool, str, str]:
+        runner = AsyncAgentRunner(store)
+        first = await runner.run(agent, "c0", "warm up")  # the store's first trips are behind us
+        await runner.resume(answering, "c0", first.turn_id, {"call-1": True})
+        trips = _trips(store)
+        counts, kinds = [], []
+        turn_id = ""
+        for conversation in ("c1", "c2"):
+            before = trips()
+            events = [event async for event in runner.stream(agent, conversation, "refund")]
+            counts.append(trips() - before)
+            kinds = [type(event).__name__ for event in events]
+            ended = events[-1]
+            assert isinstance(ended, TurnEnded) and isinstance(events[-2], ApprovalRequired)
+            turn_id = ended.turn.turn_id
+        try:
+            await runner.run(agent, "c2", "another")
+            busy = False
+        except AgentConversationBusyError:
+            busy = True
+        forms = [
+            m
+            for m in await store.chat_memory("c2").get_messages()
+            if isinstance(m, AgentFormMessage)
+        ]
+        done = await runner.resume(answering, "c2", turn_id, {"call-1": True})
+        await runner.aclose()
+        return counts, kinds, busy, forms[0].status, done.status.value
+
+    counts, kinds, busy, form_status, status = run(url, body)
+    assert counts == [4, 4]
+    assert kinds == ["ToolCallEvent", "ApprovalRequired", "TurnEnded"]
+    assert busy
+    assert form_status == "pending"
+    assert status == "completed"
+
+
+def test_a_resumed_turn_takes_its_lease_and_reads_its_messages_in_one_trip(url: str) -> None:
+    """Resuming a suspended turn: its record read, the conversation taken back and the turn's
+    history and messages read in one trip, the form's decision one more, the call's result one
+    more and the answer's recording one more: four. The model sees the turn's messages as
+    before, and a turn taken back elsewhere meanwhile is refused with no lease left held."""
+    from agentctx_fast import Agent, AsyncAgentRunner, AsyncScriptedChatModel, Tool, ToolCall
+    from agentctx_fast.errors import TurnStateError
+
+    refund = Tool("refund", lambda order_id: f"refunded {order_id}", requires_approval=True)
+    call = AiMessage(tool_calls=(ToolCall("call-1", "refund", '{"order_id": "o1"}'),))
+    asking = Agent("a", AsyncScriptedChatModel([call], cycle=True), tools=[refund])
+    seen: list[list[str]] = []
+
+    class Answering:
+        async def chat(self, messages: list[Any], tools: Any) -> AiMessage:
+            seen.append([type(m).__name__ for m in messages])
+            return AiMessage("Refunded.")
+
+    answering = Agent("a", Answering(), tools=[refund])
+
+    async def body(store: AsyncSqlAgentStore) -> tuple[list[int], list[str], str, bool]:
+        runner = AsyncAgentRunner(store)
+        first = await runner.run(asking, "c0", "warm up")  # the store's first trips are behind us
+        await runner.resume(answering, "c0", first.turn_id, {"call-1": True})
+        seen.clear()
+        trips = _trips(store)
+        counts, statuses = [], []
+        for conversation in ("c1", "c2"):
+            suspended = await runner.run(asking, conversation, "refund")
+            before = trips()
+            done = await runner.resume(answering, conversation, suspended.turn_id, {"call-1": True})
+            counts.append(trips() - before)
+            statuses.append(done.status.value)
+        taken = await runner.run(asking, "c3", "refund")
+        assert await runner.turn_store.reacquire_conversation(
+            "c3", taken.turn_id, "elsewhere", 30.0, 0.0
+        )
+        try:
+            await runner.resume(answering, "c3", taken.turn_id, {"call-1": True})
+            refused = ""
+        except TurnStateError as error:
+            refused = str(error)
+        held = runner._engine._keeper.find("c3", taken.turn_id) is not None  # type: ignore[attr-defined]
+        await runner.aclose()
+        return counts, statuses, refused, held
+
+    counts, statuses, refused, held = run(url, body)
+    assert counts == [4, 4]
+    assert statuses == ["completed", "completed"]
+    assert seen == [["UserMessage", "AiMessage", "ToolMessage"]] * 2
+    assert "no longer suspended" in refused
+    assert not held
+
+
 def test_a_new_runners_first_turn_reads_the_earlier_turns_statuses_in_one_trip(url: str) -> None:
     """A runner new to a conversation (one made per request, say) reads the status of every
     earlier turn in its first window's history: all of them in one trip, not one each."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 
 from agentctx_fast import metrics as m
 from agentctx_fast.agent import Agent, AgentTurn
@@ -69,14 +70,23 @@ class Persistence(ToolSteps):
             )
 
     async def _suspend(self, run: TurnRun, waiting: list[PendingApproval]) -> AgentTurn:
+        """The turn's record saved suspended and its conversation marked so, as one unit of
+        store I/O, then the `ApprovalRequired` event."""
+        await self._together(
+            run, "suspending a turn", partial(self._record_suspension, run, waiting)
+        )
+        await run.io.emit(ApprovalRequired(tuple(waiting)))
+        return self._result(run, TurnStatus.SUSPENDED, pending=tuple(waiting))
+
+    async def _record_suspension(self, run: TurnRun, waiting: list[PendingApproval]) -> None:
+        """The suspended record and the conversation marked suspended, the lease no longer
+        renewed (store calls only: `_together` runs them as one unit)."""
         await self._save(run, TurnStatus.SUSPENDED, pending=waiting)
         if run.lease is not None:
             self._keeper.drop(run.lease)
             await self.turn_store.suspend_conversation(
                 run.lease.conversation_id, run.turn_id, run.lease.owner
             )
-        await run.io.emit(ApprovalRequired(tuple(waiting)))
-        return self._result(run, TurnStatus.SUSPENDED, pending=tuple(waiting))
 
     async def _finish(
         self,
