@@ -66,7 +66,7 @@ pub fn sequence<'py>(
 }
 
 /// A message a window read, and its core. The message is held until the window's list takes
-/// it over (`History::into_objects`: no count taken and dropped per message).
+/// it over (`History::into_list`: no count taken and dropped per message).
 pub struct Read<'py> {
     object: Cell<Option<Bound<'py, PyAny>>>,
     pub core: Bound<'py, MessageCore>,
@@ -225,50 +225,70 @@ impl<'a, 'py> History<'a, 'py> {
         }
     }
 
-    /// The window's messages, `system` first then `items`, appended to `objects` (room kept
-    /// from an earlier window): the synthetic results are made first (that runs Python code;
-    /// `synthetic` false says `items` holds none), then each message read is handed over to
-    /// the window.
-    pub fn into_objects(
+    /// The read message at `index` if the window read it (no read: no Python code runs).
+    #[inline(always)]
+    fn cached(&self, index: usize) -> Option<&'a Read<'py>> {
+        if index < self.head_len {
+            if let Some(read) = self.head_read(index) {
+                return Some(read);
+            }
+        }
+        let from_end = self.items.len.checked_sub(index + 1)?;
+        self.tail.get(from_end).copied()
+    }
+
+    /// The window's messages as its list, `system` first then `items`: the synthetic results
+    /// are made first (that runs Python code; `synthetic` false says `items` holds none), then
+    /// the list is filled with each message read, handed over to it, while no Python code can
+    /// run (it must never see a list that is not full).
+    ///
+    /// Every original item was read, and is kept by the reads: the backward scan reads from the
+    /// end without a gap (so into `tail`), the leading system scan from the front without a gap
+    /// (so into `head`), and every other read (`visible_into`, a caller's core, a token count)
+    /// is of a message that scan read. The selection puts each index in at most one place
+    /// (turns are disjoint, a compacted turn keeps its first and last, distinct, messages).
+    /// Were either broken, the fill finds the message gone and the window fails with
+    /// `given_away` (a bug of this file) rather than a list with a hole.
+    pub fn into_list(
         mut self,
         items: &[Item],
         system: Option<Bound<'py, PyAny>>,
         synthetic: bool,
-        objects: &mut Vec<Py<PyAny>>,
-    ) -> Result<(), Failure> {
-        if synthetic {
-            for item in items {
-                if let Item::MissingResult { caller, call } = *item {
-                    self.missing_result(caller, call)?;
-                }
+    ) -> Result<Bound<'py, PyList>, Failure> {
+        for item in items.iter().take_while(|_| synthetic) {
+            if let Item::MissingResult { caller, call } = *item {
+                self.missing_result(caller, call)?;
             }
         }
         let py = self.py();
-        let first = objects.len() + usize::from(system.is_some());
-        objects.reserve(items.len() + 1);
-        objects.extend(system.map(Bound::unbind));
-        for (position, item) in items.iter().enumerate() {
-            let object = match *item {
-                Item::Original(index) => match self.read(index)?.object.take() {
-                    Some(object) => object.unbind(),
-                    // The same message twice: its first place holds it.
-                    None => items
-                        .iter()
-                        .position(|earlier| earlier == item)
-                        .filter(|earlier| *earlier < position)
-                        .and_then(|earlier| objects.get(earlier + first))
-                        .map(|object| object.clone_ref(py))
-                        .ok_or_else(given_away)?,
-                },
-                Item::MissingResult { caller, call } => self.missing_result(caller, call)?.unbind(),
-            };
-            objects.push(object);
+        let first = usize::from(system.is_some());
+        let mut system = system;
+        let mut complete = true;
+        let this = &self;
+        let list = PyList::new(
+            py,
+            (0..first + items.len()).map(|place| -> Option<Bound<'py, PyAny>> {
+                let Some(item) = place.checked_sub(first).and_then(|at| items.get(at)) else {
+                    return system.take();
+                };
+                let object = match *item {
+                    Item::Original(index) => this.cached(index).and_then(|read| read.object.take()),
+                    Item::MissingResult { caller, call } => {
+                        this.synthetic.get(&(caller, call)).cloned()
+                    }
+                };
+                complete &= object.is_some();
+                object
+            }),
+        )?;
+        if !complete {
+            return Err(given_away());
         }
         let tail = std::mem::take(&mut self.tail);
         if tail.capacity() <= TAIL_KEPT_AT_MOST {
             let _ = TAIL_ROOM.try_with(|room| room.set(recycle(tail))); // none at thread exit
         }
-        Ok(())
+        Ok(list)
     }
 
     /// The synthetic result closing call `call` of the AI message at `caller`, made once,
