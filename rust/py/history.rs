@@ -7,7 +7,7 @@ use super::library::Library;
 use super::message::{core_of, tokens, MessageCore};
 use crate::model::{Item, MessageInfo, Source};
 use crate::tokens::missing_result_tokens;
-use crate::window::{missing_result_id, recycle, MISSING_RESULT_TEXT};
+use crate::window::{leading_system, missing_result_id, recycle, MISSING_RESULT_TEXT};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -131,6 +131,9 @@ pub struct History<'a, 'py> {
     /// Messages read from the back, by distance from the end.
     tail: Vec<&'a Read<'py>>,
     pub system: Option<Bound<'py, PyAny>>,
+    /// The read of the history's leading system message when `system` is it (its core is the
+    /// one the window read).
+    system_read: Option<&'a Read<'py>>,
     pub count_tokens: Option<Bound<'py, PyAny>>,
     pub statuses: Option<Bound<'py, PyAny>>,
     synthetic: HashMap<(usize, usize), Bound<'py, PyAny>>,
@@ -155,6 +158,7 @@ impl<'a, 'py> History<'a, 'py> {
                 tail
             },
             system: None,
+            system_read: None,
             count_tokens: None,
             statuses: None,
             synthetic: HashMap::new(),
@@ -212,6 +216,20 @@ impl<'a, 'py> History<'a, 'py> {
         Ok(read)
     }
 
+    /// Makes the history's leading system message (if any) the window's `system`, taken from
+    /// its read: it comes before the first user message, so before every turn, and is never
+    /// an item of the window.
+    pub fn take_leading_system(&mut self) -> Result<(), Failure> {
+        self.system = None;
+        self.system_read = None;
+        if let Some(index) = leading_system(self)? {
+            let read = self.read(index)?;
+            self.system = Some(read.object.take().ok_or_else(given_away)?);
+            self.system_read = Some(read);
+        }
+        Ok(())
+    }
+
     /// The message `messages[index]` held, read once.
     pub fn object(&mut self, index: usize) -> Result<Bound<'py, PyAny>, Failure> {
         self.read(index)?.object().ok_or_else(given_away)
@@ -246,7 +264,9 @@ impl<'a, 'py> History<'a, 'py> {
     /// end without a gap (so into `tail`), the leading system scan from the front without a gap
     /// (so into `head`), and every other read (`visible_into`, a caller's core, a token count)
     /// is of a message that scan read. The selection puts each index in at most one place
-    /// (turns are disjoint, a compacted turn keeps its first and last, distinct, messages).
+    /// (turns are disjoint, a compacted turn keeps its first and last, distinct, messages),
+    /// and never the leading system message's (`take_leading_system` took it; it comes before
+    /// the first user message, so before every turn).
     /// Were either broken, the fill finds the message gone and the window fails with
     /// `given_away` (a bug of this file) rather than a list with a hole.
     pub fn into_list(
@@ -427,17 +447,24 @@ impl<'a, 'py> Source for History<'a, 'py> {
     }
 
     fn system_tokens(&mut self) -> Result<u128, Failure> {
-        let Some(system) = self.system.clone() else {
+        let Some(system) = &self.system else {
             return Ok(0);
         };
-        if let Some(estimator) = self.count_tokens.clone() {
-            return self.estimate(&estimator, vec![system]);
+        if let Some(estimator) = &self.count_tokens {
+            return self.estimate(estimator, vec![system.clone()]);
         }
-        let core = core_of(self.library, &system, Where::System)?;
+        let read_now;
+        let core = match self.system_read {
+            Some(read) => read.core.get(),
+            None => {
+                read_now = core_of(self.library, system, Where::System)?;
+                read_now.get()
+            }
+        };
         Ok(u128::from(tokens(
             self.library,
-            &system,
-            core.get(),
+            system,
+            core,
             Where::System,
         )?))
     }

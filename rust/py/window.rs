@@ -153,10 +153,7 @@ fn choose<'py>(
     let mut history = History::new(library, messages, &reads)?;
     history.system = system;
     if use_leading_system {
-        history.system = match core_window::leading_system(&mut history)? {
-            Some(index) => Some(history.object(index)?),
-            None => None,
-        };
+        history.take_leading_system()?;
     }
     history.count_tokens = count_tokens;
     history.statuses = turn_statuses;
