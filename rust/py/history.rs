@@ -280,29 +280,31 @@ impl<'a, 'py> History<'a, 'py> {
                 self.missing_result(caller, call)?;
             }
         }
-        let py = self.py();
         let first = usize::from(system.is_some());
-        let mut system = system;
-        let mut complete = true;
-        let this = &self;
-        let list = PyList::new(
-            py,
-            (0..first + items.len()).map(|place| -> Option<Bound<'py, PyAny>> {
-                let Some(item) = place.checked_sub(first).and_then(|at| items.get(at)) else {
-                    return system.take();
-                };
-                let object = match *item {
-                    Item::Original(index) => this.cached(index).and_then(|read| read.object.take()),
-                    Item::MissingResult { caller, call } => {
-                        this.synthetic.get(&(caller, call)).cloned()
-                    }
-                };
-                complete &= object.is_some();
-                object
-            }),
-        )?;
-        if !complete {
-            return Err(given_away());
+        // Every place None first (`[None] * n`: one pass, no call per place), then each
+        // replaced in turn; nothing in between makes an object the collector tracks, so no
+        // Python code runs until the list is full.
+        let py = self.py();
+        let len = first + items.len();
+        let nones = |one: &Bound<'py, PyList>| -> PyResult<Bound<'py, PyList>> {
+            Ok(one.as_sequence().repeat(len)?.cast_into::<PyList>()?)
+        };
+        let mut list = nones(self.library.one_none.bind(py))?;
+        if list.len() != len {
+            // The library's `[None]` was found (through `gc`) and grown: a list of its own.
+            list = nones(&PyList::new(py, [py.None()])?)?;
+        }
+        if let Some(system) = system {
+            list.set_item(0, system)?;
+        }
+        for (place, item) in (first..).zip(items) {
+            let object = match *item {
+                Item::Original(index) => self.cached(index).and_then(|read| read.object.take()),
+                Item::MissingResult { caller, call } => {
+                    self.synthetic.get(&(caller, call)).cloned()
+                }
+            };
+            list.set_item(place, object.ok_or_else(given_away)?)?;
         }
         let tail = std::mem::take(&mut self.tail);
         if tail.capacity() <= TAIL_KEPT_AT_MOST {
