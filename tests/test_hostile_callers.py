@@ -506,25 +506,6 @@ for how in (copy.copy, copy.deepcopy, lambda m: pickle.loads(pickle.dumps(m))):
     show("copied", lambda: build_window(copied, max_attached_tokens=200))
 """
 
-# Every one-element [None] list the collector tracks, found through gc and grown, emptied and
-# restored between windows (the Rust binding repeats a private [None] into a window's list).
-SCENARIOS["lists_of_one_none_found_through_gc_and_changed"] = HISTORY + """
-import gc
-messages = history()
-show("before", lambda: build_window(messages, system="Be brief."))
-found = [o for o in gc.get_objects() if type(o) is list and len(o) == 1 and o[0] is None]
-for one in found:
-    one.append(None)
-show("grown", lambda: build_window(messages, system="Be brief."))
-show("grown, no system", lambda: build_window(messages[1:]))
-for one in found:
-    del one[:]
-show("emptied", lambda: build_window(messages))
-for one in found:
-    one.append(None)
-show("restored", lambda: build_window(messages))
-"""
-
 
 REPORT_BACKEND = """
 import agentctx_fast

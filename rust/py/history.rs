@@ -267,8 +267,8 @@ impl<'a, 'py> History<'a, 'py> {
     /// (turns are disjoint, a compacted turn keeps its first and last, distinct, messages),
     /// and never the leading system message's (`take_leading_system` took it; it comes before
     /// the first user message, so before every turn).
-    /// Were either broken, the fill finds the message gone and the window fails with
-    /// `given_away` (a bug of this file) rather than a list with a hole.
+    /// Were either broken, the fill finds the message gone, puts None in its place, and the
+    /// window fails with `given_away` (a bug of this file) rather than return that list.
     pub fn into_list(
         mut self,
         items: &[Item],
@@ -280,31 +280,34 @@ impl<'a, 'py> History<'a, 'py> {
                 self.missing_result(caller, call)?;
             }
         }
-        let first = usize::from(system.is_some());
-        // Every place None first (`[None] * n`: one pass, no call per place), then each
-        // replaced in turn; nothing in between makes an object the collector tracks, so no
-        // Python code runs until the list is full.
         let py = self.py();
-        let len = first + items.len();
-        let nones = |one: &Bound<'py, PyList>| -> PyResult<Bound<'py, PyList>> {
-            Ok(one.as_sequence().repeat(len)?.cast_into::<PyList>()?)
-        };
-        let mut list = nones(self.library.one_none.bind(py))?;
-        if list.len() != len {
-            // The library's `[None]` was found (through `gc`) and grown: a list of its own.
-            list = nones(&PyList::new(py, [py.None()])?)?;
-        }
-        if let Some(system) = system {
-            list.set_item(0, system)?;
-        }
-        for (place, item) in (first..).zip(items) {
-            let object = match *item {
-                Item::Original(index) => self.cached(index).and_then(|read| read.object.take()),
-                Item::MissingResult { caller, call } => {
-                    self.synthetic.get(&(caller, call)).cloned()
+        let first = usize::from(system.is_some());
+        let mut system = system;
+        let mut complete = true;
+        let this = &self;
+        let list = PyList::new(
+            py,
+            (0..first + items.len()).map(|place| -> Bound<'py, PyAny> {
+                if let Some(system) = system.take() {
+                    return system;
                 }
-            };
-            list.set_item(place, object.ok_or_else(given_away)?)?;
+                let object = match items.get(place.wrapping_sub(first)) {
+                    Some(Item::Original(index)) => {
+                        this.cached(*index).and_then(|read| read.object.take())
+                    }
+                    Some(Item::MissingResult { caller, call }) => {
+                        this.synthetic.get(&(*caller, *call)).cloned()
+                    }
+                    None => None,
+                };
+                object.unwrap_or_else(|| {
+                    complete = false;
+                    py.None().into_bound(py)
+                })
+            }),
+        )?;
+        if !complete {
+            return Err(given_away());
         }
         let tail = std::mem::take(&mut self.tail);
         if tail.capacity() <= TAIL_KEPT_AT_MOST {

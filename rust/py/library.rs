@@ -7,7 +7,7 @@ use pyo3::exceptions::PyImportError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyList, PyModule, PyString, PyTuple, PyType};
+use pyo3::types::{PyModule, PyString, PyTuple, PyType};
 
 /// The library's message classes by kind, in the order a subclass is matched.
 pub const KINDS: [(Kind, &str); 6] = [
@@ -56,8 +56,6 @@ pub struct Library {
     /// The ints 0 to `SMALL_INTS - 1` (CPython's own cached objects): a window's counts are
     /// handed out from here without a conversion call.
     pub small_ints: Vec<Py<PyAny>>,
-    /// `[None]`, never handed out: repeated into a window's list before it is filled.
-    pub one_none: Py<PyList>,
 }
 
 /// How many small ints `Library` holds (CPython caches 0 to 256).
@@ -150,7 +148,6 @@ impl Library {
             small_ints: (0..SMALL_INTS)
                 .map(|n| Ok(n.into_pyobject(py)?.into_any().unbind()))
                 .collect::<PyResult<_>>()?,
-            one_none: PyList::new(py, [py.None()])?.unbind(),
         };
         // A second import (a re-created module) keeps the first capture: the classes are the
         // same objects for the life of the interpreter.
