@@ -7,7 +7,7 @@ use super::library::Library;
 use super::message::{core_of, tokens, MessageCore};
 use crate::model::{Item, MessageInfo, Source};
 use crate::tokens::missing_result_tokens;
-use crate::window::{missing_result_id, recycle, MISSING_RESULT_TEXT};
+use crate::window::{leading_system, missing_result_id, recycle, MISSING_RESULT_TEXT};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -66,7 +66,7 @@ pub fn sequence<'py>(
 }
 
 /// A message a window read, and its core. The message is held until the window's list takes
-/// it over (`History::into_objects`: no count taken and dropped per message).
+/// it over (`History::into_list`: no count taken and dropped per message).
 pub struct Read<'py> {
     object: Cell<Option<Bound<'py, PyAny>>>,
     pub core: Bound<'py, MessageCore>,
@@ -131,6 +131,9 @@ pub struct History<'a, 'py> {
     /// Messages read from the back, by distance from the end.
     tail: Vec<&'a Read<'py>>,
     pub system: Option<Bound<'py, PyAny>>,
+    /// The read of the history's leading system message when `system` is it (its core is the
+    /// one the window read).
+    system_read: Option<&'a Read<'py>>,
     pub count_tokens: Option<Bound<'py, PyAny>>,
     pub statuses: Option<Bound<'py, PyAny>>,
     synthetic: HashMap<(usize, usize), Bound<'py, PyAny>>,
@@ -155,6 +158,7 @@ impl<'a, 'py> History<'a, 'py> {
                 tail
             },
             system: None,
+            system_read: None,
             count_tokens: None,
             statuses: None,
             synthetic: HashMap::new(),
@@ -212,6 +216,20 @@ impl<'a, 'py> History<'a, 'py> {
         Ok(read)
     }
 
+    /// Makes the history's leading system message (if any) the window's `system`, taken from
+    /// its read: it comes before the first user message, so before every turn, and is never
+    /// an item of the window.
+    pub fn take_leading_system(&mut self) -> Result<(), Failure> {
+        self.system = None;
+        self.system_read = None;
+        if let Some(index) = leading_system(self)? {
+            let read = self.read(index)?;
+            self.system = Some(read.object.take().ok_or_else(given_away)?);
+            self.system_read = Some(read);
+        }
+        Ok(())
+    }
+
     /// The message `messages[index]` held, read once.
     pub fn object(&mut self, index: usize) -> Result<Bound<'py, PyAny>, Failure> {
         self.read(index)?.object().ok_or_else(given_away)
@@ -225,50 +243,77 @@ impl<'a, 'py> History<'a, 'py> {
         }
     }
 
-    /// The window's messages, `system` first then `items`, appended to `objects` (room kept
-    /// from an earlier window): the synthetic results are made first (that runs Python code;
-    /// `synthetic` false says `items` holds none), then each message read is handed over to
-    /// the window.
-    pub fn into_objects(
+    /// The read message at `index` if the window read it (no read: no Python code runs).
+    #[inline(always)]
+    fn cached(&self, index: usize) -> Option<&'a Read<'py>> {
+        if index < self.head_len {
+            if let Some(read) = self.head_read(index) {
+                return Some(read);
+            }
+        }
+        let from_end = self.items.len.checked_sub(index + 1)?;
+        self.tail.get(from_end).copied()
+    }
+
+    /// The window's messages as its list, `system` first then `items`: the synthetic results
+    /// are made first (that runs Python code; `synthetic` false says `items` holds none), then
+    /// the list is filled with each message read, handed over to it, while no Python code can
+    /// run (it must never see a list that is not full).
+    ///
+    /// Every original item was read, and is kept by the reads: the backward scan reads from the
+    /// end without a gap (so into `tail`), the leading system scan from the front without a gap
+    /// (so into `head`), and every other read (`visible_into`, a caller's core, a token count)
+    /// is of a message that scan read. The selection puts each index in at most one place
+    /// (turns are disjoint, a compacted turn keeps its first and last, distinct, messages),
+    /// and never the leading system message's (`take_leading_system` took it; it comes before
+    /// the first user message, so before every turn).
+    /// Were either broken, the fill finds the message gone, puts None in its place, and the
+    /// window fails with `given_away` (a bug of this file) rather than return that list.
+    pub fn into_list(
         mut self,
         items: &[Item],
         system: Option<Bound<'py, PyAny>>,
         synthetic: bool,
-        objects: &mut Vec<Py<PyAny>>,
-    ) -> Result<(), Failure> {
-        if synthetic {
-            for item in items {
-                if let Item::MissingResult { caller, call } = *item {
-                    self.missing_result(caller, call)?;
-                }
+    ) -> Result<Bound<'py, PyList>, Failure> {
+        for item in items.iter().take_while(|_| synthetic) {
+            if let Item::MissingResult { caller, call } = *item {
+                self.missing_result(caller, call)?;
             }
         }
         let py = self.py();
-        let first = objects.len() + usize::from(system.is_some());
-        objects.reserve(items.len() + 1);
-        objects.extend(system.map(Bound::unbind));
-        for (position, item) in items.iter().enumerate() {
-            let object = match *item {
-                Item::Original(index) => match self.read(index)?.object.take() {
-                    Some(object) => object.unbind(),
-                    // The same message twice: its first place holds it.
-                    None => items
-                        .iter()
-                        .position(|earlier| earlier == item)
-                        .filter(|earlier| *earlier < position)
-                        .and_then(|earlier| objects.get(earlier + first))
-                        .map(|object| object.clone_ref(py))
-                        .ok_or_else(given_away)?,
-                },
-                Item::MissingResult { caller, call } => self.missing_result(caller, call)?.unbind(),
-            };
-            objects.push(object);
+        let first = usize::from(system.is_some());
+        let mut system = system;
+        let mut complete = true;
+        let this = &self;
+        let list = PyList::new(
+            py,
+            (0..first + items.len()).map(|place| -> Bound<'py, PyAny> {
+                if let Some(system) = system.take() {
+                    return system;
+                }
+                let object = match items.get(place.wrapping_sub(first)) {
+                    Some(Item::Original(index)) => {
+                        this.cached(*index).and_then(|read| read.object.take())
+                    }
+                    Some(Item::MissingResult { caller, call }) => {
+                        this.synthetic.get(&(*caller, *call)).cloned()
+                    }
+                    None => None,
+                };
+                object.unwrap_or_else(|| {
+                    complete = false;
+                    py.None().into_bound(py)
+                })
+            }),
+        )?;
+        if !complete {
+            return Err(given_away());
         }
         let tail = std::mem::take(&mut self.tail);
         if tail.capacity() <= TAIL_KEPT_AT_MOST {
             let _ = TAIL_ROOM.try_with(|room| room.set(recycle(tail))); // none at thread exit
         }
-        Ok(())
+        Ok(list)
     }
 
     /// The synthetic result closing call `call` of the AI message at `caller`, made once,
@@ -407,17 +452,24 @@ impl<'a, 'py> Source for History<'a, 'py> {
     }
 
     fn system_tokens(&mut self) -> Result<u128, Failure> {
-        let Some(system) = self.system.clone() else {
+        let Some(system) = &self.system else {
             return Ok(0);
         };
-        if let Some(estimator) = self.count_tokens.clone() {
-            return self.estimate(&estimator, vec![system]);
+        if let Some(estimator) = &self.count_tokens {
+            return self.estimate(estimator, vec![system.clone()]);
         }
-        let core = core_of(self.library, &system, Where::System)?;
+        let read_now;
+        let core = match self.system_read {
+            Some(read) => read.core.get(),
+            None => {
+                read_now = core_of(self.library, system, Where::System)?;
+                read_now.get()
+            }
+        };
         Ok(u128::from(tokens(
             self.library,
-            &system,
-            core.get(),
+            system,
+            core,
             Where::System,
         )?))
     }

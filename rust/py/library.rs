@@ -170,16 +170,32 @@ impl Library {
         self.exact_slot(class).map(|(kind, _)| kind)
     }
 
-    /// The kind of a library message class, by identity, and its `_core` slot.
+    /// The kind of a library message class, by identity, and its `_core` slot. The classes are
+    /// compared most frequent first (a tool-heavy history is mostly AI messages, then tool
+    /// results, then user messages); they are distinct, so the order changes only how soon
+    /// the match is found.
     #[inline]
     pub fn exact_slot(&self, class: *mut ffi::PyTypeObject) -> Option<(Kind, &Member)> {
         let pointer = class.cast::<ffi::PyObject>();
-        self.kinds
-            .iter()
-            .zip(KINDS)
-            .zip(&self.core_slots)
-            .find(|((known, _), _)| known.as_ptr() == pointer)
-            .map(|((_, (kind, _)), slot)| (kind, slot))
+        let [system, user, ai, tool, action, form] = &self.kinds;
+        let [system_slot, user_slot, ai_slot, tool_slot, action_slot, form_slot] = &self.core_slots;
+        let [(system_kind, _), (user_kind, _), (ai_kind, _), (tool_kind, _), (action_kind, _), (form_kind, _)] =
+            KINDS;
+        if ai.as_ptr() == pointer {
+            Some((ai_kind, ai_slot))
+        } else if tool.as_ptr() == pointer {
+            Some((tool_kind, tool_slot))
+        } else if user.as_ptr() == pointer {
+            Some((user_kind, user_slot))
+        } else if system.as_ptr() == pointer {
+            Some((system_kind, system_slot))
+        } else if action.as_ptr() == pointer {
+            Some((action_kind, action_slot))
+        } else if form.as_ptr() == pointer {
+            Some((form_kind, form_slot))
+        } else {
+            None
+        }
     }
 
     /// `count` as a Python int.

@@ -23,37 +23,6 @@ thread_local! {
     /// Room for the next window's selection (`Buffers` holds no message between windows).
     /// A window built while another is (from a callback) finds none and makes its own.
     static BUFFERS: RefCell<Option<Buffers>> = const { RefCell::new(None) };
-    /// Room for the next window's messages before they go into its list (empty between
-    /// windows, so it holds no message).
-    static OBJECTS: RefCell<Vec<Py<PyAny>>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Buffers grown past this many entries are not kept for the next window.
-const KEPT_AT_MOST: usize = 4096;
-
-fn take_objects() -> Vec<Py<PyAny>> {
-    OBJECTS
-        .with(|kept| {
-            kept.try_borrow_mut()
-                .ok()
-                .map(|mut kept| std::mem::take(&mut *kept))
-        })
-        .unwrap_or_default()
-}
-
-/// Keeps `objects`' room for the next window; it must be empty (a message dropped here could
-/// run Python code while the room is borrowed).
-fn keep_objects(objects: Vec<Py<PyAny>>) {
-    if !objects.is_empty() || objects.capacity() > KEPT_AT_MOST {
-        return;
-    }
-    OBJECTS.with(|kept| {
-        if let Ok(mut kept) = kept.try_borrow_mut() {
-            if kept.capacity() < objects.capacity() {
-                *kept = objects;
-            }
-        }
-    });
 }
 
 fn take_buffers() -> Buffers {
@@ -184,10 +153,7 @@ fn choose<'py>(
     let mut history = History::new(library, messages, &reads)?;
     history.system = system;
     if use_leading_system {
-        history.system = match core_window::leading_system(&mut history)? {
-            Some(index) => Some(history.object(index)?),
-            None => None,
-        };
+        history.take_leading_system()?;
     }
     history.count_tokens = count_tokens;
     history.statuses = turn_statuses;
@@ -207,18 +173,11 @@ fn choose<'py>(
     // Every message exists before the list does: making a synthetic result runs Python code,
     // which must never see a list that is not full.
     let system = history.system.take();
-    let mut objects = take_objects();
     // A synthetic result closes a missing one, which is a repair.
     let synthetic = !result.repairs.is_empty();
-    let made = history.into_objects(&result.items, system, synthetic, &mut objects);
+    let list = history.into_list(&result.items, system, synthetic);
     buffers.give_back(std::mem::take(&mut result.items));
     keep_buffers(buffers);
-    if let Err(error) = made {
-        drop(objects);
-        return Err(error);
-    }
-    let list = PyList::new(messages.py(), objects.drain(..));
-    keep_objects(objects);
     Ok(Chosen {
         messages: list?,
         has_system: options.has_system,
