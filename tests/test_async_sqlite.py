@@ -1155,10 +1155,11 @@ def test_a_turn_that_suspends_costs_four_trips(url: str) -> None:
 
 
 def test_a_resumed_turn_takes_its_lease_and_reads_its_messages_in_one_trip(url: str) -> None:
-    """Resuming a suspended turn: its record read, the conversation taken back and the turn's
-    history and messages read in one trip, the form's decision one more, the call's result one
-    more and the answer's recording one more: four. The model sees the turn's messages as
-    before, and a turn taken back elsewhere meanwhile is refused with no lease left held."""
+    """Resuming a suspended turn: its record is read (one trip), then the conversation taken
+    back and the turn's history and messages read in one trip, the form's decision one more,
+    the call's result one more and the answer's recording one more: five. The model sees the
+    turn's messages as before, and a turn taken back elsewhere meanwhile is refused with no
+    lease left held."""
     from agentctx_fast import Agent, AsyncAgentRunner, AsyncScriptedChatModel, Tool, ToolCall
     from agentctx_fast.errors import TurnStateError
 
@@ -1201,7 +1202,7 @@ def test_a_resumed_turn_takes_its_lease_and_reads_its_messages_in_one_trip(url: 
         return counts, statuses, refused, held
 
     counts, statuses, refused, held = run(url, body)
-    assert counts == [4, 4]
+    assert counts == [5, 5]
     assert statuses == ["completed", "completed"]
     assert seen == [["UserMessage", "AiMessage", "ToolMessage"]] * 2
     assert "no longer suspended" in refused

@@ -200,46 +200,13 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
         approvals: Mapping[str, bool] | None,
     ) -> AgentTurn:
         check_conversation_id(conversation_id)
-        check_turn_id(turn_id)
-        # Without a chat memory the unit runs call by call, and a suspended turn is refused
-        # once its record is read and checked (`_take_back`), as a run with a memory would be.
-        memory = None if self._provider is None else self._memory(conversation_id)
-        run = TurnRun(io, agent, conversation_id, turn_id, memory, [], [])
-        try:
-            decisions = await self._together(
-                run,
-                "resuming a turn",
-                partial(self._take_back, run, approvals, uuid.uuid4().hex),
-            )
-            if run.lease is not None:
-                self._keeper.keep(run.lease)
-        except BaseException as error:
-            if run.lease is not None:  # the conversation was taken back: close the turn, free it
-                await self._abandon(run, error)
-            raise
-        snapshot = run.snapshot
-        assert snapshot is not None
-        if decisions is None:
-            return await self._resume_interrupted(io, agent, conversation_id, snapshot)
-        return await self._drive(run, snapshot.pending_approvals, decisions)
-
-    async def _take_back(
-        self, run: TurnRun, approvals: Mapping[str, bool] | None, owner: str
-    ) -> dict[str, bool] | None:
-        """The turn's record read and ``approvals`` checked against it; for a suspended turn,
-        its conversation taken back by ``owner`` (`TurnStateError` if it is no longer
-        suspended) and the turn's history and own messages read, and the decisions returned;
-        None for a `RUNNING` turn (its process died: the caller continues it). Store calls
-        only: `_together` runs them as one unit."""
-        conversation_id, turn_id = run.conversation_id, run.turn_id
-        assert conversation_id is not None
-        snapshot = run.snapshot = await self._load(conversation_id, turn_id)
+        snapshot = await self._load(conversation_id, turn_id)
         if snapshot.status is TurnStatus.RUNNING:
             if approvals:
                 raise InvalidArgumentError(
                     f"turn {turn_id!r} is running, not waiting for approvals"
                 )
-            return None
+            return await self._resume_interrupted(io, agent, conversation_id, snapshot)
         if snapshot.status is not TurnStatus.SUSPENDED:
             raise TurnStateError(f"turn {turn_id!r} is {snapshot.status.value}, not suspended")
         if approvals is None:
@@ -248,8 +215,30 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
                 "({tool_call_id: True | False})"
             )
         decisions = check_approvals(approvals, snapshot)
-        memory = run.memory if run.memory is not None else self._memory(conversation_id)
-        run.steps, run.decisions = snapshot.step_count, dict(snapshot.decisions)
+        memory = self._memory(conversation_id)
+        run = TurnRun(
+            io, agent, conversation_id, turn_id, memory, [], [], snapshot, None,
+            snapshot.step_count, dict(snapshot.decisions),
+        )  # fmt: skip
+        try:
+            await self._together(
+                run, "resuming a turn", partial(self._take_back, run, uuid.uuid4().hex)
+            )
+            if run.lease is not None:
+                self._keeper.keep(run.lease)
+        except BaseException as error:
+            if run.lease is not None:  # the conversation was taken back: close the turn, free it
+                await self._abandon(run, error)
+            raise
+        return await self._drive(run, snapshot.pending_approvals, decisions)
+
+    async def _take_back(self, run: TurnRun, owner: str) -> None:
+        """A suspended turn's conversation taken back by ``owner`` (`TurnStateError` if it is
+        no longer suspended), and the turn's history and own messages read (store calls only:
+        `_together` runs them as one unit)."""
+        snapshot, memory = run.snapshot, run.memory
+        assert snapshot is not None and memory is not None and run.conversation_id is not None
+        conversation_id, turn_id = run.conversation_id, run.turn_id
         if not await self.turn_store.reacquire_conversation(
             conversation_id, turn_id, owner, self._lease_seconds, self._now(run)
         ):
@@ -258,7 +247,6 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
             )
         run.lease = HeldLease(conversation_id, turn_id, owner, self._now(run))
         run.history, run.messages = await self._split_turn(run.agent, memory, snapshot)
-        return decisions
 
     async def _resume_interrupted(
         self, io: TurnIO, agent: Agent, conversation_id: str, snapshot: AgentTurnSnapshot
