@@ -1154,61 +1154,6 @@ def test_a_turn_that_suspends_costs_four_trips(url: str) -> None:
     assert status == "completed"
 
 
-def test_a_resumed_turn_takes_its_lease_and_reads_its_messages_in_one_trip(url: str) -> None:
-    """Resuming a suspended turn: its record is read (one trip), then the conversation taken
-    back and the turn's history and messages read in one trip, the form's decision one more,
-    the call's result one more and the answer's recording one more: five. The model sees the
-    turn's messages as before, and a turn taken back elsewhere meanwhile is refused with no
-    lease left held."""
-    from agentctx_fast import Agent, AsyncAgentRunner, AsyncScriptedChatModel, Tool, ToolCall
-    from agentctx_fast.errors import TurnStateError
-
-    refund = Tool("refund", lambda order_id: f"refunded {order_id}", requires_approval=True)
-    call = AiMessage(tool_calls=(ToolCall("call-1", "refund", '{"order_id": "o1"}'),))
-    asking = Agent("a", AsyncScriptedChatModel([call], cycle=True), tools=[refund])
-    seen: list[list[str]] = []
-
-    class Answering:
-        async def chat(self, messages: list[Any], tools: Any) -> AiMessage:
-            seen.append([type(m).__name__ for m in messages])
-            return AiMessage("Refunded.")
-
-    answering = Agent("a", Answering(), tools=[refund])
-
-    async def body(store: AsyncSqlAgentStore) -> tuple[list[int], list[str], str, bool]:
-        runner = AsyncAgentRunner(store)
-        first = await runner.run(asking, "c0", "warm up")  # the store's first trips are behind us
-        await runner.resume(answering, "c0", first.turn_id, {"call-1": True})
-        seen.clear()
-        trips = _trips(store)
-        counts, statuses = [], []
-        for conversation in ("c1", "c2"):
-            suspended = await runner.run(asking, conversation, "refund")
-            before = trips()
-            done = await runner.resume(answering, conversation, suspended.turn_id, {"call-1": True})
-            counts.append(trips() - before)
-            statuses.append(done.status.value)
-        taken = await runner.run(asking, "c3", "refund")
-        assert await runner.turn_store.reacquire_conversation(
-            "c3", taken.turn_id, "elsewhere", 30.0, 0.0
-        )
-        try:
-            await runner.resume(answering, "c3", taken.turn_id, {"call-1": True})
-            refused = ""
-        except TurnStateError as error:
-            refused = str(error)
-        held = runner._engine._keeper.find("c3", taken.turn_id) is not None  # type: ignore[attr-defined]
-        await runner.aclose()
-        return counts, statuses, refused, held
-
-    counts, statuses, refused, held = run(url, body)
-    assert counts == [5, 5]
-    assert statuses == ["completed", "completed"]
-    assert seen == [["UserMessage", "AiMessage", "ToolMessage"]] * 2
-    assert "no longer suspended" in refused
-    assert not held
-
-
 def test_a_new_runners_first_turn_reads_the_earlier_turns_statuses_in_one_trip(url: str) -> None:
     """A runner new to a conversation (one made per request, say) reads the status of every
     earlier turn in its first window's history: all of them in one trip, not one each."""

@@ -216,37 +216,15 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
             )
         decisions = check_approvals(approvals, snapshot)
         memory = self._memory(conversation_id)
-        run = TurnRun(
-            io, agent, conversation_id, turn_id, memory, [], [], snapshot, None,
-            snapshot.step_count, dict(snapshot.decisions),
-        )  # fmt: skip
-        try:
-            await self._together(
-                run, "resuming a turn", partial(self._take_back, run, uuid.uuid4().hex)
-            )
-            if run.lease is not None:
-                self._keeper.keep(run.lease)
-        except BaseException as error:
-            if run.lease is not None:  # the conversation was taken back: close the turn, free it
-                await self._abandon(run, error)
-            raise
-        return await self._drive(run, snapshot.pending_approvals, decisions)
-
-    async def _take_back(self, run: TurnRun, owner: str) -> None:
-        """A suspended turn's conversation taken back by ``owner`` (`TurnStateError` if it is
-        no longer suspended), and the turn's history and own messages read (store calls only:
-        `_together` runs them as one unit)."""
-        snapshot, memory = run.snapshot, run.memory
-        assert snapshot is not None and memory is not None and run.conversation_id is not None
-        conversation_id, turn_id = run.conversation_id, run.turn_id
+        owner = uuid.uuid4().hex
         if not await self.turn_store.reacquire_conversation(
-            conversation_id, turn_id, owner, self._lease_seconds, self._now(run)
+            conversation_id, turn_id, owner, self._lease_seconds, self._clock()
         ):
             raise TurnStateError(
                 f"turn {turn_id!r} is no longer suspended: resumed or cancelled elsewhere"
             )
-        run.lease = HeldLease(conversation_id, turn_id, owner, self._now(run))
-        run.history, run.messages = await self._split_turn(run.agent, memory, snapshot)
+        run = await self._reopened(io, agent, memory, snapshot, owner)
+        return await self._drive(run, snapshot.pending_approvals, decisions)
 
     async def _resume_interrupted(
         self, io: TurnIO, agent: Agent, conversation_id: str, snapshot: AgentTurnSnapshot
