@@ -702,6 +702,61 @@ def test_a_cancelled_cancel_call_still_frees_the_conversation(
     assert validate_tool_protocol(stored) == []
 
 
+def test_a_cancel_while_resume_reads_the_turns_messages_stops_the_approved_tool(
+    request: pytest.FixtureRequest,
+) -> None:
+    """``cancel`` on the resuming runner lands once resume has taken the conversation back and
+    is reading the turn's messages: the runner holds the lease by then, so the cancel reaches
+    the turn at once and the approved tool never runs."""
+    conversation = new_conversation_id()
+    ran: list[str] = []
+    refunding = Tool(
+        "refund", lambda order_id: ran.append(order_id) or "ok", requires_approval=True
+    )
+
+    async def body(store: Any) -> Any:
+        entered, release = asyncio.Event(), asyncio.Event()
+        armed: list[bool] = []
+        base = type(store.chat_memory(conversation))
+
+        class Gated(base):  # type: ignore[misc, valid-type]
+            async def get_messages(self, *args: Any, **kwargs: Any) -> Any:
+                messages = await super().get_messages(*args, **kwargs)
+                if armed and armed.pop():
+                    entered.set()
+                    await release.wait()
+                return messages
+
+        def provider(conversation_id: str) -> Any:
+            memory = store.chat_memory(conversation_id)
+            memory.__class__ = Gated
+            return memory
+
+        runner = AsyncAgentRunner(store, provider, lease_seconds=600)
+        model = AsyncScriptedChatModel([_call("c1", "refund", '{"order_id": "A1"}')])
+        suspended = await runner.run(Agent("a", model, tools=[refunding]), conversation, "refund")
+        assert suspended.status is TurnStatus.SUSPENDED
+        answering = Agent("a", AsyncScriptedChatModel([AiMessage("Refunded.")]), tools=[refunding])
+        armed.append(True)
+        resuming = asyncio.ensure_future(
+            runner.resume(answering, conversation, suspended.turn_id, {"c1": True})
+        )
+        await asyncio.wait_for(entered.wait(), 10)
+        cancelled = asyncio.ensure_future(runner.cancel(conversation, suspended.turn_id))
+        await asyncio.sleep(0.05)
+        release.set()
+        done = await asyncio.wait_for(resuming, 10)
+        await asyncio.wait_for(cancelled, 10)
+        stored = await store.chat_memory(conversation).get_messages()
+        await runner.aclose()
+        return done, stored
+
+    done, stored = with_store("async-memory", request, body)
+    assert done.status is TurnStatus.CANCELLED
+    assert ran == []
+    assert validate_tool_protocol(stored) == []
+
+
 def test_a_cancellation_while_a_stream_closes_goes_on(request: pytest.FixtureRequest) -> None:
     """Closing a stream waits for its turn to close; a cancellation of the closing task
     meanwhile is not swallowed: it goes on once the turn has closed."""
