@@ -917,6 +917,33 @@ def test_one_worker_serves_plain_calls_made_one_after_another() -> None:
     assert (len(workers._idle), len(workers._backlog)) == (1, 0)
 
 
+def test_the_runner_imports_and_runs_plain_calls_where_os_has_no_fork() -> None:
+    """On a platform without ``os.register_at_fork`` (Windows) the package imports and a
+    plain tool runs in a worker thread."""
+    script = textwrap.dedent(
+        """
+        import asyncio, os
+        del os.register_at_fork
+        from agentctx_fast import Agent, AiMessage, AsyncAgentRunner, AsyncInMemoryAgentStore
+        from agentctx_fast import AsyncScriptedChatModel, Tool, ToolCall
+        call = AiMessage(tool_calls=(ToolCall("c1", "lookup", "{}"),))
+        agent = Agent("a", AsyncScriptedChatModel([call, AiMessage("done")]),
+                      tools=[Tool("lookup", lambda: "found")])
+        async def main():
+            runner = AsyncAgentRunner(AsyncInMemoryAgentStore())
+            turn = await runner.run(agent, "c", "look it up")
+            await runner.aclose()
+            print(turn.status.value)
+        asyncio.run(main())
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "completed"
+
+
 @pytest.mark.skipif(
     not hasattr(os, "fork") or not os.path.isdir("/proc/self/fd"), reason="fork and /proc needed"
 )

@@ -189,7 +189,8 @@ def _forked() -> None:
         worker.close()
 
 
-os.register_at_fork(after_in_child=_forked)
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_forked)
 
 
 def in_worker(fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
