@@ -314,6 +314,67 @@ show("cleared", lambda: build_window(messages, compact_completed_tool_turns=True
                                      compression_keep_recent_turns=0))
 """
 
+# Python code that runs after the leading system message was read (a sequence's __getitem__,
+# a later message's property) changes that message's kept core: its token count follows what
+# the message says when the count is taken, on both cores (the reference reads its view again).
+SCENARIOS["system_core_changed_during_the_scan"] = """
+from collections.abc import Sequence
+from agentctx_fast import AiMessage, SystemMessage, UserMessage, build_window
+
+class Sneaky(SystemMessage):
+    bad = False
+
+    @property
+    def message_id(self):
+        return 42 if Sneaky.bad else "s0"
+
+    @message_id.setter
+    def message_id(self, value):
+        pass
+
+class Seq(Sequence):
+    def __init__(self, items, hook):
+        self.items, self.hook = items, hook
+    def __len__(self):
+        return len(self.items)
+    def __getitem__(self, index):
+        if index == len(self.items) - 1:
+            self.hook()
+        return self.items[index]
+
+def rest():
+    return [UserMessage("hi", message_id="u1"), AiMessage("hello", message_id="a1"),
+            UserMessage("again", message_id="u2")]
+
+sneaky = Sneaky("Be brief.")
+
+def clear():
+    Sneaky.bad = True
+    object.__setattr__(sneaky, "_core", None)
+
+show("core cleared, id now bad", lambda: build_window(Seq([sneaky, *rest()], clear)))
+
+long = SystemMessage("many words " * 200, message_id="long")
+build_window([long, UserMessage("x", message_id="x")])  # keeps long's core
+plain = SystemMessage("Be brief.", message_id="s1")
+show("before", lambda: build_window([plain, *rest()]))
+
+def swap():
+    object.__setattr__(plain, "_core", object.__getattribute__(long, "_core"))
+
+show("core swapped by __getitem__", lambda: build_window(Seq([plain, *rest()], swap)))
+
+class Meddler(UserMessage):
+    @property
+    def model_visible(self):
+        object.__setattr__(other, "_core", object.__getattribute__(long, "_core"))
+        return True
+
+other = SystemMessage("Be brief.", message_id="s2")
+messages = [other, *rest()[:2], Meddler("again", message_id="u2")]
+show("core swapped by a property, plain list", lambda: build_window(messages))
+"""
+
 # count_turns(end=-1) and other ends (the window's dropped_turns calls it).
 SCENARIOS["count_turns_odd_ends"] = HISTORY + """
 from agentctx_fast._backend import core

@@ -131,9 +131,6 @@ pub struct History<'a, 'py> {
     /// Messages read from the back, by distance from the end.
     tail: Vec<&'a Read<'py>>,
     pub system: Option<Bound<'py, PyAny>>,
-    /// The read of the history's leading system message when `system` is it (its core is the
-    /// one the window read).
-    system_read: Option<&'a Read<'py>>,
     pub count_tokens: Option<Bound<'py, PyAny>>,
     pub statuses: Option<Bound<'py, PyAny>>,
     synthetic: HashMap<(usize, usize), Bound<'py, PyAny>>,
@@ -158,7 +155,6 @@ impl<'a, 'py> History<'a, 'py> {
                 tail
             },
             system: None,
-            system_read: None,
             count_tokens: None,
             statuses: None,
             synthetic: HashMap::new(),
@@ -221,11 +217,9 @@ impl<'a, 'py> History<'a, 'py> {
     /// an item of the window.
     pub fn take_leading_system(&mut self) -> Result<(), Failure> {
         self.system = None;
-        self.system_read = None;
         if let Some(index) = leading_system(self)? {
             let read = self.read(index)?;
             self.system = Some(read.object.take().ok_or_else(given_away)?);
-            self.system_read = Some(read);
         }
         Ok(())
     }
@@ -275,9 +269,11 @@ impl<'a, 'py> History<'a, 'py> {
         system: Option<Bound<'py, PyAny>>,
         synthetic: bool,
     ) -> Result<Bound<'py, PyList>, Failure> {
-        for item in items.iter().take_while(|_| synthetic) {
-            if let Item::MissingResult { caller, call } = *item {
-                self.missing_result(caller, call)?;
+        if synthetic {
+            for item in items {
+                if let Item::MissingResult { caller, call } = *item {
+                    self.missing_result(caller, call)?;
+                }
             }
         }
         let py = self.py();
@@ -458,18 +454,13 @@ impl<'a, 'py> Source for History<'a, 'py> {
         if let Some(estimator) = &self.count_tokens {
             return self.estimate(estimator, vec![system.clone()]);
         }
-        let read_now;
-        let core = match self.system_read {
-            Some(read) => read.core.get(),
-            None => {
-                read_now = core_of(self.library, system, Where::System)?;
-                read_now.get()
-            }
-        };
+        // Read again, as the reference reads `view(system, "system")`: Python code that ran
+        // since the leading read may have changed the message's kept core.
+        let core = core_of(self.library, system, Where::System)?;
         Ok(u128::from(tokens(
             self.library,
             system,
-            core,
+            core.get(),
             Where::System,
         )?))
     }
