@@ -1,0 +1,95 @@
+"""The socket timeout of the async Redis store's own client (made from a URL): its port bounds
+each call, redis.asyncio keeps no timeout machinery of its own per command."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from agentctx_fast import StoreUnavailableError, UserMessage
+from agentctx_fast.stores.redis import AsyncRedisAgentStore
+from servers import RedisServer
+from store_fixtures import new_conversation_id
+
+redis = pytest.importorskip("redis")
+
+
+def _paused(url: str, milliseconds: int) -> None:
+    """Every client of the server waits ``milliseconds`` before its next command is run."""
+    client = redis.Redis.from_url(url)
+    try:
+        client.client_pause(milliseconds, all=True)
+    finally:
+        client.close()
+
+
+def test_a_command_of_the_own_client_starts_no_task(redis_server: RedisServer) -> None:
+    async def main() -> list[Any]:
+        store = AsyncRedisAgentStore(redis_server.url)
+        memory = store.chat_memory(new_conversation_id())
+        await memory.message_count()  # connected
+        loop = asyncio.get_running_loop()
+        started: list[Any] = []
+
+        def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+            started.append(coro)
+            return asyncio.Task(coro, loop=loop, **kwargs)
+
+        loop.set_task_factory(factory)
+        try:
+            await memory.add_message_if_absent(UserMessage("hi", message_id="m1"))
+            assert [m.message_id for m in await memory.get_messages()] == ["m1"]
+        finally:
+            loop.set_task_factory(None)
+            await store.aclose()
+        return started
+
+    assert asyncio.run(main()) == []
+
+
+def test_the_url_socket_timeout_bounds_a_call_and_the_store_recovers(
+    redis_server: RedisServer,
+) -> None:
+    async def main() -> None:
+        store = AsyncRedisAgentStore(redis_server.url + "?socket_timeout=0.3")
+        memory = store.chat_memory(new_conversation_id())
+        try:
+            await memory.add_message_if_absent(UserMessage("one", message_id="m1"))
+            _paused(redis_server.url, 1500)
+            start = time.monotonic()
+            with pytest.raises(StoreUnavailableError, match=r"no reply within 0\.3 s"):
+                await memory.add_message_if_absent(UserMessage("two", message_id="m2"))
+            assert time.monotonic() - start < 1.4  # the call gave up before the pause ended
+            await asyncio.sleep(1.5)
+            # The timed-out call's connection was closed: its late reply is read by no one.
+            assert await memory.message_count() in (1, 2)  # the paused script may have run
+            assert await memory.add_message_if_absent(UserMessage("three", message_id="m3"))
+            ids = [m.message_id for m in await memory.get_messages()]
+            assert ids[0] == "m1" and ids[-1] == "m3"
+        finally:
+            await store.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_call_cancelled_by_its_caller_stays_cancelled(redis_server: RedisServer) -> None:
+    async def main() -> None:
+        store = AsyncRedisAgentStore(redis_server.url + "?socket_timeout=0.3")
+        memory = store.chat_memory(new_conversation_id())
+        try:
+            await memory.message_count()
+            _paused(redis_server.url, 600)
+            call = asyncio.ensure_future(memory.message_count())
+            await asyncio.sleep(0.1)
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            await asyncio.sleep(1.0)  # the pause is over
+            assert await memory.message_count() == 0
+        finally:
+            await store.aclose()
+
+    asyncio.run(main())
