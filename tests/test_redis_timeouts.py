@@ -63,6 +63,8 @@ def test_the_url_socket_timeout_bounds_a_call_and_the_store_recovers(
             with pytest.raises(StoreUnavailableError, match=r"no reply within 0\.3 s"):
                 await memory.add_message_if_absent(UserMessage("two", message_id="m2"))
             assert time.monotonic() - start < 1.4  # the call gave up before the pause ended
+            task = asyncio.current_task()
+            assert task is not None and task.cancelling() == 0  # the cancellation was taken back
             await asyncio.sleep(1.5)
             # The timed-out call's connection was closed: its late reply is read by no one.
             assert await memory.message_count() in (1, 2)  # the paused script may have run
@@ -93,3 +95,53 @@ def test_a_call_cancelled_by_its_caller_stays_cancelled(redis_server: RedisServe
             await store.aclose()
 
     asyncio.run(main())
+
+
+def test_each_call_in_flight_keeps_its_own_deadline(redis_server: RedisServer) -> None:
+    async def call(memory: Any) -> float:
+        start = time.monotonic()
+        with pytest.raises(StoreUnavailableError, match="no reply within"):
+            await memory.message_count()
+        return time.monotonic() - start
+
+    async def main() -> list[float]:
+        store = AsyncRedisAgentStore(redis_server.url + "?socket_timeout=0.3")
+        memory = store.chat_memory(new_conversation_id())
+        try:
+            await memory.message_count()
+            _paused(redis_server.url, 2000)
+            first = asyncio.ensure_future(call(memory))
+            await asyncio.sleep(0.2)
+            second = asyncio.ensure_future(call(memory))
+            await asyncio.sleep(0.2)
+            third = asyncio.ensure_future(call(memory))  # started after the first timed out
+            waited = await asyncio.gather(first, second, third)
+            await asyncio.sleep(2.0)
+            assert await memory.message_count() == 0
+            return waited
+        finally:
+            await store.aclose()
+
+    waited = asyncio.run(main())
+    assert all(0.3 <= w < 1.5 for w in waited), waited  # none cut short, none left waiting
+
+
+def test_a_store_used_from_one_loop_then_another_keeps_its_timeout(
+    redis_server: RedisServer,
+) -> None:
+    store = AsyncRedisAgentStore(redis_server.url + "?socket_timeout=0.3")
+    memory = store.chat_memory(new_conversation_id())
+
+    async def count() -> int:
+        return await memory.message_count()
+
+    async def timed_out() -> None:
+        _paused(redis_server.url, 1000)
+        with pytest.raises(StoreUnavailableError, match="no reply within"):
+            await memory.message_count()
+        await asyncio.sleep(1.0)
+        await store.aclose()
+
+    assert asyncio.run(count()) == 0
+    store.client.connection_pool.reset()  # the first loop's connection goes with it
+    asyncio.run(timed_out())

@@ -100,13 +100,13 @@ class RedisPort:
     `redis.asyncio.cluster.RedisCluster`, whose replies are awaited.
 
     ``timeout`` (seconds), for an async client the store made itself (`own_async_client`): each
-    call, its connection's set-up and redis-py's retries included, is bounded by one
-    ``asyncio.timeout``; past it the call raises `StoreUnavailableError` (redis-py closes the
-    connection the cancelled call was using, so no late reply is read by a later call)."""
+    call, its connection's set-up and redis-py's retries included, gets that long (`_Deadlines`);
+    past it the call raises `StoreUnavailableError` (redis-py closes the connection the
+    cancelled call was using, so no late reply is read by a later call)."""
 
     def __init__(self, client: Any, timeout: float | None = None) -> None:
         self.client = client
-        self._timeout = timeout
+        self._deadlines = None if timeout is None else _Deadlines(timeout)
         self._scripts: dict[str, Any] = {}
         # An asyncio cluster client learns the slot map on its first command. Commands sent
         # concurrently before that went to the wrong masters; after five MOVED replies redis-py
@@ -123,8 +123,8 @@ class RedisPort:
             handle = self._scripts[lua] = self.client.register_script(lua)
         with translated(action):
             await self._initialize()
-            if self._timeout is not None:
-                return await self._within_timeout(action, handle(keys=keys, args=args))
+            if self._deadlines is not None:
+                return await self._deadlines.run(action, handle(keys=keys, args=args))
             return await _reply(handle(keys=keys, args=args))
 
     async def command(self, action: str, name: str, *args: Any) -> Any:
@@ -135,22 +135,11 @@ class RedisPort:
             reply = getattr(self.client, name)(*args)
             if self._blocking:
                 return reply
-            if self._timeout is not None:
-                return await self._within_timeout(action, reply)
+            if self._deadlines is not None:
+                return await self._deadlines.run(action, reply)
             return await _reply(reply)
         except _ERRORS as error:
             raise _typed(error, action) from error
-
-    async def _within_timeout(self, action: str, reply: Awaitable[Any]) -> Any:
-        try:
-            async with asyncio.timeout(self._timeout) as scope:
-                return await reply
-        except TimeoutError:
-            if not scope.expired():
-                raise
-            raise StoreUnavailableError(
-                f"Redis unavailable while {action}: no reply within {self._timeout} s"
-            ) from None
 
     async def _initialize(self) -> None:
         if self._initialized:
@@ -163,14 +152,92 @@ class RedisPort:
                 self._initialized = True
 
 
+class _Deadlines:
+    """A time limit on each call of a port, with one timer for all of them.
+
+    ``asyncio.timeout`` arms a timer per call and cancels it after (some 10 µs a call here);
+    a call here only notes its task and deadline, and the one timer, when it fires, cancels the
+    calls past theirs and is armed again for the earliest deadline left (while calls keep
+    coming, it fires about once per ``timeout``). A call cancelled so raises
+    `StoreUnavailableError`; a cancellation from elsewhere stays a `asyncio.CancelledError`
+    (told apart by the task's cancellation count, as ``asyncio.timeout`` does)."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._calls: dict[asyncio.Task[Any], float] = {}  # the calls in flight: deadlines
+        self._expired: set[asyncio.Task[Any]] = set()  # those the timer cancelled
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def run(self, action: str, reply: Awaitable[Any]) -> Any:
+        """``reply``, awaited within the time limit."""
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            if self._calls or task is None:  # calls in flight on another loop: a timer each
+                return await self._alone(action, reply)
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self._loop = loop
+        if task is None or task in self._calls:
+            return await self._alone(action, reply)
+        deadline = loop.time() + self.timeout
+        self._calls[task] = deadline
+        if self._timer is None:
+            self._timer = loop.call_at(deadline, self._expire)
+        cancelling = task.cancelling()
+        try:
+            return await reply
+        except asyncio.CancelledError:
+            if task in self._expired and task.uncancel() <= cancelling:
+                raise self._error(action) from None
+            raise
+        finally:
+            del self._calls[task]
+            self._expired.discard(task)
+
+    def _expire(self) -> None:
+        """Cancel the calls past their deadline; arm the timer for the earliest one left."""
+        assert self._loop is not None
+        self._timer = None
+        now = self._loop.time()
+        earliest: float | None = None
+        for task, deadline in self._calls.items():
+            if task in self._expired:
+                continue
+            if deadline <= now:
+                self._expired.add(task)
+                task.cancel()
+            elif earliest is None or deadline < earliest:
+                earliest = deadline
+        if earliest is not None:
+            self._timer = self._loop.call_at(earliest, self._expire)
+
+    async def _alone(self, action: str, reply: Awaitable[Any]) -> Any:
+        """``reply`` within the time limit, by a timer of its own."""
+        try:
+            async with asyncio.timeout(self.timeout) as scope:
+                return await reply
+        except TimeoutError:
+            if not scope.expired():
+                raise
+            raise self._error(action) from None
+
+    def _error(self, action: str) -> StoreUnavailableError:
+        return StoreUnavailableError(
+            f"Redis unavailable while {action}: no reply within {self.timeout} s"
+        )
+
+
 def own_async_client(url: str) -> tuple[Any, float | None]:
     """A `redis.asyncio.Redis` client for ``url`` and the socket timeout its `RedisPort`
     keeps for it (the URL's ``socket_timeout``, else redis-py's default).
 
     The client itself keeps none: redis.asyncio bounds each write with ``asyncio.wait_for``,
     which starts a task per command on Python 3.11, and each read with a timer of its own, a
-    third of what an async command costs above a blocking one here; one timer around the whole
-    call costs half as much. The connect timeout stays (the URL's, else the socket timeout)."""
+    third of what an async command costs above a blocking one here; the port's `_Deadlines`
+    cost a few µs. The connect timeout stays (the URL's, else the socket timeout)."""
     import redis.asyncio as aioredis
 
     client = aioredis.Redis.from_url(url)
