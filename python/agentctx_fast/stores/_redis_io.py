@@ -124,7 +124,7 @@ class RedisPort:
         sha = self._shas.get(lua)
         if sha is None:
             sha = self._shas[lua] = hashlib.sha1(lua.encode("utf-8")).hexdigest()
-        with translated(action):
+        try:  # `translated`, inline: every write is a script
             if not self._initialized:
                 await self._initialize()
             try:
@@ -132,6 +132,8 @@ class RedisPort:
             except redis_exc.NoScriptError:
                 self._shas[lua] = sha = text(await self._call(action, self.client.script_load(lua)))
                 return await self._call(action, self.client.evalsha(sha, len(keys), *keys, *args))
+        except _ERRORS as error:
+            raise _typed(error, action) from error
 
     async def _call(self, action: str, reply: Any) -> Any:
         """A blocking client's reply, or an async client's awaited (within the time limit)."""
