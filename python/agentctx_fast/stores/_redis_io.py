@@ -123,7 +123,8 @@ class RedisPort:
         """Run the Lua script ``lua`` atomically on the server."""
         sha = self._shas.get(lua)
         if sha is None:
-            sha = self._shas[lua] = hashlib.sha1(lua.encode("utf-8")).hexdigest()
+            digest = hashlib.sha1(lua.encode("utf-8"), usedforsecurity=False)  # a name, no secret
+            sha = self._shas[lua] = digest.hexdigest()
         try:  # `translated`, inline: every write is a script
             if not self._initialized:
                 await self._initialize()
