@@ -77,6 +77,21 @@ def test_the_url_socket_timeout_bounds_a_call_and_the_store_recovers(
     asyncio.run(main())
 
 
+def test_a_url_socket_timeout_of_zero_means_no_limit_and_the_store_connects(
+    redis_server: RedisServer,
+) -> None:
+    async def main() -> int:
+        store = AsyncRedisAgentStore(redis_server.url + "?socket_timeout=0")
+        memory = store.chat_memory(new_conversation_id())
+        try:
+            await memory.add_message_if_absent(UserMessage("one", message_id="m1"))
+            return await memory.message_count()
+        finally:
+            await store.aclose()
+
+    assert asyncio.run(main()) == 1
+
+
 def test_a_call_cancelled_by_its_caller_stays_cancelled(redis_server: RedisServer) -> None:
     async def main() -> None:
         store = AsyncRedisAgentStore(redis_server.url + "?socket_timeout=0.3")

@@ -263,7 +263,7 @@ def own_async_client(url: str) -> tuple[Any, float | None]:
     options["socket_timeout"] = None
     if "orig_socket_timeout" in options:  # what redis-py restores after a maintenance notice
         options["orig_socket_timeout"] = None
-    options.setdefault("socket_connect_timeout", timeout)
+    options.setdefault("socket_connect_timeout", timeout or None)  # 0: no limit, as for calls
     return client, timeout or None
 
 
