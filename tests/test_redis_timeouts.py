@@ -160,3 +160,38 @@ def test_a_store_used_from_one_loop_then_another_keeps_its_timeout(
     assert asyncio.run(count()) == 0
     store.client.connection_pool.reset()  # the first loop's connection goes with it
     asyncio.run(timed_out())
+
+
+def test_a_callers_cancel_at_the_very_deadline_stays_a_cancellation() -> None:
+    """The caller's ``cancel()`` lands in the same round of the loop as the port's timer, at
+    the deadline the port registered for the call (a server that never answers): the caller's
+    cancellation wins, it is never turned into a timeout."""
+
+    async def main() -> list[str]:
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read(1 << 20)  # accepts, reads, never answers
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        store = AsyncRedisAgentStore(f"redis://127.0.0.1:{port}/0?socket_timeout=0.3")
+        memory = store.chat_memory(new_conversation_id())
+        loop = asyncio.get_running_loop()
+        outcomes = []
+        try:
+            for _ in range(5):
+                call = asyncio.ensure_future(memory.message_count())
+                await asyncio.sleep(0.05)
+                loop.call_at(store._port._deadlines._calls[call], call.cancel)
+                try:
+                    await call
+                    outcomes.append("returned")
+                except asyncio.CancelledError:
+                    outcomes.append("cancelled")
+                except StoreUnavailableError:
+                    outcomes.append("timed out")
+        finally:
+            await store.aclose()
+            server.close()
+        return outcomes
+
+    assert asyncio.run(main()) == ["cancelled"] * 5
