@@ -95,3 +95,34 @@ def test_a_corrupt_index_entry_is_a_serialization_error(store: Any) -> None:
     with pytest.raises(SerializationError, match="index entry"):
         memory.get_message("a")
     assert memory.get_messages() == [AiMessage("a", message_id="a")]  # nothing was written
+
+
+def test_a_write_is_one_evalsha_and_a_flushed_script_is_loaded_again(store: Any) -> None:
+    memory = store.chat_memory(new_conversation_id())
+    memory.add_message_if_absent(UserMessage("one", message_id="m1"))  # the script is loaded
+    sent = _sent(store.client, lambda: memory.add_message_if_absent(UserMessage("two")))
+    assert sent.pop("cmdstat_evalsha") == 1
+    assert not any(name.startswith("cmdstat_script") or name == "cmdstat_eval" for name in sent)
+    store.client.script_flush()
+    sent = _sent(store.client, lambda: memory.add_message_if_absent(UserMessage("three")))
+    assert sent.get("cmdstat_script|load") == 1
+    assert [m.text for m in memory.get_messages()] == ["one", "two", "three"]
+
+
+def test_the_async_store_loads_a_flushed_script_again(redis_server: Any) -> None:
+    import asyncio
+
+    from agentctx_fast.stores.redis import AsyncRedisAgentStore
+
+    async def main() -> list[str]:
+        store = AsyncRedisAgentStore(redis_server.url, key_prefix=f"layout{uuid.uuid4().hex}:")
+        memory = store.chat_memory(new_conversation_id())
+        try:
+            await memory.add_message_if_absent(UserMessage("one"))
+            await store.client.script_flush()
+            await memory.add_message_if_absent(UserMessage("two"))
+            return [m.text for m in await memory.get_messages()]
+        finally:
+            await store.aclose()
+
+    assert asyncio.run(main()) == ["one", "two"]

@@ -1,8 +1,10 @@
 """The I/O ports of the Redis store: its one implementation awaits them, blocking or async.
 
-Every write is one Lua script (atomic on the server); reads are single commands. Scripts are
-registered once per port and run by ``EVALSHA`` (redis-py loads them again after a restart,
-and on a cluster on every master when a node answers ``NOSCRIPT``).
+Every write is one Lua script (atomic on the server); reads are single commands. A script is
+run by ``EVALSHA`` of its SHA1, computed once per port; a server that answers ``NOSCRIPT``
+(after a restart or ``SCRIPT FLUSH``) gets it by ``SCRIPT LOAD`` (on a cluster, every master)
+and the ``EVALSHA`` once more: what redis-py's registered scripts do, without the few µs
+their call costs above the bare command.
 
 On Redis Cluster a script may only touch keys of one hash slot, so every key of a conversation
 carries the same hash tag (`conversation_tag`), and redis-py's cluster clients route each
@@ -12,8 +14,9 @@ carries the same hash tag (`conversation_tag`), and redis-py's cluster clients r
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -38,6 +41,8 @@ _UNAVAILABLE = (
 
 
 _ERRORS = (redis_exc.RedisError, redis_exc.RedisClusterException)
+
+_DEFAULT_SOCKET_TIMEOUT = inspect.signature(redis.Redis).parameters["socket_timeout"].default
 
 
 @contextmanager
@@ -95,11 +100,17 @@ def conversation_key(prefix: str, kind: str, conversation_id: str, *parts: str) 
 class RedisPort:
     """The port over a Redis client: a blocking `redis.Redis` or `redis.cluster.RedisCluster`,
     whose replies come back as they are, or a `redis.asyncio.Redis` or
-    `redis.asyncio.cluster.RedisCluster`, whose replies are awaited."""
+    `redis.asyncio.cluster.RedisCluster`, whose replies are awaited.
 
-    def __init__(self, client: Any) -> None:
+    ``timeout`` (seconds), for an async client the store made itself (`own_async_client`): each
+    call, its connection's set-up and redis-py's retries included, gets that long (`_Deadlines`);
+    past it the call raises `StoreUnavailableError` (redis-py closes the connection the
+    cancelled call was using, so no late reply is read by a later call)."""
+
+    def __init__(self, client: Any, timeout: float | None = None) -> None:
         self.client = client
-        self._scripts: dict[str, Any] = {}
+        self._deadlines = None if timeout is None else _Deadlines(timeout)
+        self._shas: dict[str, str] = {}  # script → its SHA1 (hex)
         # An asyncio cluster client learns the slot map on its first command. Commands sent
         # concurrently before that went to the wrong masters; after five MOVED replies redis-py
         # closes every connection, those of commands in flight too, and retries them (a script
@@ -110,12 +121,28 @@ class RedisPort:
 
     async def script(self, action: str, lua: str, keys: list[str], args: list[Any]) -> Any:
         """Run the Lua script ``lua`` atomically on the server."""
-        handle = self._scripts.get(lua)
-        if handle is None:
-            handle = self._scripts[lua] = self.client.register_script(lua)
-        with translated(action):
-            await self._initialize()
-            return await _reply(handle(keys=keys, args=args))
+        sha = self._shas.get(lua)
+        if sha is None:
+            digest = hashlib.sha1(lua.encode("utf-8"), usedforsecurity=False)  # a name, no secret
+            sha = self._shas[lua] = digest.hexdigest()
+        try:  # `translated`, inline: every write is a script
+            if not self._initialized:
+                await self._initialize()
+            try:
+                return await self._call(action, self.client.evalsha(sha, len(keys), *keys, *args))
+            except redis_exc.NoScriptError:
+                self._shas[lua] = sha = text(await self._call(action, self.client.script_load(lua)))
+                return await self._call(action, self.client.evalsha(sha, len(keys), *keys, *args))
+        except _ERRORS as error:
+            raise _typed(error, action) from error
+
+    async def _call(self, action: str, reply: Any) -> Any:
+        """A blocking client's reply, or an async client's awaited (within the time limit)."""
+        if self._blocking:
+            return reply
+        if self._deadlines is not None:
+            return await self._deadlines.run(action, reply)
+        return await _reply(reply)
 
     async def command(self, action: str, name: str, *args: Any) -> Any:
         """Run one Redis command (a client method by name: ``hget``, ``llen``, …)."""
@@ -123,7 +150,11 @@ class RedisPort:
             if not self._initialized:
                 await self._initialize()
             reply = getattr(self.client, name)(*args)
-            return reply if self._blocking else await _reply(reply)
+            if self._blocking:
+                return reply
+            if self._deadlines is not None:
+                return await self._deadlines.run(action, reply)
+            return await _reply(reply)
         except _ERRORS as error:
             raise _typed(error, action) from error
 
@@ -138,6 +169,104 @@ class RedisPort:
                 self._initialized = True
 
 
+class _Deadlines:
+    """A time limit on each call of a port, with one timer for all of them.
+
+    ``asyncio.timeout`` arms a timer per call and cancels it after (some 10 µs a call here);
+    a call here only notes its task and deadline, and the one timer, when it fires, cancels the
+    calls past theirs and is armed again for the earliest deadline left (while calls keep
+    coming, it fires about once per ``timeout``). A call cancelled so raises
+    `StoreUnavailableError`; a cancellation from elsewhere stays a `asyncio.CancelledError`
+    (told apart by the task's cancellation count, as ``asyncio.timeout`` does)."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._calls: dict[asyncio.Task[Any], float] = {}  # the calls in flight: deadlines
+        self._expired: set[asyncio.Task[Any]] = set()  # those the timer cancelled
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def run(self, action: str, reply: Awaitable[Any]) -> Any:
+        """``reply``, awaited within the time limit."""
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            if self._calls or task is None:  # calls in flight on another loop: a timer each
+                return await self._alone(action, reply)
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self._loop = loop
+        if task is None or task in self._calls:
+            return await self._alone(action, reply)
+        deadline = loop.time() + self.timeout
+        self._calls[task] = deadline
+        if self._timer is None:
+            self._timer = loop.call_at(deadline, self._expire)
+        cancelling = task.cancelling()
+        try:
+            return await reply
+        except asyncio.CancelledError:
+            if task in self._expired and task.uncancel() <= cancelling:
+                raise self._error(action) from None
+            raise
+        finally:
+            del self._calls[task]
+            self._expired.discard(task)
+
+    def _expire(self) -> None:
+        """Cancel the calls past their deadline; arm the timer for the earliest one left."""
+        assert self._loop is not None
+        self._timer = None
+        now = self._loop.time()
+        earliest: float | None = None
+        for task, deadline in self._calls.items():
+            if task in self._expired:
+                continue
+            if deadline <= now:
+                self._expired.add(task)
+                task.cancel()
+            elif earliest is None or deadline < earliest:
+                earliest = deadline
+        if earliest is not None:
+            self._timer = self._loop.call_at(earliest, self._expire)
+
+    async def _alone(self, action: str, reply: Awaitable[Any]) -> Any:
+        """``reply`` within the time limit, by a timer of its own."""
+        try:
+            async with asyncio.timeout(self.timeout) as scope:
+                return await reply
+        except TimeoutError:
+            if not scope.expired():
+                raise
+            raise self._error(action) from None
+
+    def _error(self, action: str) -> StoreUnavailableError:
+        return StoreUnavailableError(
+            f"Redis unavailable while {action}: no reply within {self.timeout} s"
+        )
+
+
+def own_async_client(url: str) -> tuple[Any, float | None]:
+    """A `redis.asyncio.Redis` client for ``url`` and the socket timeout its `RedisPort`
+    keeps for it (the URL's ``socket_timeout``, else redis-py's default).
+
+    The client itself keeps none: redis.asyncio bounds each write with ``asyncio.wait_for``,
+    which starts a task per command on Python 3.11, and each read with a timer of its own, a
+    third of what an async command costs above a blocking one here; the port's `_Deadlines`
+    cost a few µs. The connect timeout stays (the URL's, else the socket timeout)."""
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(url)
+    options = client.connection_pool.connection_kwargs
+    timeout = options.get("socket_timeout", _DEFAULT_SOCKET_TIMEOUT)
+    options["socket_timeout"] = None
+    if "orig_socket_timeout" in options:  # what redis-py restores after a maintenance notice
+        options["orig_socket_timeout"] = None
+    options.setdefault("socket_connect_timeout", timeout or None)  # 0: no limit, as for calls
+    return client, timeout or None
+
+
 async def _reply(reply: Any) -> Any:
     return await reply if inspect.isawaitable(reply) else reply
 
@@ -147,6 +276,7 @@ __all__ = [
     "RedisPort",
     "conversation_key",
     "conversation_tag",
+    "own_async_client",
     "raw",
     "redis",
     "text",

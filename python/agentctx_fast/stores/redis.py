@@ -56,6 +56,7 @@ from agentctx_fast.stores._redis_io import (
     RedisCluster,
     RedisPort,
     conversation_key,
+    own_async_client,
     raw,
     redis,
 )
@@ -156,10 +157,11 @@ class _RedisStoreBase:
         serializer: AgentStoreSerializer | None,
         message_cache_size: int,
         message_cache_bytes: int,
+        timeout: float | None = None,
     ) -> None:
         self.client = client
         self._owns_client = owns_client
-        self._port = RedisPort(client)
+        self._port = RedisPort(client, timeout)
         self.key_prefix = key_prefix
         self.serializer: AgentStoreSerializer = serializer or JsonAgentStoreSerializer()
         self._load_message = MessageLoader(self, message_cache_size, message_cache_bytes)
@@ -265,11 +267,24 @@ class AsyncRedisAgentStore(_RedisStoreBase):
         import redis.asyncio as aioredis
         from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
+        made: list[float | None] = []
+
+        def from_url(url: str) -> Any:
+            client, timeout = own_async_client(url)
+            made.append(timeout)
+            return client
+
         client, owns = _client_argument(
-            client_or_url, (aioredis.Redis, AsyncRedisCluster), aioredis.Redis.from_url
+            client_or_url, (aioredis.Redis, AsyncRedisCluster), from_url
         )
         super().__init__(
-            client, owns, key_prefix, serializer, message_cache_size, message_cache_bytes
+            client,
+            owns,
+            key_prefix,
+            serializer,
+            message_cache_size,
+            message_cache_bytes,
+            made[0] if made else None,
         )
         self._turn_store: AsyncRedisAgentTurnStore | None = None
 
