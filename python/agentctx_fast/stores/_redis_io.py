@@ -149,12 +149,7 @@ class RedisPort:
         try:  # `translated`, inline: a page read is the hot path
             if not self._initialized:
                 await self._initialize()
-            reply = getattr(self.client, name)(*args)
-            if self._blocking:
-                return reply
-            if self._deadlines is not None:
-                return await self._deadlines.run(action, reply)
-            return await _reply(reply)
+            return await self._call(action, getattr(self.client, name)(*args))
         except _ERRORS as error:
             raise _typed(error, action) from error
 
