@@ -140,6 +140,25 @@ show("window", lambda: build_window(history(), max_attached_turns=1))
 show("with repairs", lambda: build_window(history()))
 """
 
+# ContextWindow's class meddled with after import: a window is what `object.__new__` makes of
+# it on both backends, whatever `__new__` / `__init__` the class is given, and an abstract
+# class (its `__abstractmethods__` set) fails the same way.
+SCENARIOS["context_window_class_meddled_with"] = HISTORY + """
+from agentctx_fast import ContextWindow
+
+def refuse(*args, **kwargs):
+    raise RuntimeError("never called")
+
+ContextWindow.__new__ = refuse
+ContextWindow.__init__ = refuse
+show("new and init replaced", lambda: build_window(history(), max_attached_turns=1))
+ContextWindow.__abstractmethods__ = frozenset({"summary"})
+show("abstract", lambda: build_window(history()))
+show("abstract, with a system", lambda: build_window(history(), system="Be brief."))
+ContextWindow.__abstractmethods__ = frozenset()
+show("concrete again", lambda: build_window(history()))
+"""
+
 # A status whose __eq__ swaps a history item while the window is built (the synthetic result
 # answered another call on the Rust backend): what was read stays what was read.
 SCENARIOS["status_eq_swaps_a_history_item"] = HISTORY + """

@@ -3,7 +3,7 @@
 
 use super::errors::{invalid_argument, type_name, Failure};
 use super::history::{History, Reads};
-use super::library::Library;
+use super::library::{big_int, Library};
 use crate::protocol::Violation;
 use crate::window::{self as core_window, Buffers, CutBy, Window, WindowOptions};
 use pyo3::exceptions::{PyImportError, PyOverflowError};
@@ -185,14 +185,6 @@ fn choose<'py>(
     })
 }
 
-/// A token count as a Python int (most fit in 64 bits, whose conversion is one call).
-fn tokens_int(py: Python<'_>, tokens: u128) -> PyResult<Bound<'_, PyAny>> {
-    Ok(match u64::try_from(tokens) {
-        Ok(small) => small.into_pyobject(py)?.into_any(),
-        Err(_) => tokens.into_pyobject(py)?.into_any(),
-    })
-}
-
 fn violation_tuple<'py>(py: Python<'py>, v: &Violation) -> PyResult<Bound<'py, PyTuple>> {
     PyTuple::new(
         py,
@@ -275,17 +267,14 @@ fn whole_window<'py>(
     ];
     let values: [Bound<'py, PyAny>; 7] = [
         list.into_any(),
-        tokens_int(py, result.estimated_tokens)?,
+        big_int(py, result.estimated_tokens)?,
         library.int(py, result.attached_turns)?,
         library.int(py, result.compacted_turns)?,
         cut_by_name(py, library, result.cut_by),
         repairs.into_any(),
         PyTuple::new(py, unread)?.into_any(),
     ];
-    let window = library
-        .object_new
-        .bind(py)
-        .call1(library.new_window_args.bind(py))?;
+    let window = library.new_window(py)?;
     for (slot, value) in library.window_slots.iter().zip(&values) {
         slot.write(&window, value)?;
     }
@@ -329,8 +318,8 @@ pub fn select<'py>(
         messages.into_any(),
         has_system.into_pyobject(py)?.to_owned().into_any(),
         library.int(py, result.older_count)?,
-        tokens_int(py, result.older_tokens)?,
-        tokens_int(py, result.estimated_tokens)?,
+        big_int(py, result.older_tokens)?,
+        big_int(py, result.estimated_tokens)?,
         library.int(py, result.attached_turns)?,
         library.int(py, result.compacted_turns)?,
         cut_by_name(py, library, result.cut_by),
