@@ -22,6 +22,7 @@ import pytest
 from agentctx_fast import (
     Agent,
     AgentConversationBusyError,
+    AgentFormMessage,
     AgentRunner,
     AiMessage,
     ApprovalRequired,
@@ -30,6 +31,7 @@ from agentctx_fast import (
     InvalidArgumentError,
     Message,
     ScriptedChatModel,
+    StoreUnavailableError,
     TextDelta,
     Tool,
     ToolCall,
@@ -755,6 +757,58 @@ def test_a_cancel_while_resume_reads_the_turns_messages_stops_the_approved_tool(
     assert done.status is TurnStatus.CANCELLED
     assert ran == []
     assert validate_tool_protocol(stored) == []
+
+
+def test_a_store_error_while_resume_reads_the_turn_closes_it_whole(
+    request: pytest.FixtureRequest,
+) -> None:
+    """A store error once resume has taken the conversation back, while it reads the turn's
+    messages: the turn ends ``FAILED`` as any turn stopped by an error does, its approved call
+    answered with an error result and its approval form closed (SPEC §11: the protocol stays
+    valid), and the conversation is free for the next turn."""
+    conversation = new_conversation_id()
+    ran: list[str] = []
+    refunding = Tool(
+        "refund", lambda order_id: ran.append(order_id) or "ok", requires_approval=True
+    )
+
+    async def body(store: Any) -> Any:
+        armed: list[bool] = []
+        base = type(store.chat_memory(conversation))
+
+        class Failing(base):  # type: ignore[misc, valid-type]
+            async def get_messages(self, *args: Any, **kwargs: Any) -> Any:
+                if armed and armed.pop():
+                    raise StoreUnavailableError("the store went away for one read")
+                return await super().get_messages(*args, **kwargs)
+
+        def provider(conversation_id: str) -> Any:
+            memory = store.chat_memory(conversation_id)
+            memory.__class__ = Failing
+            return memory
+
+        runner = AsyncAgentRunner(store, provider, lease_seconds=600)
+        model = AsyncScriptedChatModel([_call("c1", "refund", '{"order_id": "A1"}')])
+        suspended = await runner.run(Agent("a", model, tools=[refunding]), conversation, "refund")
+        assert suspended.status is TurnStatus.SUSPENDED
+        answering = Agent("a", AsyncScriptedChatModel([AiMessage("Refunded.")]), tools=[refunding])
+        armed.append(True)
+        with pytest.raises(StoreUnavailableError):
+            await runner.resume(answering, conversation, suspended.turn_id, {"c1": True})
+        record = await store.turn_store().load_turn(conversation, suspended.turn_id)
+        stored = await store.chat_memory(conversation).get_messages()
+        after = Agent("a", AsyncScriptedChatModel([AiMessage("Hello.")]))
+        nxt = await runner.run(after, conversation, "hello")
+        await runner.aclose()
+        return record, stored, nxt
+
+    record, stored, nxt = with_store("async-memory", request, body)
+    assert ran == []
+    assert record.status is TurnStatus.FAILED
+    assert validate_tool_protocol(stored) == []
+    forms = [m for m in stored if isinstance(m, AgentFormMessage)]
+    assert [form.status for form in forms] == ["failed"]
+    assert nxt.status is TurnStatus.COMPLETED
 
 
 def test_a_cancellation_while_a_stream_closes_goes_on(request: pytest.FixtureRequest) -> None:

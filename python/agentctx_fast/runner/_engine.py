@@ -277,7 +277,7 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
                 await self._recover(io, memory, conversation_id, stale, agent)
             run.history, run.messages = await self._split_turn(agent, memory, snapshot)
         except BaseException as error:
-            await self._abandon(run, error)
+            await self._abandon(run, error, read_turn=True)
             raise
         return run
 

@@ -133,15 +133,22 @@ class Persistence(ToolSteps):
             run, TurnStatus.FAILED, error="lease lost: the turn ran longer than its lease"
         )
 
-    async def _abandon(self, run: TurnRun, error: BaseException) -> None:
+    async def _abandon(
+        self, run: TurnRun, error: BaseException, *, read_turn: bool = False
+    ) -> None:
         """An unexpected ``error`` (a store failure, a metrics sink's) left the loop: stop
         renewing the lease, so it expires and the next run closes this turn; try to close it
         now if the store answers, and free the conversation even when closing the record
-        fails."""
+        fails. ``read_turn``: the error came before the turn's own messages were read (a
+        resume taking the turn back), so they are read first: closing it answers its open
+        calls and forms, or, if that read fails too, the turn is not closed at all."""
         if run.lease is not None:
             self._keeper.drop(run.lease)
         try:
             if run.snapshot is not None and run.snapshot.status in OPEN_STATUSES:
+                if read_turn and run.memory is not None:
+                    tail = await _turn_tail(run.memory, run.snapshot)
+                    run.messages = [msg for msg in tail if msg.turn_id == run.turn_id]
                 stopped = f"the runner stopped on an error: {type(error).__name__}"
                 await self._finish(run, TurnStatus.FAILED, error=stopped)
         except Exception:
