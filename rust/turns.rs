@@ -140,34 +140,44 @@ pub fn segment<M: Borrow<MessageInfo> + Clone>(messages: &[M]) -> Vec<(usize, us
     segmenter.finish()
 }
 
-/// Yields `(start, end)` of every turn, newest first, reading only as far back as it is pulled.
+/// Yields `(start, end)` of every turn, newest first, reading only as far back as it is pulled,
+/// with the turn's model-visible messages (newest first: the order they are read in).
 /// The same state machine as `_reference/turns.py::turns_backward`.
 pub struct TurnsBackward<M> {
     next_index: usize, // messages[..next_index] are unread
     end: usize,
     pending_user: Option<(usize, M)>,
     earliest_user: Option<usize>,
+    /// The visible message that closed the last turn yielded: the newest of the next one.
+    carried: Option<(usize, M)>,
     done: bool,
 }
 
-impl<M: Borrow<MessageInfo>> TurnsBackward<M> {
+impl<M: Borrow<MessageInfo> + Clone> TurnsBackward<M> {
     pub fn new(len: usize) -> TurnsBackward<M> {
         TurnsBackward {
             next_index: len,
             end: len,
             pending_user: None,
             earliest_user: None,
+            carried: None,
             done: false,
         }
     }
 
+    /// The next turn back, and in `turn` its model-visible messages with their indices, newest
+    /// first (`visible_turn` of the reference, reversed): each message is read once, by the
+    /// scan that finds the turn's start.
     pub fn next_turn<S: Source<Message = M>>(
         &mut self,
         source: &mut S,
+        turn: &mut Vec<(usize, M)>,
     ) -> Result<Option<(usize, usize)>, S::Error> {
+        turn.clear();
         if self.done {
             return Ok(None);
         }
+        turn.extend(self.carried.take());
         while self.next_index > 0 {
             self.next_index -= 1;
             let index = self.next_index;
@@ -176,6 +186,7 @@ impl<M: Borrow<MessageInfo>> TurnsBackward<M> {
             if !info.visible {
                 continue;
             }
+            let is_user = info.kind == Kind::User;
             let mut closed = None;
             if let Some((user_index, user)) = self.pending_user.take() {
                 let user = user.borrow();
@@ -187,44 +198,35 @@ impl<M: Borrow<MessageInfo>> TurnsBackward<M> {
                     self.earliest_user = None;
                 }
             }
-            if info.kind == Kind::User {
-                self.pending_user = Some((index, message));
+            if is_user {
+                self.pending_user = Some((index, message.clone()));
             }
             if closed.is_some() {
+                // Read before the turn's start: the newest message of the next turn.
+                self.carried = Some((index, message));
                 return Ok(closed);
             }
+            turn.push((index, message));
         }
         self.done = true;
-        if let Some((user_index, _)) = self.pending_user.take() {
-            return Ok(Some((user_index, self.end)));
+        let found = match self.pending_user.take() {
+            Some((user_index, _)) => Some((user_index, self.end)),
+            None => self.earliest_user.take().map(|start| (start, self.end)),
+        };
+        if let Some((start, _)) = found {
+            // Messages before the earliest user message of a continued turn are in no turn.
+            while turn.last().is_some_and(|(index, _)| *index < start) {
+                turn.pop();
+            }
         }
-        Ok(self.earliest_user.take().map(|start| (start, self.end)))
+        Ok(found)
     }
 }
 
-/// Replaces `turn` with the model-visible messages of `source[start..end]`.
-#[inline]
-pub fn visible_into<S: Source>(
-    source: &mut S,
-    start: usize,
-    end: usize,
-    turn: &mut Vec<(usize, S::Message)>,
-) -> Result<(), S::Error> {
-    source.visible_into(start, end, turn)
-}
-
-/// A turn is complete when it ends with a final answer and every tool call has its result.
-pub fn inferred_completed<M: Borrow<MessageInfo>>(
-    turn: &[(usize, M)],
-    has_missing_result: bool,
-) -> bool {
-    match turn.last() {
-        Some((_, last)) if !has_missing_result => {
-            let last = last.borrow();
-            last.kind == Kind::Ai && last.final_text
-        }
-        _ => false,
-    }
+/// A turn is complete when it ends with a final answer and every tool call has its result
+/// (`last`: the turn's last model-visible message).
+pub fn inferred_completed(last: &MessageInfo, has_missing_result: bool) -> bool {
+    !has_missing_result && last.kind == Kind::Ai && last.final_text
 }
 
 /// True when any AI message of the turn calls a tool or any tool result is present.
