@@ -188,7 +188,8 @@ impl<M: Borrow<MessageInfo> + Clone> TurnsBackward<M> {
             }
             let is_user = info.kind == Kind::User;
             let mut closed = None;
-            if let Some((user_index, user)) = self.pending_user.take() {
+            if let Some((user_index, user)) = &self.pending_user {
+                let user_index = *user_index;
                 let user = user.borrow();
                 if user.turn_id.is_some() && info.turn_id == user.turn_id {
                     self.earliest_user = Some(user_index);
@@ -197,6 +198,7 @@ impl<M: Borrow<MessageInfo> + Clone> TurnsBackward<M> {
                     self.end = user_index;
                     self.earliest_user = None;
                 }
+                self.pending_user = None;
             }
             if is_user {
                 self.pending_user = Some((index, message.clone()));
