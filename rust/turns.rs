@@ -238,3 +238,80 @@ pub fn has_tool_calls<M: Borrow<MessageInfo>>(turn: &[(usize, M)]) -> bool {
         (m.kind == Kind::Ai && !m.call_ids.is_empty()) || m.kind == Kind::Tool
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::VecSource;
+    use std::sync::Arc;
+
+    fn walk(seed: u64) -> impl FnMut(u64) -> u64 {
+        let mut state = seed;
+        move |bound| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % bound
+        }
+    }
+
+    #[test]
+    fn the_backward_scan_hands_over_each_turn_as_the_forward_segmentation_sees_it() {
+        // Random histories with invisible messages and turn ids that continue turns: every
+        // turn, newest first, with its model-visible messages newest first.
+        let mut next = walk(0x51_7cc1_b727_220a_u64);
+        let mut turns_seen = 0;
+        for _ in 0..3000 {
+            let len = usize::try_from(next(14)).unwrap_or(0);
+            let messages: Vec<Arc<MessageInfo>> = (0..len)
+                .map(|position| {
+                    let kind = [Kind::User, Kind::Ai, Kind::Tool, Kind::Action, Kind::System]
+                        .get(usize::try_from(next(5)).unwrap_or(0))
+                        .copied()
+                        .unwrap_or(Kind::User);
+                    let mut info = MessageInfo::new(kind, &format!("m{position}"));
+                    info.turn_id = match next(3) {
+                        0 => None,
+                        id => Some(format!("t{id}")),
+                    };
+                    // (A user message no model sees starts a turn going forward only.)
+                    if next(6) == 0 && kind != Kind::User {
+                        info.visible = !info.visible;
+                    }
+                    Arc::new(info)
+                })
+                .collect();
+            let mut expected: Vec<(usize, usize)> = segment(&messages)
+                .into_iter()
+                .map(|(start, end, _)| (start, end))
+                .collect();
+            expected.reverse();
+            let mut source = VecSource {
+                messages: messages.clone(),
+                token_counts: Vec::new(),
+                statuses: Vec::new(),
+                system_tokens: 0,
+            };
+            let mut scan = TurnsBackward::new(len);
+            let mut turn = Vec::new();
+            let mut found = Vec::new();
+            while let Ok(Some((start, end))) = scan.next_turn(&mut source, &mut turn) {
+                let visible: Vec<usize> = (start..end)
+                    .rev()
+                    .filter(|index| messages.get(*index).is_some_and(|m| m.visible))
+                    .collect();
+                let handed: Vec<usize> = turn.iter().map(|(index, _)| *index).collect();
+                assert_eq!(handed, visible, "turn {start}..{end} of {messages:?}");
+                for (index, message) in &turn {
+                    assert!(messages
+                        .get(*index)
+                        .is_some_and(|m| Arc::ptr_eq(m, message)));
+                }
+                found.push((start, end));
+            }
+            turns_seen += found.len();
+            assert_eq!(found, expected, "{messages:?}");
+        }
+        assert!(turns_seen > 3000, "only {turns_seen} turns");
+    }
+}
