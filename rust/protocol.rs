@@ -639,6 +639,7 @@ mod tests {
 
     #[test]
     fn few_distinct_is_distinctness_of_at_most_eight_ids() {
+        // Ids of every length `same_id` tells apart, enough of them for nine distinct ones.
         let pool = [
             "c0",
             "c1",
@@ -646,11 +647,22 @@ mod tests {
             "call_1",
             "call_0000000001",
             "call_0000000002",
+            "call_0000000000000000001",
+            "call_0000000000000000002",
+            "x",
+            "y",
+            "tool_a",
+            "tool_b",
         ];
         let mut next = walk(0x2545_f491_4f6c_dd1d_u64);
-        for _ in 0..20_000 {
+        for _ in 0..40_000 {
             let ids: Vec<String> = (0..next(11))
-                .map(|_| pool.get(next(6) as usize).copied().unwrap_or("").to_owned())
+                .map(|_| {
+                    pool.get(next(12) as usize)
+                        .copied()
+                        .unwrap_or("")
+                        .to_owned()
+                })
                 .collect();
             let distinct = ids
                 .iter()
