@@ -88,37 +88,15 @@ pub trait Source {
     }
     /// The message at `index`, or `CoreError::NotAMessage`.
     fn get(&mut self, index: usize) -> Result<Self::Message, Self::Error>;
-    /// Replaces `turn` with the model-visible messages of `start..end`, each with its index,
-    /// in order. A source that holds the messages already read can hand them over without
-    /// looking each one up.
-    fn visible_into(
-        &mut self,
-        start: usize,
-        end: usize,
-        turn: &mut Vec<(usize, Self::Message)>,
-    ) -> Result<(), Self::Error> {
-        turn.clear();
-        for index in start..end {
-            let message = self.get(index)?;
-            if message.borrow().visible {
-                turn.push((index, message));
-            }
-        }
-        Ok(())
-    }
     /// Estimated tokens of a view (the items are in window order). Token counts are summed
     /// in `u128`: counts are below 2**63 each, so no window's sum can overflow.
     fn tokens(&mut self, items: &[Item]) -> Result<u128, Self::Error>;
-    /// `tokens(items)` for a turn kept whole: `items` are the originals of `turn`'s messages,
-    /// in order. A source that keeps each message's count can sum them from `turn` without
-    /// looking the items up again.
-    fn turn_tokens(
-        &mut self,
-        turn: &[(usize, Self::Message)],
-        items: &[Item],
-    ) -> Result<u128, Self::Error> {
+    /// The summed tokens of a turn's messages (in any order) when the source knows every
+    /// message's count without running a caller's code; None has the turn's view counted by
+    /// `tokens`.
+    fn known_tokens(&mut self, turn: &[(usize, Self::Message)]) -> Option<u128> {
         let _ = turn;
-        self.tokens(items)
+        None
     }
     /// Tokens of the system message of the window.
     fn system_tokens(&mut self) -> Result<u128, Self::Error>;

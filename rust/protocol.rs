@@ -359,14 +359,8 @@ pub fn plainly_paired<'m>(turn: impl IntoIterator<Item = &'m MessageInfo>) -> bo
             _ if !waiting.is_empty() => return false,
             Kind::Ai => {
                 let calls = info.call_ids.as_slice();
-                if calls.len() > PLAIN_CALLS_AT_MOST {
+                if !few_distinct(calls) {
                     return false;
-                }
-                for (place, id) in calls.iter().enumerate() {
-                    let before = calls.get(..place).unwrap_or_default();
-                    if before.iter().any(|other| same_id(other, id)) {
-                        return false;
-                    }
                 }
                 waiting = calls;
             }
@@ -374,6 +368,28 @@ pub fn plainly_paired<'m>(turn: impl IntoIterator<Item = &'m MessageInfo>) -> bo
         }
     }
     waiting.is_empty()
+}
+
+/// `ids` are at most `PLAIN_CALLS_AT_MOST` distinct ids (an AI message makes one to three
+/// calls most of the time: those are compared without a loop).
+#[inline(always)]
+fn few_distinct(ids: &[String]) -> bool {
+    match ids {
+        [] | [_] => true,
+        [a, b] => !same_id(a, b),
+        [a, b, c] => !(same_id(a, b) || same_id(a, c) || same_id(b, c)),
+        _ if ids.len() > PLAIN_CALLS_AT_MOST => false,
+        _ => {
+            let mut rest = ids;
+            while let [id, later @ ..] = rest {
+                if later.iter().any(|other| same_id(id, other)) {
+                    return false;
+                }
+                rest = later;
+            }
+            true
+        }
+    }
 }
 
 /// Violations of one turn's messages, in message order; positions are in `segment`.
@@ -618,6 +634,42 @@ mod tests {
                 *violated,
                 "{turn:?}"
             );
+        }
+    }
+
+    #[test]
+    fn few_distinct_is_distinctness_of_at_most_eight_ids() {
+        // Ids of every length `same_id` tells apart, enough of them for nine distinct ones.
+        let pool = [
+            "c0",
+            "c1",
+            "call_0",
+            "call_1",
+            "call_0000000001",
+            "call_0000000002",
+            "call_0000000000000000001",
+            "call_0000000000000000002",
+            "x",
+            "y",
+            "tool_a",
+            "tool_b",
+        ];
+        let mut next = walk(0x2545_f491_4f6c_dd1d_u64);
+        for _ in 0..40_000 {
+            let ids: Vec<String> = (0..next(11))
+                .map(|_| {
+                    pool.get(next(12) as usize)
+                        .copied()
+                        .unwrap_or("")
+                        .to_owned()
+                })
+                .collect();
+            let distinct = ids
+                .iter()
+                .enumerate()
+                .all(|(place, id)| !ids.get(..place).unwrap_or_default().contains(id));
+            let expected = ids.len() <= PLAIN_CALLS_AT_MOST && distinct;
+            assert_eq!(few_distinct(&ids), expected, "{ids:?}");
         }
     }
 

@@ -140,34 +140,44 @@ pub fn segment<M: Borrow<MessageInfo> + Clone>(messages: &[M]) -> Vec<(usize, us
     segmenter.finish()
 }
 
-/// Yields `(start, end)` of every turn, newest first, reading only as far back as it is pulled.
+/// Yields `(start, end)` of every turn, newest first, reading only as far back as it is pulled,
+/// with the turn's model-visible messages (newest first: the order they are read in).
 /// The same state machine as `_reference/turns.py::turns_backward`.
 pub struct TurnsBackward<M> {
     next_index: usize, // messages[..next_index] are unread
     end: usize,
     pending_user: Option<(usize, M)>,
     earliest_user: Option<usize>,
+    /// The visible message that closed the last turn yielded: the newest of the next one.
+    carried: Option<(usize, M)>,
     done: bool,
 }
 
-impl<M: Borrow<MessageInfo>> TurnsBackward<M> {
+impl<M: Borrow<MessageInfo> + Clone> TurnsBackward<M> {
     pub fn new(len: usize) -> TurnsBackward<M> {
         TurnsBackward {
             next_index: len,
             end: len,
             pending_user: None,
             earliest_user: None,
+            carried: None,
             done: false,
         }
     }
 
+    /// The next turn back, and in `turn` its model-visible messages with their indices, newest
+    /// first (`visible_turn` of the reference, reversed): each message is read once, by the
+    /// scan that finds the turn's start.
     pub fn next_turn<S: Source<Message = M>>(
         &mut self,
         source: &mut S,
+        turn: &mut Vec<(usize, M)>,
     ) -> Result<Option<(usize, usize)>, S::Error> {
+        turn.clear();
         if self.done {
             return Ok(None);
         }
+        turn.extend(self.carried.take());
         while self.next_index > 0 {
             self.next_index -= 1;
             let index = self.next_index;
@@ -176,8 +186,10 @@ impl<M: Borrow<MessageInfo>> TurnsBackward<M> {
             if !info.visible {
                 continue;
             }
+            let is_user = info.kind == Kind::User;
             let mut closed = None;
-            if let Some((user_index, user)) = self.pending_user.take() {
+            if let Some((user_index, user)) = &self.pending_user {
+                let user_index = *user_index;
                 let user = user.borrow();
                 if user.turn_id.is_some() && info.turn_id == user.turn_id {
                     self.earliest_user = Some(user_index);
@@ -186,45 +198,37 @@ impl<M: Borrow<MessageInfo>> TurnsBackward<M> {
                     self.end = user_index;
                     self.earliest_user = None;
                 }
+                self.pending_user = None;
             }
-            if info.kind == Kind::User {
-                self.pending_user = Some((index, message));
+            if is_user {
+                self.pending_user = Some((index, message.clone()));
             }
             if closed.is_some() {
+                // Read before the turn's start: the newest message of the next turn.
+                self.carried = Some((index, message));
                 return Ok(closed);
             }
+            turn.push((index, message));
         }
         self.done = true;
-        if let Some((user_index, _)) = self.pending_user.take() {
-            return Ok(Some((user_index, self.end)));
+        let found = match self.pending_user.take() {
+            Some((user_index, _)) => Some((user_index, self.end)),
+            None => self.earliest_user.take().map(|start| (start, self.end)),
+        };
+        if let Some((start, _)) = found {
+            // Messages before the earliest user message of a continued turn are in no turn.
+            while turn.last().is_some_and(|(index, _)| *index < start) {
+                turn.pop();
+            }
         }
-        Ok(self.earliest_user.take().map(|start| (start, self.end)))
+        Ok(found)
     }
 }
 
-/// Replaces `turn` with the model-visible messages of `source[start..end]`.
-#[inline]
-pub fn visible_into<S: Source>(
-    source: &mut S,
-    start: usize,
-    end: usize,
-    turn: &mut Vec<(usize, S::Message)>,
-) -> Result<(), S::Error> {
-    source.visible_into(start, end, turn)
-}
-
-/// A turn is complete when it ends with a final answer and every tool call has its result.
-pub fn inferred_completed<M: Borrow<MessageInfo>>(
-    turn: &[(usize, M)],
-    has_missing_result: bool,
-) -> bool {
-    match turn.last() {
-        Some((_, last)) if !has_missing_result => {
-            let last = last.borrow();
-            last.kind == Kind::Ai && last.final_text
-        }
-        _ => false,
-    }
+/// A turn is complete when it ends with a final answer and every tool call has its result
+/// (`last`: the turn's last model-visible message).
+pub fn inferred_completed(last: &MessageInfo, has_missing_result: bool) -> bool {
+    !has_missing_result && last.kind == Kind::Ai && last.final_text
 }
 
 /// True when any AI message of the turn calls a tool or any tool result is present.
@@ -233,4 +237,81 @@ pub fn has_tool_calls<M: Borrow<MessageInfo>>(turn: &[(usize, M)]) -> bool {
         let m = m.borrow();
         (m.kind == Kind::Ai && !m.call_ids.is_empty()) || m.kind == Kind::Tool
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::VecSource;
+    use std::sync::Arc;
+
+    fn walk(seed: u64) -> impl FnMut(u64) -> u64 {
+        let mut state = seed;
+        move |bound| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % bound
+        }
+    }
+
+    #[test]
+    fn the_backward_scan_hands_over_each_turn_as_the_forward_segmentation_sees_it() {
+        // Random histories with invisible messages and turn ids that continue turns: every
+        // turn, newest first, with its model-visible messages newest first.
+        let mut next = walk(0x51_7cc1_b727_220a_u64);
+        let mut turns_seen = 0;
+        for _ in 0..3000 {
+            let len = usize::try_from(next(14)).unwrap_or(0);
+            let messages: Vec<Arc<MessageInfo>> = (0..len)
+                .map(|position| {
+                    let kind = [Kind::User, Kind::Ai, Kind::Tool, Kind::Action, Kind::System]
+                        .get(usize::try_from(next(5)).unwrap_or(0))
+                        .copied()
+                        .unwrap_or(Kind::User);
+                    let mut info = MessageInfo::new(kind, &format!("m{position}"));
+                    info.turn_id = match next(3) {
+                        0 => None,
+                        id => Some(format!("t{id}")),
+                    };
+                    // (A user message no model sees starts a turn going forward only.)
+                    if next(6) == 0 && kind != Kind::User {
+                        info.visible = !info.visible;
+                    }
+                    Arc::new(info)
+                })
+                .collect();
+            let mut expected: Vec<(usize, usize)> = segment(&messages)
+                .into_iter()
+                .map(|(start, end, _)| (start, end))
+                .collect();
+            expected.reverse();
+            let mut source = VecSource {
+                messages: messages.clone(),
+                token_counts: Vec::new(),
+                statuses: Vec::new(),
+                system_tokens: 0,
+            };
+            let mut scan = TurnsBackward::new(len);
+            let mut turn = Vec::new();
+            let mut found = Vec::new();
+            while let Ok(Some((start, end))) = scan.next_turn(&mut source, &mut turn) {
+                let visible: Vec<usize> = (start..end)
+                    .rev()
+                    .filter(|index| messages.get(*index).is_some_and(|m| m.visible))
+                    .collect();
+                let handed: Vec<usize> = turn.iter().map(|(index, _)| *index).collect();
+                assert_eq!(handed, visible, "turn {start}..{end} of {messages:?}");
+                for (index, message) in &turn {
+                    assert!(messages
+                        .get(*index)
+                        .is_some_and(|m| Arc::ptr_eq(m, message)));
+                }
+                found.push((start, end));
+            }
+            turns_seen += found.len();
+            assert_eq!(found, expected, "{messages:?}");
+        }
+        assert!(turns_seen > 3000, "only {turns_seen} turns");
+    }
 }

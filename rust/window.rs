@@ -4,7 +4,7 @@
 use crate::error::CoreError;
 use crate::model::{Item, Kind, MessageInfo, Source};
 use crate::protocol::{plainly_paired, OpenCalls, Violation, ViolationKind};
-use crate::turns::{has_tool_calls, inferred_completed, visible_into, TurnsBackward};
+use crate::turns::{has_tool_calls, inferred_completed, TurnsBackward};
 use std::borrow::Borrow;
 
 /// The window options of SPEC §5 as the core takes them (the binding reads them from the
@@ -123,10 +123,10 @@ fn repaired<M: Borrow<MessageInfo>>(
 /// message between windows, only room.
 #[derive(Debug, Default)]
 pub struct Buffers {
-    current: Vec<Item>,
-    views: Vec<Item>,
-    kept: Vec<(usize, usize, u128)>,
     items: Vec<Item>,
+    /// A view in window order, for a source that counts its tokens (`items` is built newest
+    /// first).
+    forward: Vec<Item>,
     /// Room for the turn being read: a turn's messages are borrowed for one window, so the
     /// room is kept as plain words between windows (see `recycle`).
     turn: Vec<(usize, usize)>,
@@ -153,17 +153,37 @@ impl Buffers {
     }
 
     fn trim(&mut self) {
-        for buffer in [&mut self.current, &mut self.views] {
-            if buffer.capacity() > KEPT_AT_MOST {
-                *buffer = Vec::new();
-            }
-        }
-        if self.kept.capacity() > KEPT_AT_MOST {
-            self.kept = Vec::new();
+        if self.forward.capacity() > KEPT_AT_MOST {
+            self.forward = Vec::new();
         }
         if self.turn.capacity() > KEPT_AT_MOST {
             self.turn = Vec::new();
         }
+    }
+}
+
+/// Tokens of `view`, a view of the window newest first, counted by the source in window order.
+fn counted<S: Source>(
+    source: &mut S,
+    view: &[Item],
+    forward: &mut Vec<Item>,
+) -> Result<u128, S::Error> {
+    forward.clear();
+    forward.extend(view.iter().rev());
+    source.tokens(forward)
+}
+
+/// Tokens of `turn` kept whole (`view` holds its originals, newest first): the sum of counts
+/// the source already knows, else the source's count of the view.
+fn whole_tokens<S: Source>(
+    source: &mut S,
+    turn: &[(usize, S::Message)],
+    view: &[Item],
+    forward: &mut Vec<Item>,
+) -> Result<u128, S::Error> {
+    match source.known_tokens(turn) {
+        Some(known) => Ok(known),
+        None => counted(source, view, forward),
     }
 }
 
@@ -174,8 +194,10 @@ pub fn select<S: Source>(source: &mut S, options: &WindowOptions) -> Result<Wind
 
 /// `select`, working in `buffers`.
 ///
-/// Buffers are shared by the turns (one turn, one set of open calls, one list of kept views),
-/// so a window allocates a handful of times whatever the number of turns it attaches.
+/// Buffers are shared by the turns (one turn, one set of open calls, the window's items), so a
+/// window allocates a handful of times whatever the number of turns it attaches. A turn comes
+/// newest first, as the backward scan reads it, and so does its view: the window's items are
+/// built newest first and put in window order once, at the end.
 pub fn select_in<S: Source>(
     source: &mut S,
     options: &WindowOptions,
@@ -183,50 +205,46 @@ pub fn select_in<S: Source>(
 ) -> Result<Window, S::Error> {
     buffers.trim();
     let mut turns = TurnsBackward::new(source.len());
-    let Some((current_start, current_end)) = turns.next_turn(source)? else {
-        return Err(CoreError::NoUserMessage.into());
-    };
     let mut turn: Turn<S::Message> = recycle(std::mem::take(&mut buffers.turn));
     turn.reserve(16);
-    visible_into(source, current_start, current_end, &mut turn)?;
-    let current_items = &mut buffers.current;
-    current_items.clear();
-    current_items.extend(originals(&turn));
+    let Some((current_start, _)) = turns.next_turn(source, &mut turn)? else {
+        return Err(CoreError::NoUserMessage.into());
+    };
+    let forward = &mut buffers.forward;
+    // At most 1 KiB up front: allocators serve small blocks from per-thread caches, and a
+    // window usually holds a few dozen messages.
+    let mut items = std::mem::take(&mut buffers.items);
+    items.clear();
+    items.reserve(options.max_attached_messages.min(40));
+    items.extend(originals(&turn));
     let system_tokens = if options.has_system {
         source.system_tokens()?
     } else {
         0
     };
-    let mut total_messages = current_items.len();
-    let mut total_tokens = system_tokens.saturating_add(source.turn_tokens(&turn, current_items)?);
-    // The views of kept turns, newest turn first, and (history position, length, tokens) of each.
-    // At most 1 KiB up front: allocators serve small blocks from per-thread caches, and a
-    // window usually holds a few dozen messages.
-    let views = &mut buffers.views;
-    views.clear();
-    views.reserve(options.max_attached_messages.min(40));
-    let kept = &mut buffers.kept;
-    kept.clear();
-    kept.reserve(options.max_attached_turns.min(64));
+    let mut total_messages = items.len();
+    let mut total_tokens =
+        system_tokens.saturating_add(whole_tokens(source, &turn, &items, forward)?);
     let mut repairs_by_turn: Vec<Vec<Violation>> = Vec::new(); // newest first
     let mut open = OpenCalls::new();
     let mut violations = Vec::new();
     let (mut attached, mut compacted, mut seen) = (0usize, 0usize, 0usize);
+    let (mut older_count, mut older_tokens) = (0usize, 0u128);
     let mut cut_by = None;
     let mut unread_end = current_start;
-    while let Some((start, end)) = turns.next_turn(source)? {
+    while let Some((start, _)) = turns.next_turn(source, &mut turn)? {
         seen += 1;
         unread_end = start;
         if seen > options.max_attached_turns {
             cut_by = Some(CutBy::Turns);
             break;
         }
-        visible_into(source, start, end, &mut turn)?;
         violations.clear();
-        if !plainly_paired(turn.iter().map(|(_, m)| m.borrow())) {
-            open.validate_into(turn.iter().map(|(_, m)| m.clone()), &mut violations);
+        // In history order, the turn is `turn.iter().rev()`.
+        if !plainly_paired(turn.iter().rev().map(|(_, m)| m.borrow())) {
+            open.validate_into(turn.iter().rev().map(|(_, m)| m.clone()), &mut violations);
         }
-        let (Some((first_index, first)), Some((last_index, last))) = (turn.first(), turn.last())
+        let (Some((last_index, last)), Some((first_index, first))) = (turn.first(), turn.last())
         else {
             continue; // unreachable: a turn starts with its user message
         };
@@ -240,7 +258,7 @@ pub fn select_in<S: Source>(
         let is_completed = match recorded {
             Some(done) => done,
             None => inferred_completed(
-                &turn,
+                last,
                 violations
                     .iter()
                     .any(|v| v.kind == ViolationKind::MissingResult),
@@ -255,24 +273,28 @@ pub fn select_in<S: Source>(
             && violations
                 .iter()
                 .any(|v| v.kind == ViolationKind::DuplicateCallId);
-        let view_start = views.len();
+        let view_start = items.len();
         let whole = !is_compacted && !left_out && violations.is_empty();
         if is_compacted {
-            views.extend([Item::Original(first_index), Item::Original(last_index)]);
+            items.extend([Item::Original(last_index), Item::Original(first_index)]);
         } else if left_out {
             // The turn is repaired by leaving it out.
         } else if whole {
-            views.extend(originals(&turn));
+            items.extend(originals(&turn));
         } else {
-            repaired(&turn, &violations, views);
+            turn.reverse(); // history order: the violations' positions count in it
+            repaired(&turn, &violations, &mut items);
+            if let Some(view) = items.get_mut(view_start..) {
+                view.reverse();
+            }
         }
-        let view = views.get(view_start..).unwrap_or_default();
+        let view = items.get(view_start..).unwrap_or_default();
         let view_tokens = if view.is_empty() {
             0
         } else if whole {
-            source.turn_tokens(&turn, view)?
+            whole_tokens(source, &turn, view, forward)?
         } else {
-            source.tokens(view)?
+            counted(source, view, forward)?
         };
         let view_len = view.len();
         if options
@@ -280,12 +302,12 @@ pub fn select_in<S: Source>(
             .is_some_and(|budget| total_tokens.saturating_add(view_tokens) > budget)
         {
             cut_by = Some(CutBy::Tokens);
-            views.truncate(view_start);
+            items.truncate(view_start);
             break;
         }
         if total_messages + view_len > options.max_attached_messages {
             cut_by = Some(CutBy::Messages);
-            views.truncate(view_start);
+            items.truncate(view_start);
             break;
         }
         total_messages += view_len;
@@ -296,24 +318,13 @@ pub fn select_in<S: Source>(
         if !left_out {
             attached += 1;
             compacted += usize::from(is_compacted);
-            kept.push((seen, view_len, view_tokens));
+            if seen > options.compression_keep_recent_turns {
+                older_count += view_len;
+                older_tokens = older_tokens.saturating_add(view_tokens);
+            }
         }
     }
-    let mut items = std::mem::take(&mut buffers.items);
-    items.clear();
-    items.reserve(total_messages);
-    let (mut older_count, mut older_tokens) = (0usize, 0u128);
-    let mut view_end = views.len();
-    for &(position, view_len, view_tokens) in kept.iter().rev() {
-        let view_start = view_end.saturating_sub(view_len);
-        if position > options.compression_keep_recent_turns {
-            older_count += view_len;
-            older_tokens = older_tokens.saturating_add(view_tokens);
-        }
-        items.extend_from_slice(views.get(view_start..view_end).unwrap_or_default());
-        view_end = view_start;
-    }
-    items.extend_from_slice(current_items);
+    items.reverse();
     buffers.turn = recycle(turn);
     Ok(Window {
         items,

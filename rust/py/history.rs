@@ -256,7 +256,7 @@ impl<'a, 'py> History<'a, 'py> {
     ///
     /// Every original item was read, and is kept by the reads: the backward scan reads from the
     /// end without a gap (so into `tail`), the leading system scan from the front without a gap
-    /// (so into `head`), and every other read (`visible_into`, a caller's core, a token count)
+    /// (so into `head`), and every other read (a caller's core, a token count)
     /// is of a message that scan read. The selection puts each index in at most one place
     /// (turns are disjoint, a compacted turn keeps its first and last, distinct, messages),
     /// and never the leading system message's (`take_leading_system` took it; it comes before
@@ -366,40 +366,6 @@ impl<'a, 'py> Source for History<'a, 'py> {
         Ok(CoreView(self.read(index)?.core.get()))
     }
 
-    #[inline(always)]
-    fn visible_into(
-        &mut self,
-        start: usize,
-        end: usize,
-        turn: &mut Vec<(usize, CoreView<'a>)>,
-    ) -> Result<(), Failure> {
-        turn.clear();
-        // A turn the backward scan read sits in `tail`, newest first: handed over as it is.
-        let read = match (
-            self.items.len.checked_sub(end),
-            self.items.len.checked_sub(start),
-        ) {
-            (Some(newest), Some(past_oldest)) => self.tail.get(newest..past_oldest),
-            _ => None,
-        };
-        if let Some(read) = read {
-            for (index, read) in (start..).zip(read.iter().rev()) {
-                let core = read.core.get();
-                if core.info.visible {
-                    turn.push((index, CoreView(core)));
-                }
-            }
-            return Ok(());
-        }
-        for index in start..end {
-            let message = self.get(index)?;
-            if message.0.info.visible {
-                turn.push((index, message));
-            }
-        }
-        Ok(())
-    }
-
     fn tokens(&mut self, items: &[Item]) -> Result<u128, Failure> {
         if let Some(estimator) = self.count_tokens.clone() {
             let mut objects = Vec::with_capacity(items.len());
@@ -428,23 +394,16 @@ impl<'a, 'py> Source for History<'a, 'py> {
         Ok(total)
     }
 
-    fn turn_tokens(
-        &mut self,
-        turn: &[(usize, CoreView<'a>)],
-        items: &[Item],
-    ) -> Result<u128, Failure> {
-        if self.count_tokens.is_none() {
-            let mut total = 0u128;
-            for (_, message) in turn {
-                match message.0.known_tokens() {
-                    Some(known) => total += u128::from(known),
-                    // One not counted yet: every message counted as `tokens` counts them.
-                    None => return self.tokens(items),
-                }
-            }
-            return Ok(total);
+    fn known_tokens(&mut self, turn: &[(usize, CoreView<'a>)]) -> Option<u128> {
+        if self.count_tokens.is_some() {
+            return None;
         }
-        self.tokens(items)
+        let mut total = 0u128;
+        for (_, message) in turn {
+            // One not counted yet: every message counted as `tokens` counts them.
+            total += u128::from(message.0.known_tokens()?);
+        }
+        Some(total)
     }
 
     fn system_tokens(&mut self) -> Result<u128, Failure> {
