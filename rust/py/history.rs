@@ -9,6 +9,7 @@ use crate::model::{Item, MessageInfo, Source};
 use crate::tokens::missing_result_tokens;
 use crate::window::{leading_system, missing_result_id, recycle, MISSING_RESULT_TEXT};
 use pyo3::exceptions::PyRuntimeError;
+use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
@@ -240,13 +241,14 @@ impl<'a, 'py> History<'a, 'py> {
     /// The read message at `index` if the window read it (no read: no Python code runs).
     #[inline(always)]
     fn cached(&self, index: usize) -> Option<&'a Read<'py>> {
-        if index < self.head_len {
-            if let Some(read) = self.head_read(index) {
-                return Some(read);
-            }
-        }
         let from_end = self.items.len.checked_sub(index + 1)?;
-        self.tail.get(from_end).copied()
+        if let Some(read) = self.tail.get(from_end) {
+            return Some(read);
+        }
+        if index < self.head_len {
+            return self.head_read(index);
+        }
+        None
     }
 
     /// The window's messages as its list, `system` first then `items`: the synthetic results
@@ -277,31 +279,24 @@ impl<'a, 'py> History<'a, 'py> {
             }
         }
         let py = self.py();
-        let first = usize::from(system.is_some());
-        let mut system = system;
+        let mut list = Fill::new(py, usize::from(system.is_some()) + items.len())?;
         let mut complete = true;
-        let this = &self;
-        let list = PyList::new(
-            py,
-            (0..first + items.len()).map(|place| -> Bound<'py, PyAny> {
-                if let Some(system) = system.take() {
-                    return system;
+        if let Some(system) = system {
+            list.push(system)?;
+        }
+        for item in items {
+            let object = match *item {
+                Item::Original(index) => self.cached(index).and_then(|read| read.object.take()),
+                Item::MissingResult { caller, call } => {
+                    self.synthetic.get(&(caller, call)).cloned()
                 }
-                let object = match items.get(place.wrapping_sub(first)) {
-                    Some(Item::Original(index)) => {
-                        this.cached(*index).and_then(|read| read.object.take())
-                    }
-                    Some(Item::MissingResult { caller, call }) => {
-                        this.synthetic.get(&(*caller, *call)).cloned()
-                    }
-                    None => None,
-                };
-                object.unwrap_or_else(|| {
-                    complete = false;
-                    py.None().into_bound(py)
-                })
-            }),
-        )?;
+            };
+            list.push(object.unwrap_or_else(|| {
+                complete = false;
+                py.None().into_bound(py)
+            }))?;
+        }
+        let list = list.finish()?;
         if !complete {
             return Err(given_away());
         }
@@ -476,6 +471,65 @@ impl<'a, 'py> Source for History<'a, 'py> {
         }
         let status = statuses.get_item(&key)?;
         Ok(Some(status.eq(self.library.completed.bind(py))?))
+    }
+}
+
+/// A new list of a known length, filled in order while no Python code runs: until `finish`
+/// checks every place was filled, it is seen by no Python code (its empty places are NULL,
+/// which only the list's own deallocation may meet, as it does when filling fails).
+struct Fill<'py> {
+    list: Bound<'py, PyList>,
+    len: usize,
+    filled: usize,
+}
+
+impl<'py> Fill<'py> {
+    fn new(py: Python<'py>, len: usize) -> PyResult<Self> {
+        let size = ffi::Py_ssize_t::try_from(len)?;
+        // SAFETY: PyList_New returns a new reference, or NULL with an exception set.
+        let list = unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyList_New(size)) }?;
+        Ok(Fill {
+            list: list.cast_into::<PyList>()?,
+            len,
+            filled: 0,
+        })
+    }
+
+    /// Puts `object` in the next place, handing the reference over to the list.
+    #[inline(always)]
+    fn push(&mut self, object: Bound<'py, PyAny>) -> PyResult<()> {
+        let place = self.filled;
+        // The place is below `len` (checked here), so a Py_ssize_t.
+        if place >= self.len {
+            return Err(PyRuntimeError::new_err(
+                "agentctx_fast: a window's list overflowed",
+            ));
+        }
+        // SAFETY: the list is ours and `place` is inside it; PyList_SetItem steals the
+        // reference to `object` (even when it fails) and returns -1 with an exception set on
+        // failure.
+        let status = unsafe {
+            ffi::PyList_SetItem(
+                self.list.as_ptr(),
+                place as ffi::Py_ssize_t,
+                object.into_ptr(),
+            )
+        };
+        if status < 0 {
+            return Err(PyErr::fetch(self.list.py()));
+        }
+        self.filled = place + 1;
+        Ok(())
+    }
+
+    /// The list, once every place is filled.
+    fn finish(self) -> PyResult<Bound<'py, PyList>> {
+        if self.filled != self.len {
+            return Err(PyRuntimeError::new_err(
+                "agentctx_fast: a window's list was left short",
+            ));
+        }
+        Ok(self.list)
     }
 }
 
