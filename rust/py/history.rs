@@ -4,7 +4,7 @@
 
 use super::errors::{invalid_message_type, type_name, Failure, Where};
 use super::library::Library;
-use super::message::{core_of, tokens, MessageCore};
+use super::message::{core_of, may_run_python, python_mark, tokens, MessageCore};
 use crate::model::{Item, MessageInfo, Source};
 use crate::tokens::missing_result_tokens;
 use crate::window::{leading_system, missing_result_id, recycle, MISSING_RESULT_TEXT};
@@ -135,6 +135,8 @@ pub struct History<'a, 'py> {
     pub count_tokens: Option<Bound<'py, PyAny>>,
     pub statuses: Option<Bound<'py, PyAny>>,
     synthetic: HashMap<(usize, usize), Bound<'py, PyAny>>,
+    /// `python_mark()` before the first read.
+    first_read_mark: Option<u64>,
 }
 
 impl<'a, 'py> History<'a, 'py> {
@@ -159,6 +161,7 @@ impl<'a, 'py> History<'a, 'py> {
             count_tokens: None,
             statuses: None,
             synthetic: HashMap::new(),
+            first_read_mark: python_mark(),
         })
     }
 
@@ -279,6 +282,9 @@ impl<'a, 'py> History<'a, 'py> {
             }
         }
         let py = self.py();
+        if let Some(run) = self.quiet_run(items, synthetic) {
+            return Ok(self.run_of_the_list(run, system)?);
+        }
         let mut list = Fill::new(py, usize::from(system.is_some()) + items.len())?;
         let mut complete = true;
         if let Some(system) = system {
@@ -307,6 +313,72 @@ impl<'a, 'py> History<'a, 'py> {
         Ok(list)
     }
 
+    /// The window's items as `start..end` of the caller's exact list, when that slice is
+    /// exactly the messages the window read: the items are one run of originals, and no Python
+    /// code can have run since the first read (no statuses, no estimator, no synthetic result,
+    /// no read or count that took a path which may run Python code), so nothing changed the
+    /// list since.
+    fn quiet_run(&self, items: &[Item], synthetic: bool) -> Option<(usize, usize)> {
+        if synthetic || self.statuses.is_some() || self.count_tokens.is_some() {
+            return None;
+        }
+        self.items.list.as_ref()?;
+        let Some(Item::Original(start)) = items.first() else {
+            return None;
+        };
+        let mut end = *start;
+        for item in items {
+            if *item != Item::Original(end) {
+                return None;
+            }
+            end += 1;
+        }
+        match (self.first_read_mark, python_mark()) {
+            (Some(first), Some(now)) if first == now && end <= self.items.len => {
+                Some((*start, end))
+            }
+            _ => None,
+        }
+    }
+
+    /// The window's list from `run` of the caller's list (`quiet_run`), `system` first. The
+    /// collector is off while the slice is made: its list is a new object, whose allocation may
+    /// start a collection, whose finalizers could change the caller's list mid-copy. The reads
+    /// keep their messages (dropped with them).
+    #[cold]
+    fn run_of_the_list(
+        &self,
+        (start, end): (usize, usize),
+        system: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let Some(source) = &self.items.list else {
+            return Err(PyRuntimeError::new_err(
+                "agentctx_fast: a window's run is of no list",
+            ));
+        };
+        let py = source.py();
+        let (low, high) = (
+            ffi::Py_ssize_t::try_from(start)?,
+            ffi::Py_ssize_t::try_from(end)?,
+        );
+        // SAFETY: PyGC_Disable / PyGC_Enable only switch the collector (the previous state is
+        // restored); PyList_GetSlice reads a list we hold and returns a new reference, or NULL
+        // with an exception set. No Python code runs in between.
+        let slice = unsafe {
+            let was_enabled = ffi::PyGC_Disable();
+            let slice = ffi::PyList_GetSlice(source.as_ptr(), low, high);
+            if was_enabled != 0 {
+                ffi::PyGC_Enable();
+            }
+            Bound::from_owned_ptr_or_err(py, slice)
+        }?
+        .cast_into::<PyList>()?;
+        if let Some(system) = system {
+            slice.insert(0, system)?;
+        }
+        Ok(slice)
+    }
+
     /// The synthetic result closing call `call` of the AI message at `caller`, made once,
     /// from the caller's core (never from the list again).
     #[cold]
@@ -314,6 +386,7 @@ impl<'a, 'py> History<'a, 'py> {
         if let Some(existing) = self.synthetic.get(&(caller, call)) {
             return Ok(existing.clone());
         }
+        may_run_python();
         let py = self.py();
         let info = &self.read(caller)?.core.get().info;
         let (Some(call_id), Some(name)) = (info.call_ids.get(call), info.call_names.get(call))
@@ -342,6 +415,7 @@ impl<'a, 'py> History<'a, 'py> {
         estimator: &Bound<'py, PyAny>,
         objects: Vec<Bound<'py, PyAny>>,
     ) -> Result<u128, Failure> {
+        may_run_python();
         let list = PyList::new(self.py(), objects)?;
         // The shared layer checked the count: an int from 0 to 2**63 - 1.
         Ok(u128::from(estimator.call1((list,))?.extract::<u64>()?))
