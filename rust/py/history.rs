@@ -1,6 +1,10 @@
 //! A caller's history as the core's `Source`: read by index, each index at most once, so what
 //! a window saw of a message stays what it saw, whatever Python code (a status's `__eq__`, an
 //! estimator) does to the list meanwhile. `_reference/turns.py::History` reads the same way.
+//! The one exception, a window's list sliced from the caller's list (`History::into_list`),
+//! is taken only when no Python code can have run since the first read: the slice then holds
+//! exactly the messages read. Every path here that may run Python code (a property, a
+//! callback, a new Python object) calls `may_run_python` first.
 
 use super::errors::{invalid_message_type, type_name, Failure, Where};
 use super::library::Library;
@@ -268,6 +272,10 @@ impl<'a, 'py> History<'a, 'py> {
     /// the first user message, so before every turn).
     /// Were either broken, the fill finds the message gone, puts None in its place, and the
     /// window fails with `given_away` (a bug of this file) rather than return that list.
+    ///
+    /// A window whose items are one run of an exact list, built while no Python code ran, is
+    /// that slice of the list instead (`quiet_run`): the list still holds exactly the messages
+    /// read there, and one slice costs less than a place filled per message.
     pub fn into_list(
         mut self,
         items: &[Item],
@@ -281,10 +289,24 @@ impl<'a, 'py> History<'a, 'py> {
                 }
             }
         }
-        let py = self.py();
-        if let Some(run) = self.quiet_run(items, synthetic) {
-            return Ok(self.run_of_the_list(run, system)?);
+        let list = match self.quiet_run(items, synthetic) {
+            Some(run) => self.run_of_the_list(run, system)?,
+            None => self.filled(items, system)?,
+        };
+        let tail = std::mem::take(&mut self.tail);
+        if tail.capacity() <= TAIL_KEPT_AT_MOST {
+            let _ = TAIL_ROOM.try_with(|room| room.set(recycle(tail))); // none at thread exit
         }
+        Ok(list)
+    }
+
+    /// The window's list filled with each message read, handed over to it.
+    fn filled(
+        &self,
+        items: &[Item],
+        system: Option<Bound<'py, PyAny>>,
+    ) -> Result<Bound<'py, PyList>, Failure> {
+        let py = self.py();
         let mut list = Fill::new(py, usize::from(system.is_some()) + items.len())?;
         let mut complete = true;
         if let Some(system) = system {
@@ -305,10 +327,6 @@ impl<'a, 'py> History<'a, 'py> {
         let list = list.finish()?;
         if !complete {
             return Err(given_away());
-        }
-        let tail = std::mem::take(&mut self.tail);
-        if tail.capacity() <= TAIL_KEPT_AT_MOST {
-            let _ = TAIL_ROOM.try_with(|room| room.set(recycle(tail))); // none at thread exit
         }
         Ok(list)
     }
@@ -345,7 +363,6 @@ impl<'a, 'py> History<'a, 'py> {
     /// collector is off while the slice is made: its list is a new object, whose allocation may
     /// start a collection, whose finalizers could change the caller's list mid-copy. The reads
     /// keep their messages (dropped with them).
-    #[cold]
     fn run_of_the_list(
         &self,
         (start, end): (usize, usize),
@@ -357,8 +374,15 @@ impl<'a, 'py> History<'a, 'py> {
             ));
         };
         let py = source.py();
+        // With a system message, the slice starts a place early when it can, and the system
+        // message takes that place: no list grows to make room for it. The message it stood
+        // for never leaves this function (whatever it is, nothing of it runs).
+        let from = match system {
+            Some(_) if start > 0 => start - 1,
+            _ => start,
+        };
         let (low, high) = (
-            ffi::Py_ssize_t::try_from(start)?,
+            ffi::Py_ssize_t::try_from(from)?,
             ffi::Py_ssize_t::try_from(end)?,
         );
         // SAFETY: PyGC_Disable / PyGC_Enable only switch the collector (the previous state is
@@ -374,7 +398,13 @@ impl<'a, 'py> History<'a, 'py> {
         }?
         .cast_into::<PyList>()?;
         if let Some(system) = system {
-            slice.insert(0, system)?;
+            if from < start {
+                // The message it replaces is still held by the caller's list (no Python code
+                // ran since the slice): dropping the slice's reference frees nothing.
+                slice.set_item(0, system)?;
+            } else {
+                slice.insert(0, system)?;
+            }
         }
         Ok(slice)
     }
