@@ -576,6 +576,27 @@ assert seen == {True}, seen
 show("after the swap", lambda: build_window(messages))
 """
 
+# A property that runs while a window reads its message (its core not kept yet) swaps a
+# message the window read before: the window is the messages it read and counted, never the
+# list as the property left it (a window whose items are one run of the list must not be
+# sliced from the list once Python code ran).
+SCENARIOS["property_swaps_a_read_message_during_a_window"] = HISTORY + OVERRIDE + """
+messages = history()
+del messages[1:5]  # no repairs: the window is one run of the history
+swapped = UserMessage("A much longer question that replaced the last one", message_id="swap")
+build_window(messages), build_window(messages[:-1] + [swapped])  # every core kept
+
+class Meddling(AiMessage):
+    def _visible(self):
+        messages[-1] = swapped  # read already: the scan goes backwards
+        return True
+    model_visible = override(_visible)
+
+messages[-2] = Meddling("It is late.", message_id="f2", turn_id="t2")
+show("window", lambda: build_window(messages))
+show("after the swap", lambda: build_window(messages))
+"""
+
 # Copies, deep copies and pickles of messages whose core was cached.
 SCENARIOS["copies_and_pickles"] = HISTORY + """
 import copy, pickle

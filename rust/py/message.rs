@@ -17,6 +17,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyType};
 use std::borrow::Borrow;
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A message's core, kept in its `_core` slot. Frozen and opaque: Python code can neither
@@ -57,6 +58,29 @@ impl Borrow<MessageInfo> for MessageCore {
     }
 }
 
+thread_local! {
+    /// How many times this thread's reads reached a path that may run Python code (a
+    /// property, a metaclass's `__subclasscheck__`, the collector on a new core): a window
+    /// that sees it unchanged from its first read to its list knows no Python code ran in
+    /// between, so the caller's list still holds exactly the messages it read.
+    static MAY_HAVE_RUN_PYTHON: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Records that Python code may run now (each path of this extension that calls a method,
+/// a property, a callback, or makes a Python object, between a window's first read and its
+/// list, calls this first).
+#[inline]
+pub fn may_run_python() {
+    let _ = MAY_HAVE_RUN_PYTHON.try_with(|count| count.set(count.get().wrapping_add(1)));
+}
+
+/// The count `may_run_python` moves: equal at two moments (and not None), no path that may
+/// run Python code was taken between them on this thread.
+#[inline]
+pub fn python_mark() -> Option<u64> {
+    MAY_HAVE_RUN_PYTHON.try_with(Cell::get).ok()
+}
+
 /// The kind of `message`, or `InvalidMessageTypeError` naming `at`.
 #[inline]
 pub fn kind_of(
@@ -76,6 +100,7 @@ fn kind_of_subclass(
     class: &Bound<'_, PyType>,
     at: Where<'_>,
 ) -> Result<Kind, Failure> {
+    may_run_python();
     let py = class.py();
     let name = || class.name().map(|n| n.to_string()).unwrap_or_default();
     if !class.is_subclass(library.message.bind(py))? {
@@ -128,6 +153,7 @@ fn core_of_any<'py>(
     message: &Bound<'py, PyAny>,
     at: Where<'_>,
 ) -> Result<Bound<'py, MessageCore>, Failure> {
+    may_run_python();
     let kind = kind_of(library, message, at)?;
     let slot = core_slot(library, kind)?;
     match slot.read(message) {
@@ -311,6 +337,7 @@ fn count_and_keep(
     core: &MessageCore,
     at: Where<'_>,
 ) -> Result<u64, Failure> {
+    may_run_python();
     let counted = count_message(library, message, core.info.kind, at)?;
     core.tokens.store(counted, Ordering::Relaxed);
     Ok(counted)
