@@ -104,6 +104,18 @@ pub trait Source {
     fn recorded_completed(&mut self, turn_id: &str) -> Result<Option<bool>, Self::Error>;
 }
 
+/// A deterministic xorshift walk from `seed`, for tests: each call, a number below `bound`.
+#[cfg(test)]
+pub fn walk(seed: u64) -> impl FnMut(u64) -> u64 {
+    let mut state = seed;
+    move |bound| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % bound
+    }
+}
+
 /// A plain in-memory source, for tests and for callers that already hold every message.
 pub struct VecSource {
     pub messages: Vec<Arc<MessageInfo>>,

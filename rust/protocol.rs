@@ -413,6 +413,7 @@ pub fn validate<M: Borrow<MessageInfo> + Clone>(messages: &[M]) -> Vec<Violation
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::walk;
 
     fn ai(id: &str, calls: &[&str]) -> MessageInfo {
         let mut info = MessageInfo::new(Kind::Ai, id);
@@ -461,17 +462,6 @@ mod tests {
         }
         all.sort_by_key(|v| (v.0, v.1));
         all.into_iter().map(|(_, _, k, m, id)| (k, m, id)).collect()
-    }
-
-    /// A deterministic xorshift walk from ``seed``: each call, a number below ``bound``.
-    fn walk(seed: u64) -> impl FnMut(u64) -> u64 {
-        let mut state = seed;
-        move |bound| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state % bound
-        }
     }
 
     #[test]

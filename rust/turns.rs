@@ -242,18 +242,8 @@ pub fn has_tool_calls<M: Borrow<MessageInfo>>(turn: &[(usize, M)]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::VecSource;
+    use crate::model::{walk, VecSource};
     use std::sync::Arc;
-
-    fn walk(seed: u64) -> impl FnMut(u64) -> u64 {
-        let mut state = seed;
-        move |bound| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state % bound
-        }
-    }
 
     #[test]
     fn the_backward_scan_hands_over_each_turn_as_the_forward_segmentation_sees_it() {

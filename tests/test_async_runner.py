@@ -15,6 +15,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any
 
 import pytest
@@ -704,6 +705,34 @@ def test_a_cancelled_cancel_call_still_frees_the_conversation(
     assert validate_tool_protocol(stored) == []
 
 
+def _reading_through(
+    store: Any, hook: Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]]
+) -> Callable[[str], Any]:
+    """A chat-memory provider on ``store`` whose memories' `get_messages` go through
+    ``hook(read)``, ``read`` being the store's own read."""
+
+    def provider(conversation_id: str) -> Any:
+        memory = store.chat_memory(conversation_id)
+        base = type(memory)
+
+        class Hooked(base):  # type: ignore[misc, valid-type]
+            async def get_messages(self, *args: Any, **kwargs: Any) -> Any:
+                return await hook(partial(super().get_messages, *args, **kwargs))
+
+        memory.__class__ = Hooked
+        return memory
+
+    return provider
+
+
+async def _suspended_refund(runner: AsyncAgentRunner, conversation: str, tool: Tool) -> Any:
+    """A turn of ``conversation`` suspended on ``tool``'s call ``c1`` (order A1)."""
+    model = AsyncScriptedChatModel([_call("c1", "refund", '{"order_id": "A1"}')])
+    suspended = await runner.run(Agent("a", model, tools=[tool]), conversation, "refund")
+    assert suspended.status is TurnStatus.SUSPENDED
+    return suspended
+
+
 def test_a_cancel_while_resume_reads_the_turns_messages_stops_the_approved_tool(
     request: pytest.FixtureRequest,
 ) -> None:
@@ -719,25 +748,16 @@ def test_a_cancel_while_resume_reads_the_turns_messages_stops_the_approved_tool(
     async def body(store: Any) -> Any:
         entered, release = asyncio.Event(), asyncio.Event()
         armed: list[bool] = []
-        base = type(store.chat_memory(conversation))
 
-        class Gated(base):  # type: ignore[misc, valid-type]
-            async def get_messages(self, *args: Any, **kwargs: Any) -> Any:
-                messages = await super().get_messages(*args, **kwargs)
-                if armed and armed.pop():
-                    entered.set()
-                    await release.wait()
-                return messages
+        async def gate(read: Callable[[], Awaitable[Any]]) -> Any:
+            messages = await read()
+            if armed and armed.pop():
+                entered.set()
+                await release.wait()
+            return messages
 
-        def provider(conversation_id: str) -> Any:
-            memory = store.chat_memory(conversation_id)
-            memory.__class__ = Gated
-            return memory
-
-        runner = AsyncAgentRunner(store, provider, lease_seconds=600)
-        model = AsyncScriptedChatModel([_call("c1", "refund", '{"order_id": "A1"}')])
-        suspended = await runner.run(Agent("a", model, tools=[refunding]), conversation, "refund")
-        assert suspended.status is TurnStatus.SUSPENDED
+        runner = AsyncAgentRunner(store, _reading_through(store, gate), lease_seconds=600)
+        suspended = await _suspended_refund(runner, conversation, refunding)
         answering = Agent("a", AsyncScriptedChatModel([AiMessage("Refunded.")]), tools=[refunding])
         armed.append(True)
         resuming = asyncio.ensure_future(
@@ -774,23 +794,14 @@ def test_a_store_error_while_resume_reads_the_turn_closes_it_whole(
 
     async def body(store: Any) -> Any:
         armed: list[bool] = []
-        base = type(store.chat_memory(conversation))
 
-        class Failing(base):  # type: ignore[misc, valid-type]
-            async def get_messages(self, *args: Any, **kwargs: Any) -> Any:
-                if armed and armed.pop():
-                    raise StoreUnavailableError("the store went away for one read")
-                return await super().get_messages(*args, **kwargs)
+        async def fail_once(read: Callable[[], Awaitable[Any]]) -> Any:
+            if armed and armed.pop():
+                raise StoreUnavailableError("the store went away for one read")
+            return await read()
 
-        def provider(conversation_id: str) -> Any:
-            memory = store.chat_memory(conversation_id)
-            memory.__class__ = Failing
-            return memory
-
-        runner = AsyncAgentRunner(store, provider, lease_seconds=600)
-        model = AsyncScriptedChatModel([_call("c1", "refund", '{"order_id": "A1"}')])
-        suspended = await runner.run(Agent("a", model, tools=[refunding]), conversation, "refund")
-        assert suspended.status is TurnStatus.SUSPENDED
+        runner = AsyncAgentRunner(store, _reading_through(store, fail_once), lease_seconds=600)
+        suspended = await _suspended_refund(runner, conversation, refunding)
         answering = Agent("a", AsyncScriptedChatModel([AiMessage("Refunded.")]), tools=[refunding])
         armed.append(True)
         with pytest.raises(StoreUnavailableError):
