@@ -598,6 +598,43 @@ show("after the swap", lambda: build_window(messages))
 """
 
 # Copies, deep copies and pickles of messages whose core was cached.
+# A property patched onto an exact library class runs when an uncounted message is counted
+# (every core kept, no token counted yet): it swaps a message the window already read.
+SCENARIOS["token_count_of_kept_core_runs_a_class_property"] = HISTORY + """
+from agentctx_fast import validate_tool_protocol, UserMessage as U
+messages = history()
+del messages[2:5]
+swapped = UserMessage("A much longer question that replaced the last one", message_id="swap")
+validate_tool_protocol(messages)  # every core kept, no token counted
+field = U.__dict__["content"]
+def content(self):
+    messages[-1] = swapped
+    return field.__get__(self, U)
+U.content = property(content)
+show("window", lambda: build_window(messages))
+U.content = field
+show("after", lambda: build_window(messages))
+"""
+
+# The same, run when the core of a message of an exact class is first read, for a message the
+# backward scan reads but the window leaves out.
+SCENARIOS["fresh_core_read_beyond_the_window_runs_a_class_property"] = HISTORY + """
+from agentctx_fast import AiMessage as A
+messages = history()
+del messages[2:5]
+swapped = UserMessage("A much longer question that replaced the last one", message_id="swap")
+build_window(messages), build_window(messages[:-1] + [swapped])
+field = A.__dict__["text"]
+def text(self):
+    messages[-1] = swapped
+    return field.__get__(self, A)
+messages[-2] = AiMessage("It is late.", message_id="f2", turn_id="t2")  # no core kept
+A.text = property(text)
+show("window", lambda: build_window(messages, max_attached_turns=0))
+A.text = field
+show("after", lambda: build_window(messages, max_attached_turns=0))
+"""
+
 SCENARIOS["copies_and_pickles"] = HISTORY + """
 import copy, pickle
 messages = history()

@@ -45,9 +45,6 @@ pub struct Library {
     pub object_new: Py<PyAny>,
     /// `(ContextWindow,)`: the arguments of `object.__new__` for a new window, made once.
     pub new_window_args: Py<PyTuple>,
-    pub context_window: Py<PyType>,
-    /// `ContextWindow`'s allocation function: what `object.__new__(ContextWindow)` ends in.
-    window_alloc: ffi::allocfunc,
     pub index: Py<PyAny>,
     /// Each kind's `_core` slot, in `KINDS` order: a message's own class defines it, so
     /// reading it from a message of the exact class checks no bases.
@@ -114,7 +111,6 @@ impl Library {
         }
         let builtins = py.import("builtins")?;
         let context_window = class(&types, "ContextWindow")?;
-        let window_alloc = allocation(&context_window)?;
         let library = Library {
             core_slots: {
                 let [a, b, c, d, e, f] = kinds
@@ -138,8 +134,6 @@ impl Library {
                 [a?, b?, c?, d?, e?, f?, g?]
             },
             new_window_args: PyTuple::new(py, [&context_window])?.unbind(),
-            context_window: context_window.clone().unbind(),
-            window_alloc,
             protocol_violation: class(&types, "ProtocolViolation")?.unbind(),
             completed: completed.unbind(),
             object_new: builtins.getattr("object")?.getattr("__new__")?.unbind(),
@@ -204,26 +198,6 @@ impl Library {
         }
     }
 
-    /// A bare `ContextWindow`, as `object.__new__(ContextWindow)` makes it (every slot
-    /// unset): that call checks the class is not abstract, then calls the class's allocation
-    /// function, which this calls directly. An abstract class (`__abstractmethods__` set on
-    /// it later) goes through `object.__new__`, for its error.
-    #[inline]
-    pub fn new_window<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let class = self.context_window.bind(py).as_type_ptr();
-        // SAFETY: PyType_GetFlags reads the flags of a type we hold (stable ABI).
-        let flags = unsafe { ffi::PyType_GetFlags(class) };
-        if flags & ffi::Py_TPFLAGS_IS_ABSTRACT != 0 {
-            return self
-                .object_new
-                .bind(py)
-                .call1(self.new_window_args.bind(py));
-        }
-        // SAFETY: the class's own tp_alloc (checked on import), called as object.__new__
-        // calls it: a new reference, or NULL with an exception set.
-        unsafe { Bound::from_owned_ptr_or_err(py, (self.window_alloc)(class, 0)) }
-    }
-
     /// `count` as a Python int.
     #[inline]
     pub fn int<'py>(&self, py: Python<'py>, count: usize) -> PyResult<Bound<'py, PyAny>> {
@@ -251,23 +225,6 @@ pub fn big_int(py: Python<'_>, value: u128) -> PyResult<Bound<'_, PyAny>> {
         Ok(fits) => fits.into_pyobject(py)?.into_any(),
         Err(_) => value.into_pyobject(py)?.into_any(),
     })
-}
-
-/// The allocation function of a class: what `object.__new__(cls)` calls once it found the
-/// class is not abstract (whatever `__new__` the class defines).
-fn allocation(class: &Bound<'_, PyType>) -> PyResult<ffi::allocfunc> {
-    let name = || class.name().map(|n| n.to_string()).unwrap_or_default();
-    // SAFETY: PyType_GetSlot accepts every type since 3.10 and returns the type's own
-    // function (or NULL); a class's tp_alloc lives as long as the class, which Library holds.
-    let alloc = unsafe { ffi::PyType_GetSlot(class.as_type_ptr(), ffi::Py_tp_alloc) };
-    if alloc.is_null() {
-        return Err(PyImportError::new_err(format!(
-            "agentctx_fast: {} has no allocation function",
-            name()
-        )));
-    }
-    // SAFETY: the slot Py_tp_alloc holds a function of exactly this signature (allocfunc).
-    Ok(unsafe { std::mem::transmute::<*mut std::ffi::c_void, ffi::allocfunc>(alloc) })
 }
 
 /// A slot as its class defines it (`Message._core`, each of `ContextWindow`'s), read and

@@ -274,7 +274,10 @@ fn whole_window<'py>(
         repairs.into_any(),
         PyTuple::new(py, unread)?.into_any(),
     ];
-    let window = library.new_window(py)?;
+    let window = library
+        .object_new
+        .bind(py)
+        .call1(library.new_window_args.bind(py))?;
     for (slot, value) in library.window_slots.iter().zip(&values) {
         slot.write(&window, value)?;
     }
