@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from agentctx_fast import (
     AgentActionMessage,
@@ -28,6 +29,13 @@ from store_fixtures import SERVER_KINDS
 
 DATA = Path(__file__).parent / "data"
 IN_CI = os.environ.get("CI", "").lower() == "true"
+
+# The test command is deterministic: hypothesis draws the same examples on every run, so a
+# landing never depends on luck. `HYPOTHESIS_PROFILE=deep` draws new random examples (and more of
+# them where a test sets no count); what it finds becomes a fixed case.
+settings.register_profile("fixed", derandomize=True, print_blob=True)
+settings.register_profile("deep", derandomize=False, print_blob=True, max_examples=500)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fixed"))
 
 
 def build_message(spec: dict[str, Any]) -> Message:
