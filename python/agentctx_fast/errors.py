@@ -80,6 +80,12 @@ class TurnStateError(AgentCtxError):
     """The turn is not in a state that allows the operation."""
 
 
+class LeaseLostError(TurnStateError):
+    """A write of a turn was refused because its runner no longer holds the conversation's
+    lease (it was paused or slow past the lease, and another runner took the conversation):
+    the turn is left to the new holder or to ``resume``."""
+
+
 class ContentTooLargeError(AgentCtxError, ValueError):
     """Inline content over `MAX_INLINE_BYTES`; store it elsewhere and pass a reference."""
 

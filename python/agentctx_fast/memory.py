@@ -20,6 +20,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from agentctx_fast._ids import check_expected_version, check_identifier
 from agentctx_fast._sync import run_sync
@@ -31,6 +32,9 @@ from agentctx_fast.errors import (
     VersionConflictError,
 )
 from agentctx_fast.messages import Message
+
+if TYPE_CHECKING:
+    from agentctx_fast.stores.turns import Fence
 
 ChatMemoryProvider = Callable[[str], "ChatMemory"]
 """Locates the memory of a conversation id; it does not create ids or own the lifecycle."""
@@ -153,6 +157,13 @@ class ChatMemory(ABC):
 
         return run_sync(model_messages(page, count))
 
+    def fenced(self, fence: Fence) -> ChatMemory:
+        """This memory with its writes accepted only while ``fence`` holds the conversation's
+        lease, checked in the write's own script or transaction (`LeaseLostError` otherwise;
+        SPEC §20). The runner writes a turn through it. The stores' memories can; a memory
+        that cannot check it on its server returns itself."""
+        return self
+
 
 class AsyncChatMemory(ABC):
     """`ChatMemory` for asyncio programs: the same contract, every method a coroutine."""
@@ -198,6 +209,10 @@ class AsyncChatMemory(ABC):
             return await self.get_messages(size, offset=offset)
 
         return await model_messages(page, count)
+
+    def fenced(self, fence: Fence) -> AsyncChatMemory:
+        """This memory with fenced writes (see `ChatMemory.fenced`)."""
+        return self
 
 
 AsyncChatMemoryProvider = Callable[[str], AsyncChatMemory]
@@ -267,6 +282,9 @@ class BlockingChatMemory(ChatMemory):
     def clear(self) -> None:
         run_sync(self._inner.clear())
 
+    def fenced(self, fence: Fence) -> ChatMemory:
+        return BlockingChatMemory(self._inner.fenced(fence))
+
 
 class AwaitableChatMemory(AsyncChatMemory):
     """An `AsyncChatMemory` over a `ChatMemory` whose calls do not block (an in-process memory),
@@ -297,6 +315,10 @@ class AwaitableChatMemory(AsyncChatMemory):
 
     async def message_count(self) -> int:
         return self._inner.message_count()
+
+    def fenced(self, fence: Fence) -> AsyncChatMemory:
+        inner = self._inner.fenced(fence)
+        return self if inner is self._inner else AwaitableChatMemory(inner)
 
     async def clear(self) -> None:
         self._inner.clear()

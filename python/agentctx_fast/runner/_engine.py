@@ -29,6 +29,7 @@ from agentctx_fast.errors import (
     AgentCtxError,
     DuplicateMessageError,
     InvalidArgumentError,
+    LeaseLostError,
     TurnStateError,
 )
 from agentctx_fast.memory import AsyncChatMemory
@@ -45,6 +46,7 @@ from agentctx_fast.runner._state import (
     agent_stub,
     check_approvals,
     check_turn_id,
+    fence,
     user_message,
     view,
 )
@@ -121,7 +123,8 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
             if run.lease is not None:
                 self._keeper.keep(run.lease)
             if stale is not None:
-                await self._recover(io, memory, conversation_id, stale, agent)
+                assert run.memory is not None
+                await self._recover(io, run.memory, conversation_id, stale, agent, run.fence)
                 await self._together(
                     run, "opening a turn", partial(self._start, run, snapshot, user, message)
                 )
@@ -148,6 +151,7 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
             conversation_id, turn_id, owner, self._lease_seconds, snapshot.created_at
         )
         run.lease = HeldLease(conversation_id, turn_id, owner, self._now(run))
+        fence(run, owner)
         if stale is None:
             await self._start(run, snapshot, user, message)
         return stale
@@ -173,7 +177,7 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
                 f"message {user.message_id!r} is already stored in conversation "
                 f"{conversation_id!r}: a new turn needs a new user message"
             )
-        if not await self.turn_store.save_turn(snapshot, 0):
+        if not await self.turn_store.save_turn(snapshot, 0, run.fence):
             raise TurnStateError(f"turn {turn_id!r} already exists")
         run.snapshot = replace(snapshot, version=1)
         run.history = await self._history(run.agent, memory, conversation_id, current_stored=False)
@@ -217,14 +221,39 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
         decisions = check_approvals(approvals, snapshot)
         memory = self._memory(conversation_id)
         owner = uuid.uuid4().hex
+        # A compare-and-set on the record's version read above: of two resumes of one
+        # suspension, one takes it; the other changes nothing (SPEC §20).
         if not await self.turn_store.reacquire_conversation(
-            conversation_id, turn_id, owner, self._lease_seconds, self._clock()
-        ):
+            conversation_id, turn_id, owner, self._lease_seconds, self._clock(), snapshot.version
+        ) and not await self._take_stranded(snapshot, owner):
             raise TurnStateError(
                 f"turn {turn_id!r} is no longer suspended: resumed or cancelled elsewhere"
             )
         run = await self._reopened(io, agent, memory, snapshot, owner)
         return await self._drive(run, snapshot.pending_approvals, decisions)
+
+    async def _take_stranded(self, snapshot: AgentTurnSnapshot, owner: str) -> bool:
+        """Take a suspended turn whose last resume took it back and stopped (a lost reply, a
+        dead process) before its record changed: once that lease expires, as an interrupted
+        turn is. True when taken; the record is still the one read (else it is let go)."""
+        conversation_id, turn_id = snapshot.conversation_id, snapshot.turn_id
+        now = self._clock()
+        lease = await self.turn_store.open_turn(conversation_id)
+        if (
+            lease is None
+            or lease.turn_id != turn_id
+            or lease.status is not TurnStatus.RUNNING
+            or not lease.expired(now)
+        ):
+            return False
+        taken = await self.turn_store.acquire_conversation(
+            conversation_id, turn_id, owner, self._lease_seconds, now
+        )
+        current = await self.turn_store.load_turn(conversation_id, turn_id)
+        if taken == turn_id and current is not None and current.version == snapshot.version:
+            return True
+        await self.turn_store.release_conversation(conversation_id, turn_id, owner, now)
+        return False
 
     async def _resume_interrupted(
         self, io: TurnIO, agent: Agent, conversation_id: str, snapshot: AgentTurnSnapshot
@@ -272,9 +301,11 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
             io, agent, conversation_id, turn_id, memory, [], [], snapshot, lease,
             snapshot.step_count, dict(snapshot.decisions),
         )  # fmt: skip
+        fence(run, owner)
         try:
             if stale is not None:
-                await self._recover(io, memory, conversation_id, stale, agent)
+                await self._recover(io, run.memory or memory, conversation_id, stale, agent,
+                                    run.fence)  # fmt: skip
             run.history, run.messages = await self._split_turn(agent, memory, snapshot)
         except BaseException as error:
             await self._abandon(run, error, read_turn=True)
@@ -315,6 +346,8 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
         memory = self._memory(conversation_id)
         run = TurnRun(io, agent_stub(snapshot), conversation_id, turn_id, memory, [], [], snapshot)
         run.steps = snapshot.step_count
+        if owner:
+            fence(run, owner)
         try:
             if owner:
                 run.history, run.messages = await self._split_turn(
@@ -354,8 +387,8 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
                     if waiting:
                         return await self._suspend(run, waiting)
                 return await self._loop(run)
-            except LeaseLost:
-                return self._lost(run)
+            except (LeaseLost, LeaseLostError):
+                raise self._lost(run) from None
             except Cancelled:
                 return await self._finish(run, TurnStatus.CANCELLED, error="cancelled")
         except asyncio.CancelledError:

@@ -8,7 +8,7 @@ from functools import partial
 
 from agentctx_fast import metrics as m
 from agentctx_fast.agent import Agent, AgentTurn
-from agentctx_fast.errors import TurnStateError
+from agentctx_fast.errors import LeaseLostError, TurnStateError
 from agentctx_fast.memory import AsyncChatMemory
 from agentctx_fast.messages import AiMessage, Message, ToolMessage
 from agentctx_fast.runner._io import AsyncTurnIO, BlockingTurnIO
@@ -19,6 +19,7 @@ from agentctx_fast.runner.events import ApprovalRequired
 from agentctx_fast.stores.turns import (
     OPEN_STATUSES,
     AgentTurnSnapshot,
+    Fence,
     PendingApproval,
     dump_snapshot,
 )
@@ -59,7 +60,7 @@ class Persistence(ToolSteps):
             error=error,
             updated_at=self._now(run),
         )
-        if not await self.turn_store.save_turn(snapshot, run.snapshot.version):
+        if not await self.turn_store.save_turn(snapshot, run.snapshot.version, run.fence):
             raise TurnStateError(f"turn {run.turn_id!r} was changed by another process")
         run.snapshot = replace(snapshot, version=run.snapshot.version + 1)
         if run.conversation_id is not None:  # the next turn's window need not ask for it
@@ -125,12 +126,14 @@ class Persistence(ToolSteps):
         ]
         await self._append_all(run, closing)  # one write: the protocol is whole or unchanged
 
-    def _lost(self, run: TurnRun) -> AgentTurn:
-        # Another process took the expired lease over and closes this turn: write nothing more.
+    def _lost(self, run: TurnRun) -> LeaseLostError:
+        """Another process took the expired lease over: this runner writes nothing more and
+        the turn is left to the new holder (or to ``resume``)."""
         if run.lease is not None:
             self._keeper.drop(run.lease)
-        return self._result(
-            run, TurnStatus.FAILED, error="lease lost: the turn ran longer than its lease"
+        return LeaseLostError(
+            f"turn {run.turn_id!r}: lease lost: the turn ran longer than its lease and "
+            "another runner took the conversation; nothing more was written"
         )
 
     async def _abandon(
@@ -175,9 +178,11 @@ class Persistence(ToolSteps):
         conversation_id: str,
         stale_id: str,
         agent: Agent,
+        fence: Fence | None,
     ) -> None:
         """Close a turn whose process died holding the lease: error results for its open
-        calls, and its snapshot `FAILED`."""
+        calls, and its snapshot `FAILED`; ``memory`` and ``fence`` are those of the runner
+        that took the lease over, whose writes these are."""
         snapshot = await self.turn_store.load_turn(conversation_id, stale_id)
         if snapshot is not None and snapshot.status not in OPEN_STATUSES:
             return  # it finished; only the release was lost
@@ -190,6 +195,7 @@ class Persistence(ToolSteps):
         run = TurnRun(
             quiet, agent_stub(snapshot), conversation_id, stale_id, memory, [], [], snapshot
         )  # another turn's closing results are not events of the turn being streamed
+        run.fence = fence
         run.steps = snapshot.step_count
         tail = await _turn_tail(memory, snapshot)
         run.messages = [msg for msg in tail if msg.turn_id == stale_id]
@@ -200,7 +206,7 @@ class Persistence(ToolSteps):
         if snapshot.version == 0:
             run.snapshot = None
             await self.turn_store.save_turn(
-                replace(snapshot, status=TurnStatus.FAILED, error="lease expired"), 0
+                replace(snapshot, status=TurnStatus.FAILED, error="lease expired"), 0, fence
             )
             return
         try:

@@ -19,7 +19,12 @@ from agentctx_fast.metrics import AgentMetrics
 from agentctx_fast.runner._io import AsyncTurnIO, BlockingTurnIO
 from agentctx_fast.runner._leases import HeldLease, LeaseKeeper
 from agentctx_fast.stores._common import shared_port
-from agentctx_fast.stores.turns import OPEN_STATUSES, AgentTurnSnapshot, AsyncAgentTurnStore
+from agentctx_fast.stores.turns import (
+    OPEN_STATUSES,
+    AgentTurnSnapshot,
+    AsyncAgentTurnStore,
+    Fence,
+)
 from agentctx_fast.turns import TurnStatus
 from agentctx_fast.window import AgentContextCompressor
 
@@ -47,6 +52,8 @@ class TurnRun:
     lease: HeldLease | None = None
     steps: int = 0
     decisions: dict[str, bool] = field(default_factory=dict)
+    # The lease this run's writes are made under (SPEC §20): set with `fence`.
+    fence: Fence | None = None
     # During a unit of store I/O (`EngineState._together`): the clock's reading taken before
     # it, and the metrics observed in it, recorded once it is over (see `_together`).
     now: float | None = None
@@ -157,6 +164,14 @@ class EngineState:
             self._reach.move_to_end(conversation_id)
             if len(self._reach) > _REMEMBERED_REACHES:
                 self._reach.popitem(last=False)
+
+
+def fence(run: TurnRun, owner: str, lease_turn_id: str | None = None) -> None:
+    """From now on ``run`` writes only while ``owner``'s lease on ``lease_turn_id`` (the run's
+    own turn by default) is current: its memory's writes and its record's saves are fenced."""
+    run.fence = Fence(lease_turn_id or run.turn_id, owner)
+    if run.memory is not None:
+        run.memory = run.memory.fenced(run.fence)
 
 
 class LeaseLost(Exception):

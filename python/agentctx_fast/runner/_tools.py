@@ -137,10 +137,16 @@ class ToolSteps(EngineState):
     ) -> list[PendingApproval]:
         """Record each decision on its form (compare-and-set) and answer the decided calls."""
         waiting: list[PendingApproval] = []
+        answered = {msg.tool_call_id for msg in run.messages if isinstance(msg, ToolMessage)}
+        forms = _forms(run.messages)
         for approval in pending:
             if approval.tool_call_id not in decisions:
                 waiting.append(approval)
                 continue
+            if approval.tool_call_id in answered:
+                continue  # a resume that stopped before saving the record answered it
+            # A decision already on the form: a resume that stopped may have run the tool.
+            stopped = _decision(forms.get(approval.tool_call_id)) is not None
             approved = decisions[approval.tool_call_id]
             await self._update_form(
                 run, approval.form_message_id, "approved" if approved else "refused"
@@ -151,6 +157,8 @@ class ToolSteps(EngineState):
                 outcome = ToolOutcome(REFUSED_TEXT, is_error=True)
             elif tool is None:
                 outcome = ToolOutcome(f"unknown tool {approval.tool_name!r}", is_error=True)
+            elif stopped and not tool.idempotent:
+                outcome = ToolOutcome(INTERRUPTED_TEXT, is_error=True)
             else:
                 outcome = await self._invoke(run, tool, approval.arguments)
             result = self._result_message(run, approval.tool_call_id, approval.tool_name, outcome)

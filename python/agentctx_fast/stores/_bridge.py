@@ -18,6 +18,7 @@ from agentctx_fast.stores.turns import (
     AgentTurnStore,
     AsyncAgentTurnStore,
     ConversationLease,
+    Fence,
     LeaseRenewal,
 )
 
@@ -31,8 +32,10 @@ class BlockingAgentTurnStore:
     def load_turn(self, conversation_id: str, turn_id: str) -> AgentTurnSnapshot | None:
         return run_sync(self._inner.load_turn(conversation_id, turn_id))
 
-    def save_turn(self, snapshot: AgentTurnSnapshot, expected_version: int) -> bool:
-        return run_sync(self._inner.save_turn(snapshot, expected_version))
+    def save_turn(
+        self, snapshot: AgentTurnSnapshot, expected_version: int, fence: Fence | None = None
+    ) -> bool:
+        return run_sync(self._inner.save_turn(snapshot, expected_version, fence))
 
     def open_turn(self, conversation_id: str) -> ConversationLease | None:
         return run_sync(self._inner.open_turn(conversation_id))
@@ -55,10 +58,18 @@ class BlockingAgentTurnStore:
         return run_sync(self._inner.suspend_conversation(conversation_id, turn_id, owner))
 
     def reacquire_conversation(
-        self, conversation_id: str, turn_id: str, owner: str, lease_seconds: float, now: float
+        self,
+        conversation_id: str,
+        turn_id: str,
+        owner: str,
+        lease_seconds: float,
+        now: float,
+        expected_version: int | None = None,
     ) -> bool:
         return run_sync(
-            self._inner.reacquire_conversation(conversation_id, turn_id, owner, lease_seconds, now)
+            self._inner.reacquire_conversation(
+                conversation_id, turn_id, owner, lease_seconds, now, expected_version
+            )
         )
 
     def request_cancel(self, conversation_id: str, turn_id: str, now: float) -> bool:
@@ -80,8 +91,10 @@ class AwaitableAgentTurnStore:
     async def load_turn(self, conversation_id: str, turn_id: str) -> AgentTurnSnapshot | None:
         return self._inner.load_turn(conversation_id, turn_id)
 
-    async def save_turn(self, snapshot: AgentTurnSnapshot, expected_version: int) -> bool:
-        return self._inner.save_turn(snapshot, expected_version)
+    async def save_turn(
+        self, snapshot: AgentTurnSnapshot, expected_version: int, fence: Fence | None = None
+    ) -> bool:
+        return self._inner.save_turn(snapshot, expected_version, fence)
 
     async def open_turn(self, conversation_id: str) -> ConversationLease | None:
         return self._inner.open_turn(conversation_id)
@@ -100,10 +113,16 @@ class AwaitableAgentTurnStore:
         return self._inner.suspend_conversation(conversation_id, turn_id, owner)
 
     async def reacquire_conversation(
-        self, conversation_id: str, turn_id: str, owner: str, lease_seconds: float, now: float
+        self,
+        conversation_id: str,
+        turn_id: str,
+        owner: str,
+        lease_seconds: float,
+        now: float,
+        expected_version: int | None = None,
     ) -> bool:
         return self._inner.reacquire_conversation(
-            conversation_id, turn_id, owner, lease_seconds, now
+            conversation_id, turn_id, owner, lease_seconds, now, expected_version
         )
 
     async def request_cancel(self, conversation_id: str, turn_id: str, now: float) -> bool:

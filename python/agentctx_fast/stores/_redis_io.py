@@ -20,7 +20,13 @@ from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from agentctx_fast.errors import SerializationError, StoreError, StoreUnavailableError
+from agentctx_fast.errors import (
+    AgentCtxError,
+    LeaseLostError,
+    SerializationError,
+    StoreError,
+    StoreUnavailableError,
+)
 from agentctx_fast.stores._extras import missing_dependency
 
 try:
@@ -55,7 +61,33 @@ def translated(action: str) -> Iterator[None]:
         raise _typed(error, action) from error
 
 
-def _typed(error: BaseException, action: str) -> StoreError:
+# A fenced script (`fenced`) refuses with this error reply when the lease moved on.
+_LEASE_LOST = "AGENTCTX_LEASE_LOST"
+
+# The prelude of a fenced script: the lease key is its last key, the fence (turn id, owner) its
+# last two arguments; ARGC counts the script's own arguments.
+_FENCE = f"""
+local ARGC = #ARGV - 2
+local held = redis.call('HMGET', KEYS[#KEYS], 'turn_id', 'owner')
+if held[1] ~= ARGV[ARGC + 1] or held[2] ~= ARGV[ARGC + 2] then
+  return redis.error_reply('{_LEASE_LOST}')
+end
+"""
+
+
+def write_script(lua: str) -> tuple[str, str]:
+    """A write script as it runs without a fence (``ARGC`` is the number of its arguments),
+    and fenced: run only while the fence passed after its own keys and arguments holds the
+    conversation's lease (SPEC §20), the check and the write in one script."""
+    return "local ARGC = #ARGV\n" + lua, _FENCE + lua
+
+
+def _typed(error: BaseException, action: str) -> AgentCtxError:
+    if isinstance(error, redis_exc.ResponseError) and str(error).startswith(_LEASE_LOST):
+        return LeaseLostError(
+            f"lease lost while {action}: another runner took the conversation; "
+            "nothing was written"
+        )
     if isinstance(error, _UNAVAILABLE):
         return StoreUnavailableError(f"Redis unavailable while {action}: {error}")
     return StoreError(f"Redis error while {action}: {error}")

@@ -4,18 +4,74 @@ for tests and single processes."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 
 from agentctx_fast.coordinator import InMemoryCompressionStateStore
 from agentctx_fast.memory import (
     AsyncChatMemory,
     AsyncChatMemoryProvider,
     AwaitableChatMemory,
+    ChatMemory,
     ChatMemoryProvider,
     InMemoryChatMemory,
 )
+from agentctx_fast.messages import Message
 from agentctx_fast.stores._bridge import AwaitableAgentTurnStore, AwaitableCompressionStateStore
 from agentctx_fast.stores._common import check_conversation_id
-from agentctx_fast.stores.turns import InMemoryAgentTurnStore
+from agentctx_fast.stores.turns import Fence, InMemoryAgentTurnStore
+
+
+class StoreChatMemory(InMemoryChatMemory):
+    """A conversation's memory in an `InMemoryAgentStore`: it can fence its writes with the
+    store's leases."""
+
+    def __init__(self, turns: InMemoryAgentTurnStore, conversation_id: str) -> None:
+        super().__init__()
+        self._turns = turns
+        self.conversation_id = conversation_id
+
+    def fenced(self, fence: Fence) -> ChatMemory:
+        return _FencedChatMemory(self, fence)
+
+
+class _FencedChatMemory(ChatMemory):
+    """A `StoreChatMemory` whose writes hold the turn store's lock and check the lease first
+    (the lock order is always turn store, then memory)."""
+
+    def __init__(self, memory: StoreChatMemory, fence: Fence) -> None:
+        self._memory = memory
+        self._fence = fence
+        self.conversation_id = memory.conversation_id
+
+    def add_message_if_absent(self, message: Message) -> bool:
+        with self._memory._turns.fenced(self.conversation_id, self._fence):
+            return self._memory.add_message_if_absent(message)
+
+    def add_messages_if_absent(self, messages: Sequence[Message]) -> list[bool]:
+        with self._memory._turns.fenced(self.conversation_id, self._fence):
+            return self._memory.add_messages_if_absent(messages)
+
+    def update_message(self, message: Message, expected_version: int) -> Message:
+        with self._memory._turns.fenced(self.conversation_id, self._fence):
+            return self._memory.update_message(message, expected_version)
+
+    def get_messages(self, count: int | None = None, *, offset: int = 0) -> list[Message]:
+        return self._memory.get_messages(count, offset=offset)
+
+    def get_model_messages(self, count: int | None = None) -> list[Message]:
+        return self._memory.get_model_messages(count)
+
+    def get_message(self, message_id: str) -> Message | None:
+        return self._memory.get_message(message_id)
+
+    def message_count(self) -> int:
+        return self._memory.message_count()
+
+    def clear(self) -> None:
+        self._memory.clear()
+
+    def fenced(self, fence: Fence) -> ChatMemory:
+        return _FencedChatMemory(self._memory, fence)
 
 
 class InMemoryAgentStore:
@@ -28,17 +84,18 @@ class InMemoryAgentStore:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._memories: dict[str, InMemoryChatMemory] = {}
+        self._memories: dict[str, StoreChatMemory] = {}
         self._states = InMemoryCompressionStateStore()
         self._turns = InMemoryAgentTurnStore()
 
-    def chat_memory(self, conversation_id: str) -> InMemoryChatMemory:
+    def chat_memory(self, conversation_id: str) -> StoreChatMemory:
         """The memory of ``conversation_id`` (the same object on every call)."""
         check_conversation_id(conversation_id)
         with self._lock:
             memory = self._memories.get(conversation_id)
             if memory is None:
-                memory = self._memories[conversation_id] = InMemoryChatMemory()
+                memory = StoreChatMemory(self._turns, conversation_id)
+                self._memories[conversation_id] = memory
             return memory
 
     def chat_memory_provider(self) -> ChatMemoryProvider:

@@ -59,6 +59,7 @@ from agentctx_fast.stores._redis_io import (
     own_async_client,
     raw,
     redis,
+    write_script,
 )
 from agentctx_fast.stores.redis_turns import AsyncRedisAgentTurnStore, RedisAgentTurnStore
 from agentctx_fast.stores.serializer import (
@@ -67,25 +68,32 @@ from agentctx_fast.stores.serializer import (
     dump,
     load_state,
 )
+from agentctx_fast.stores.turns import Fence
 
 # The entry of a message in the index hash is "position version kind": its place in the record
 # list, its version (kept as the client wrote it: Lua numbers are doubles, which lose versions
 # above 2**53) and its class name.
 
+# Every write script is made by `write_script`: run as it is, or fenced (the lease key after
+# its keys, the fence after its arguments; ARGC counts its own arguments).
+
 # KEYS: records, index, visible. ARGV: id, record, version, kind, visible.
-_ADD_IF_ABSENT = """
+_ADD_IF_ABSENT = write_script(
+    """
 if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 0 end
 local position = redis.call('RPUSH', KEYS[1], ARGV[2]) - 1
 redis.call('HSET', KEYS[2], ARGV[1], position .. ' ' .. ARGV[3] .. ' ' .. ARGV[4])
 if ARGV[5] == '1' then redis.call('RPUSH', KEYS[3], position) end
 return 1
 """
+)
 
 # KEYS: records, index, visible. ARGV: (id, record, version, kind, visible) per message. One
 # script, so a batch is atomic; returns 1 (appended) or 0 (id stored) per message.
-_ADD_MANY_IF_ABSENT = """
+_ADD_MANY_IF_ABSENT = write_script(
+    """
 local out = {}
-for i = 1, #ARGV, 5 do
+for i = 1, ARGC, 5 do
   if redis.call('HEXISTS', KEYS[2], ARGV[i]) == 1 then
     out[#out + 1] = 0
   else
@@ -97,21 +105,29 @@ for i = 1, #ARGV, 5 do
 end
 return out
 """
+)
 
 # KEYS: records, index. ARGV: id, expected version, record, kind, next version (the client
-# computes it). Returns {1} applied, {0, version} conflict, {-1} unknown id, {-2, kind} other
+# computes it), '1' when fenced. Returns {1} applied (or, fenced, found applied: a re-sent
+# update, the lease still its own), {0, version} conflict, {-1} unknown id, {-2, kind} other
 # class, {-3} an index entry that is not "position version kind".
-_UPDATE = """
+_UPDATE = write_script(
+    """
 local entry = redis.call('HGET', KEYS[2], ARGV[1])
 if not entry then return {-1} end
 local position, version, kind = string.match(entry, '^(%d+) (%S+) (.*)$')
 if not position then return {-3} end
 if kind ~= ARGV[4] then return {-2, kind} end
+if ARGV[6] == '1' and version == ARGV[5]
+   and redis.call('LINDEX', KEYS[1], position) == ARGV[3] then
+  return {1}
+end
 if version ~= ARGV[2] then return {0, version} end
 redis.call('LSET', KEYS[1], position, ARGV[3])
 redis.call('HSET', KEYS[2], ARGV[1], position .. ' ' .. ARGV[5] .. ' ' .. kind)
 return {1}
 """
+)
 
 # KEYS: records, index. ARGV: id. The record, nil, or {-3}: an index entry that is not
 # "position version kind".
@@ -316,19 +332,37 @@ class AsyncRedisChatMemory(AsyncChatMemory):
     """One conversation's messages in Redis (the one implementation: awaited by
     `AsyncRedisAgentStore`, driven blocking by `RedisAgentStore`)."""
 
-    def __init__(self, store: _RedisStoreBase, conversation_id: str) -> None:
+    def __init__(
+        self, store: _RedisStoreBase, conversation_id: str, fence: Fence | None = None
+    ) -> None:
         self._store = store
         self.conversation_id = conversation_id
         keys = store._key("conv", conversation_id)  # each key is this plus ":r", ":i", ":vp"
         self._records = keys + ":r"
         self._index = keys + ":i"
         self._visible = keys + ":vp"
+        self._fence = fence
+
+    def fenced(self, fence: Fence) -> AsyncRedisChatMemory:
+        return AsyncRedisChatMemory(self._store, self.conversation_id, fence)
+
+    async def _write(
+        self, action: str, script: tuple[str, str], keys: list[str], args: list[Any]
+    ) -> Any:
+        """Run a write script (`write_script`), fenced when this memory is."""
+        fence = self._fence
+        if fence is None:
+            return await self._store._port.script(action, script[0], keys, args)
+        lease = self._store._key("lease", self.conversation_id)
+        return await self._store._port.script(
+            action, script[1], [*keys, lease], [*args, fence.turn_id, fence.owner]
+        )
 
     async def add_message_if_absent(self, message: Message) -> bool:
         check_message(message)
         action = f"adding message {message.message_id!r}"
         args = self._fields(message)
-        return bool(await self._store._port.script(action, _ADD_IF_ABSENT, self._keys(), args) == 1)
+        return bool(await self._write(action, _ADD_IF_ABSENT, self._keys(), args) == 1)
 
     async def add_messages_if_absent(self, messages: Sequence[Message]) -> list[bool]:
         """One Lua script for the whole batch, so it is atomic on the server."""
@@ -337,7 +371,7 @@ class AsyncRedisChatMemory(AsyncChatMemory):
         if not batch:
             return []
         action = f"adding {len(batch)} messages"
-        flags = await self._store._port.script(action, _ADD_MANY_IF_ABSENT, self._keys(), args)
+        flags = await self._write(action, _ADD_MANY_IF_ABSENT, self._keys(), args)
         return [int(flag) == 1 for flag in flags]
 
     def _keys(self) -> list[str]:
@@ -395,11 +429,18 @@ class AsyncRedisChatMemory(AsyncChatMemory):
         updated = replace(message, version=expected_version + 1)
         record = dump(self._store.serializer, updated)
         kind = type(message).__name__
-        outcome = await self._store._port.script(
+        outcome = await self._write(
             f"updating message {message.message_id!r}",
             _UPDATE,
             [self._records, self._index],
-            [message.message_id, expected_version, record, kind, expected_version + 1],
+            [
+                message.message_id,
+                expected_version,
+                record,
+                kind,
+                expected_version + 1,
+                "0" if self._fence is None else "1",
+            ],
         )
         status = int(outcome[0])
         if status == 1:

@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 from agentctx_fast.errors import SerializationError, StoreError
 from agentctx_fast.stores._bridge import BlockingAgentTurnStore
-from agentctx_fast.stores._redis_io import raw, text
+from agentctx_fast.stores._redis_io import raw, text, write_script
 from agentctx_fast.stores.turns import (
     AgentTurnSnapshot,
     ConversationLease,
+    Fence,
     LeaseRenewal,
     busy_error,
     check_lease_arguments,
@@ -29,18 +30,32 @@ if TYPE_CHECKING:
     from agentctx_fast.stores.redis import _RedisStoreBase
 
 # KEYS: the turn hash. ARGV: expected version, data, next version (computed by the client:
-# Lua numbers are doubles, which lose versions above 2**53).
-_SAVE_TURN = """
+# Lua numbers are doubles, which lose versions above 2**53), '1' when fenced. A fenced save
+# re-sent that finds itself applied (the next version holding the same data, and the lease
+# still its own, so no other writer) is 1 too.
+_SAVE_TURN = write_script(
+    """
 local version = redis.call('HGET', KEYS[1], 'version') or '0'
+if ARGV[4] == '1' and version == ARGV[3]
+   and redis.call('HGET', KEYS[1], 'data') == ARGV[2] then
+  return 1
+end
 if version ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'version', ARGV[3], 'data', ARGV[2])
 return 1
 """
+)
 
 # KEYS: the lease hash. ARGV: turn_id, owner, expires_at, now.
-# Returns {1} taken, {2, old turn} taken over an expired lease, {0, turn, status} busy.
+# Returns {1} taken, {2, old turn} taken over an expired lease, {0, turn, status} busy. A
+# re-sent call that finds the lease taken by this owner answers as the first one did.
 _ACQUIRE = """
-local lease = redis.call('HMGET', KEYS[1], 'turn_id', 'status', 'expires_at')
+local lease = redis.call('HMGET', KEYS[1], 'turn_id', 'status', 'expires_at', 'owner',
+                         'previous')
+if lease[1] == ARGV[1] and lease[4] == ARGV[2] then
+  if lease[5] then return {2, lease[5]} end
+  return {1}
+end
 if lease[1] then
   if lease[2] ~= 'running' or tonumber(lease[3]) > tonumber(ARGV[4]) then
     return {0, lease[1], lease[2]}
@@ -49,7 +64,10 @@ end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'turn_id', ARGV[1], 'status', 'running', 'owner', ARGV[2],
            'expires_at', ARGV[3], 'cancel_requested', '0')
-if lease[1] then return {2, lease[1]} end
+if lease[1] then
+  redis.call('HSET', KEYS[1], 'previous', lease[1])
+  return {2, lease[1]}
+end
 return {1}
 """
 
@@ -71,10 +89,15 @@ redis.call('HSET', KEYS[1], 'status', 'suspended', 'cancel_requested', '0')
 return 1
 """
 
-# KEYS: the lease hash. ARGV: turn_id, owner, expires_at.
+# KEYS: the lease hash, the turn hash. ARGV: turn_id, owner, expires_at, the turn record's
+# expected version ('' for any). A re-sent call that finds this owner holding it is 1.
 _REACQUIRE = """
-local lease = redis.call('HMGET', KEYS[1], 'turn_id', 'status')
+local lease = redis.call('HMGET', KEYS[1], 'turn_id', 'status', 'owner')
+if lease[1] == ARGV[1] and lease[3] == ARGV[2] then return 1 end
 if lease[1] ~= ARGV[1] or lease[2] ~= 'suspended' then return 0 end
+if ARGV[4] ~= '' and (redis.call('HGET', KEYS[2], 'version') or '0') ~= ARGV[4] then
+  return 0
+end
 redis.call('HSET', KEYS[1], 'status', 'running', 'owner', ARGV[2], 'expires_at', ARGV[3])
 return 1
 """
@@ -133,16 +156,19 @@ class AsyncRedisAgentTurnStore:
             raise SerializationError(f"turn {turn_id!r}: stored version is not a number") from None
         return load_snapshot(raw(data), number)
 
-    async def save_turn(self, snapshot: AgentTurnSnapshot, expected_version: int) -> bool:
+    async def save_turn(
+        self, snapshot: AgentTurnSnapshot, expected_version: int, fence: Fence | None = None
+    ) -> bool:
         check_snapshot_save(snapshot, expected_version)
         data = dump_snapshot(snapshot)
-        key = self._turn_key(snapshot.conversation_id, snapshot.turn_id)
-        applied = await self._run(
-            f"saving turn {snapshot.turn_id!r}",
-            _SAVE_TURN,
-            [key],
-            [str(expected_version), data, str(expected_version + 1)],
-        )
+        keys = [self._turn_key(snapshot.conversation_id, snapshot.turn_id)]
+        args: list[Any] = [str(expected_version), data, str(expected_version + 1), "0"]
+        script = _SAVE_TURN[0]
+        if fence is not None:
+            script = _SAVE_TURN[1]
+            keys.append(self._lease_key(snapshot.conversation_id))
+            args[3:] = ["1", fence.turn_id, fence.owner]
+        applied = await self._run(f"saving turn {snapshot.turn_id!r}", script, keys, args)
         return bool(applied == 1)
 
     async def open_turn(self, conversation_id: str) -> ConversationLease | None:
@@ -160,6 +186,7 @@ class AsyncRedisAgentTurnStore:
             lease.get("owner"),
             None if expires is None else float(expires),
             lease.get("cancel_requested") == "1",
+            lease.get("previous"),
         )
 
     async def acquire_conversation(
@@ -203,12 +230,19 @@ class AsyncRedisAgentTurnStore:
         return bool(await self._run("suspending a turn", _SUSPEND, [key], [turn_id, owner]) == 1)
 
     async def reacquire_conversation(
-        self, conversation_id: str, turn_id: str, owner: str, lease_seconds: float, now: float
+        self,
+        conversation_id: str,
+        turn_id: str,
+        owner: str,
+        lease_seconds: float,
+        now: float,
+        expected_version: int | None = None,
     ) -> bool:
         check_lease_arguments(conversation_id, turn_id, owner, lease_seconds)
-        args = [turn_id, owner, repr(now + lease_seconds)]
-        key = self._lease_key(conversation_id)
-        return bool(await self._run("resuming a turn", _REACQUIRE, [key], args) == 1)
+        version = "" if expected_version is None else str(expected_version)
+        args = [turn_id, owner, repr(now + lease_seconds), version]
+        keys = [self._lease_key(conversation_id), self._turn_key(conversation_id, turn_id)]
+        return bool(await self._run("resuming a turn", _REACQUIRE, keys, args) == 1)
 
     async def request_cancel(self, conversation_id: str, turn_id: str, now: float) -> bool:
         key = self._lease_key(conversation_id)

@@ -71,8 +71,10 @@ from agentctx_fast.stores.serializer import (
 from agentctx_fast.stores.sql_turns import (
     AsyncSqlAgentTurnStore,
     SqlAgentTurnStore,
+    fenced_write,
     turn_tables,
 )
+from agentctx_fast.stores.turns import Fence
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -410,10 +412,16 @@ class AsyncSqlChatMemory(AsyncChatMemory):
     """One conversation's messages in the store's ``messages`` table (the one implementation:
     awaited by `AsyncSqlAgentStore`, driven blocking by `SqlAgentStore`)."""
 
-    def __init__(self, store: _SqlStoreBase, conversation_id: str) -> None:
+    def __init__(
+        self, store: _SqlStoreBase, conversation_id: str, fence: Fence | None = None
+    ) -> None:
         self._store = store
         self._table = store._tables.messages
         self.conversation_id = conversation_id
+        self._fence = fence
+
+    def fenced(self, fence: Fence) -> AsyncSqlChatMemory:
+        return AsyncSqlChatMemory(self._store, self.conversation_id, fence)
 
     @property
     def _io_port(self) -> SqlPort:
@@ -425,7 +433,15 @@ class AsyncSqlChatMemory(AsyncChatMemory):
         action = f"adding message {message.message_id!r}"
         statement = self._store._append()
         params = self._row(message)
+        if self._fence is not None:
+            return bool(await self._fenced(action, statement, params))
         return bool(await self._store._port.rows(action, statement, write=True, params=params))
+
+    async def _fenced(self, action: str, statement: Any, params: Any = None) -> list[Any]:
+        assert self._fence is not None
+        return await fenced_write(
+            self._store, action, self.conversation_id, self._fence, statement, params
+        )
 
     async def add_messages_if_absent(self, messages: Sequence[Message]) -> list[bool]:
         """One transaction: one ``INSERT … ON CONFLICT DO NOTHING … RETURNING`` statement,
@@ -437,8 +453,11 @@ class AsyncSqlChatMemory(AsyncChatMemory):
             return []
         action = f"adding {len(rows)} messages"
         statement = self._store._append()
-        inserted = {row.message_id for row in await self._store._port.many(action, statement, rows)}
-        return first_of_each(batch, inserted)
+        if self._fence is not None:
+            written = await self._fenced(action, statement, rows)
+        else:
+            written = list(await self._store._port.many(action, statement, rows))
+        return first_of_each(batch, {row.message_id for row in written})
 
     def _row(self, message: Message) -> dict[str, Any]:
         return {
@@ -487,19 +506,24 @@ class AsyncSqlChatMemory(AsyncChatMemory):
         key = (table.c.conversation_id == self.conversation_id) & (
             table.c.message_id == message.message_id
         )
+        data = dump(self._store.serializer, updated)
         statement = (
             sa.update(table)
             .where(key, table.c.version == expected_version, table.c.kind == type(message).__name__)
-            .values(version=expected_version + 1, data=dump(self._store.serializer, updated))
+            .values(version=expected_version + 1, data=data)
         )
         action = f"updating message {message.message_id!r}"
         port = self._store._port
 
         async def update() -> Sequence[Any] | None:
-            if await port.changed(action, statement) == 1:
+            if self._fence is not None:
+                if await self._fenced(action, statement.returning(table.c.version)):
+                    return None
+            elif await port.changed(action, statement) == 1:
                 return None
             # Only to say why the update did not apply; the decision was the UPDATE's.
-            return await port.rows(action, sa.select(table.c.version, table.c.kind).where(key))
+            query = sa.select(table.c.version, table.c.kind, table.c.data).where(key)
+            return await port.rows(action, query)
 
         rows = await port.together(action, update)
         if rows is None:
@@ -507,6 +531,8 @@ class AsyncSqlChatMemory(AsyncChatMemory):
         if not rows:
             raise MessageNotFoundError(f"no stored message {message.message_id!r}")
         row = rows[0]
+        if self._fence is not None and row.version == expected_version + 1 and row.data == data:
+            return updated  # a re-sent fenced update that finds itself applied
         if row.kind != type(message).__name__:
             raise InvalidArgumentError(
                 f"update_message cannot turn {row.kind} {message.message_id!r} "

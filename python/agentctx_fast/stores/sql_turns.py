@@ -9,6 +9,7 @@ turn and status. No lease decision is a client-side read followed by a write.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentctx_fast.errors import StoreError
@@ -18,11 +19,13 @@ from agentctx_fast.stores._sql_io import SqlPort, sa
 from agentctx_fast.stores.turns import (
     AgentTurnSnapshot,
     ConversationLease,
+    Fence,
     LeaseRenewal,
     busy_error,
     check_lease_arguments,
     check_snapshot_save,
     dump_snapshot,
+    lease_lost,
     load_snapshot,
 )
 from agentctx_fast.turns import TurnStatus
@@ -32,6 +35,40 @@ if TYPE_CHECKING:
 
 _RUNNING = TurnStatus.RUNNING.value
 _SUSPENDED = TurnStatus.SUSPENDED.value
+
+
+async def fenced_write(
+    store: _SqlStoreBase,
+    action: str,
+    conversation_id: str,
+    fence: Fence,
+    statement: Any,
+    params: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+) -> list[Any]:
+    """The rows of the write ``statement``, run in one transaction after a check that
+    ``fence`` holds the conversation's lease (SPEC §20), `LeaseLostError` otherwise. On
+    PostgreSQL the check locks the lease row (``FOR SHARE``) until the write commits, so a
+    runner taking the conversation over waits for it; SQLite runs one writer at a time."""
+    leases = store._tables.leases
+    guard = (
+        sa.select(leases.c.owner)
+        .where(
+            leases.c.conversation_id == conversation_id,
+            leases.c.turn_id == fence.turn_id,
+            leases.c.owner == fence.owner,
+        )
+        .with_for_update(read=True)
+    )
+    rows: list[Any] = []
+
+    def write(connection: Any) -> None:
+        if connection.execute(guard).first() is None:
+            raise lease_lost(conversation_id, fence)
+        result = connection.execute(statement, params)
+        rows.extend(result.all() if result.returns_rows else ())
+
+    await store._port.run(action, write)
+    return rows
 
 
 def turn_tables(metadata: sa.MetaData, prefix: str, version_type: Any) -> tuple[sa.Table, sa.Table]:
@@ -84,7 +121,9 @@ class AsyncSqlAgentTurnStore:
         rows = await self._store._port.rows(f"loading turn {turn_id!r}", query)
         return load_snapshot(rows[0].data, rows[0].version) if rows else None
 
-    async def save_turn(self, snapshot: AgentTurnSnapshot, expected_version: int) -> bool:
+    async def save_turn(
+        self, snapshot: AgentTurnSnapshot, expected_version: int, fence: Fence | None = None
+    ) -> bool:
         check_snapshot_save(snapshot, expected_version)
         data = dump_snapshot(snapshot)
         table = self._turns
@@ -111,7 +150,22 @@ class AsyncSqlAgentTurnStore:
             )
         statement = statement.returning(table.c.version)
         action = f"saving turn {snapshot.turn_id!r}"
-        return bool(await self._store._port.rows(action, statement, write=True))
+        conversation_id = snapshot.conversation_id
+        if fence is None:
+            saved = await self._store._port.rows(action, statement, write=True)
+        else:
+            saved = await fenced_write(self._store, action, conversation_id, fence, statement)
+        if saved or fence is None:
+            return bool(saved)
+        # A re-sent fenced save (the lease still its own, so no other writer) that finds
+        # itself applied is True; the decision was the write's.
+        stored = await self._store._port.rows(
+            action,
+            sa.select(table.c.version, table.c.data).where(
+                table.c.conversation_id == conversation_id, table.c.turn_id == snapshot.turn_id
+            ),
+        )
+        return bool(stored and stored[0].version == expected_version + 1 and stored[0].data == data)
 
     # -- leases -----------------------------------------------------------------------------
 
@@ -165,6 +219,8 @@ class AsyncSqlAgentTurnStore:
                     previous = rows[0].previous_turn_id
                     return None if previous is None else str(previous)
                 lease = await self.open_turn(conversation_id)
+                if lease is not None and lease.turn_id == turn_id and lease.owner == owner:
+                    return lease.previous_turn_id  # a re-sent call: already taken
                 if lease is not None:
                     raise busy_error(conversation_id, lease)
                 # released between the two statements: try again
@@ -198,16 +254,34 @@ class AsyncSqlAgentTurnStore:
         return await self._applied(statement, "suspending a turn")
 
     async def reacquire_conversation(
-        self, conversation_id: str, turn_id: str, owner: str, lease_seconds: float, now: float
+        self,
+        conversation_id: str,
+        turn_id: str,
+        owner: str,
+        lease_seconds: float,
+        now: float,
+        expected_version: int | None = None,
     ) -> bool:
         check_lease_arguments(conversation_id, turn_id, owner, lease_seconds)
-        table = self._leases
+        table, turns = self._leases, self._turns
+        condition: list[Any] = [*self._held(conversation_id, turn_id), table.c.status == _SUSPENDED]
+        if expected_version is not None:  # the record as the caller read it: one resume wins
+            condition.append(
+                sa.exists().where(
+                    turns.c.conversation_id == conversation_id,
+                    turns.c.turn_id == turn_id,
+                    turns.c.version == expected_version,
+                )
+            )
         statement = (
             sa.update(table)
-            .where(*self._held(conversation_id, turn_id), table.c.status == _SUSPENDED)
+            .where(*condition)
             .values(status=_RUNNING, owner=owner, expires_at=now + lease_seconds)
         )
-        return await self._applied(statement, "resuming a turn")
+        if await self._applied(statement, "resuming a turn"):
+            return True
+        lease = await self.open_turn(conversation_id)  # a re-sent call finds itself holding it
+        return lease is not None and lease.turn_id == turn_id and lease.owner == owner
 
     async def request_cancel(self, conversation_id: str, turn_id: str, now: float) -> bool:
         table = self._leases
@@ -250,6 +324,7 @@ def _lease(row: Any) -> ConversationLease:
         row.owner,
         row.expires_at,
         bool(row.cancel_requested),
+        row.previous_turn_id,
     )
 
 

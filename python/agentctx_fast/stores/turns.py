@@ -30,7 +30,8 @@ from __future__ import annotations
 import json
 import math
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
@@ -39,6 +40,7 @@ from agentctx_fast._ids import check_expected_version, check_identifier, check_v
 from agentctx_fast.errors import (
     AgentConversationBusyError,
     InvalidArgumentError,
+    LeaseLostError,
     SerializationError,
 )
 from agentctx_fast.messages import ToolCall
@@ -55,6 +57,25 @@ class LeaseRenewal(StrEnum):
     RENEWED = "renewed"
     CANCEL_REQUESTED = "cancel_requested"
     LOST = "lost"
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """The lease a turn's writes are made under (SPEC §20): a store accepts a fenced write
+    only while the conversation's lease is still ``turn_id`` held by ``owner``, checked in
+    the same script or transaction as the write. ``owner`` is new for every acquisition, so
+    the token changes whenever another runner takes the conversation."""
+
+    turn_id: str
+    owner: str
+
+
+def lease_lost(conversation_id: str, fence: Fence) -> LeaseLostError:
+    """The error of a fenced write refused because the lease moved on."""
+    return LeaseLostError(
+        f"conversation {conversation_id!r}: turn {fence.turn_id!r} no longer holds the "
+        "lease (lease lost: another runner took the conversation); nothing was written"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +98,7 @@ class ConversationLease:
     owner: str | None
     expires_at: float | None
     cancel_requested: bool = False
+    previous_turn_id: str | None = None  # the expired turn this lease took over, if any
 
     def expired(self, now: float) -> bool:
         """True when a running turn's owner stopped renewing before ``now``."""
@@ -131,9 +153,13 @@ class AgentTurnStore(Protocol):
         """The stored snapshot, or None."""
         ...
 
-    def save_turn(self, snapshot: AgentTurnSnapshot, expected_version: int) -> bool:
+    def save_turn(
+        self, snapshot: AgentTurnSnapshot, expected_version: int, fence: Fence | None = None
+    ) -> bool:
         """Store ``snapshot`` as version ``expected_version + 1`` if the stored version (0 when
-        absent) is ``expected_version``; False, and nothing written, otherwise."""
+        absent) is ``expected_version``; False, and nothing written, otherwise. A re-sent save
+        that finds itself applied (the version one past ``expected_version`` holding the same
+        data) is True. With a ``fence``, `LeaseLostError` unless it holds the lease."""
         ...
 
     def open_turn(self, conversation_id: str) -> ConversationLease | None:
@@ -163,10 +189,18 @@ class AgentTurnStore(Protocol):
         ...
 
     def reacquire_conversation(
-        self, conversation_id: str, turn_id: str, owner: str, lease_seconds: float, now: float
+        self,
+        conversation_id: str,
+        turn_id: str,
+        owner: str,
+        lease_seconds: float,
+        now: float,
+        expected_version: int | None = None,
     ) -> bool:
-        """Take the suspended ``turn_id`` back as running, held by ``owner``; False when the
-        conversation's open turn is not ``turn_id`` suspended (another resume won)."""
+        """Take the suspended ``turn_id`` back as running, held by ``owner``, if its record is
+        still at ``expected_version`` (when given: the version read with it); False when the
+        conversation's open turn is not ``turn_id`` suspended at that version (another resume
+        won). True again for a re-sent call that finds ``owner`` already holding it."""
         ...
 
     def request_cancel(self, conversation_id: str, turn_id: str, now: float) -> bool:
@@ -189,8 +223,10 @@ class AsyncAgentTurnStore(Protocol):
         """The stored snapshot, or None."""
         ...
 
-    async def save_turn(self, snapshot: AgentTurnSnapshot, expected_version: int) -> bool:
-        """Compare-and-set save of ``snapshot``."""
+    async def save_turn(
+        self, snapshot: AgentTurnSnapshot, expected_version: int, fence: Fence | None = None
+    ) -> bool:
+        """Compare-and-set save of ``snapshot`` (see `AgentTurnStore.save_turn`)."""
         ...
 
     async def open_turn(self, conversation_id: str) -> ConversationLease | None:
@@ -214,9 +250,15 @@ class AsyncAgentTurnStore(Protocol):
         ...
 
     async def reacquire_conversation(
-        self, conversation_id: str, turn_id: str, owner: str, lease_seconds: float, now: float
+        self,
+        conversation_id: str,
+        turn_id: str,
+        owner: str,
+        lease_seconds: float,
+        now: float,
+        expected_version: int | None = None,
     ) -> bool:
-        """Take the suspended ``turn_id`` back as running."""
+        """Take the suspended ``turn_id`` back as running (see `AgentTurnStore`)."""
         ...
 
     async def request_cancel(self, conversation_id: str, turn_id: str, now: float) -> bool:
@@ -393,16 +435,29 @@ class InMemoryAgentTurnStore:
         with self._lock:
             return self._turns.get((conversation_id, turn_id))
 
-    def save_turn(self, snapshot: AgentTurnSnapshot, expected_version: int) -> bool:
+    def save_turn(
+        self, snapshot: AgentTurnSnapshot, expected_version: int, fence: Fence | None = None
+    ) -> bool:
         check_snapshot_save(snapshot, expected_version)
         dump_snapshot(snapshot)  # the same serialisability rule as the database stores
         key = (snapshot.conversation_id, snapshot.turn_id)
-        with self._lock:
+        with self.fenced(snapshot.conversation_id, fence):
             stored = self._turns.get(key)
             if (0 if stored is None else stored.version) != expected_version:
                 return False
             self._turns[key] = replace(snapshot, version=expected_version + 1)
             return True
+
+    @contextmanager
+    def fenced(self, conversation_id: str, fence: Fence | None) -> Iterator[None]:
+        """Hold this store's lock for a write; `LeaseLostError` first unless ``fence`` (when
+        given) holds the conversation's lease."""
+        with self._lock:
+            if fence is not None:
+                lease = self._leases.get(conversation_id)
+                if lease is None or lease.turn_id != fence.turn_id or lease.owner != fence.owner:
+                    raise lease_lost(conversation_id, fence)
+            yield
 
     def open_turn(self, conversation_id: str) -> ConversationLease | None:
         with self._lock:
@@ -414,12 +469,16 @@ class InMemoryAgentTurnStore:
         check_lease_arguments(conversation_id, turn_id, owner, lease_seconds)
         with self._lock:
             lease = self._leases.get(conversation_id)
+            if lease is not None and lease.turn_id == turn_id and lease.owner == owner:
+                return lease.previous_turn_id  # a re-sent call: already taken
             if lease is not None and not lease.expired(now):
                 raise busy_error(conversation_id, lease)
+            previous = None if lease is None else lease.turn_id
             self._leases[conversation_id] = ConversationLease(
-                conversation_id, turn_id, TurnStatus.RUNNING, owner, now + lease_seconds
-            )
-            return None if lease is None else lease.turn_id
+                conversation_id, turn_id, TurnStatus.RUNNING, owner, now + lease_seconds,
+                previous_turn_id=previous,
+            )  # fmt: skip
+            return previous
 
     def renew_lease(
         self, conversation_id: str, turn_id: str, owner: str, lease_seconds: float, now: float
@@ -445,12 +504,25 @@ class InMemoryAgentTurnStore:
             return True
 
     def reacquire_conversation(
-        self, conversation_id: str, turn_id: str, owner: str, lease_seconds: float, now: float
+        self,
+        conversation_id: str,
+        turn_id: str,
+        owner: str,
+        lease_seconds: float,
+        now: float,
+        expected_version: int | None = None,
     ) -> bool:
         check_lease_arguments(conversation_id, turn_id, owner, lease_seconds)
         with self._lock:
             lease = self._leases.get(conversation_id)
+            if lease is not None and lease.turn_id == turn_id and lease.owner == owner:
+                return True  # a re-sent call: already taken
             if lease is None or lease.turn_id != turn_id or lease.status != TurnStatus.SUSPENDED:
+                return False
+            stored = self._turns.get((conversation_id, turn_id))
+            if expected_version is not None and (
+                stored is None or stored.version != expected_version
+            ):
                 return False
             self._leases[conversation_id] = ConversationLease(
                 conversation_id, turn_id, TurnStatus.RUNNING, owner, now + lease_seconds
