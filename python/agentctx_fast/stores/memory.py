@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 
 from agentctx_fast.coordinator import InMemoryCompressionStateStore
+from agentctx_fast.errors import VersionConflictError
 from agentctx_fast.memory import (
     AsyncChatMemory,
     AsyncChatMemoryProvider,
@@ -53,7 +55,14 @@ class _FencedChatMemory(ChatMemory):
 
     def update_message(self, message: Message, expected_version: int) -> Message:
         with self._memory._turns.fenced(self.conversation_id, self._fence):
-            return self._memory.update_message(message, expected_version)
+            try:
+                return self._memory.update_message(message, expected_version)
+            except VersionConflictError:
+                # a re-sent update (the lease its own: no other writer) found applied
+                updated = replace(message, version=expected_version + 1)
+                if self._memory.get_message(message.message_id) == updated:
+                    return updated
+                raise
 
     def get_messages(self, count: int | None = None, *, offset: int = 0) -> list[Message]:
         return self._memory.get_messages(count, offset=offset)

@@ -441,11 +441,13 @@ class InMemoryAgentTurnStore:
         check_snapshot_save(snapshot, expected_version)
         dump_snapshot(snapshot)  # the same serialisability rule as the database stores
         key = (snapshot.conversation_id, snapshot.turn_id)
+        saved = replace(snapshot, version=expected_version + 1)
         with self.fenced(snapshot.conversation_id, fence):
             stored = self._turns.get(key)
             if (0 if stored is None else stored.version) != expected_version:
-                return False
-            self._turns[key] = replace(snapshot, version=expected_version + 1)
+                # a fenced save re-sent (the lease its own: no other writer) found applied
+                return fence is not None and stored == saved
+            self._turns[key] = saved
             return True
 
     @contextmanager

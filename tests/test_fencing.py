@@ -1,0 +1,173 @@
+"""Fencing, approvals taken back once, and re-sent calls (SPEC §20), on every store.
+
+A runner that lost its lease (paused, slow, its clock behind) writes nothing more: every write
+of a turn carries its lease token and the store checks it in the write's own script or
+transaction. A suspension is taken back by one resume only. A store call re-sent after a lost
+reply finds its own effect and answers as the first call did.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from agentctx_fast import (
+    Agent,
+    AgentFormMessage,
+    AgentRunner,
+    AgentTurnSnapshot,
+    AiMessage,
+    AgentCtxError as Fence,
+    AgentCtxError as LeaseLostError,
+    ScriptedChatModel,
+    Tool,
+    ToolCall,
+    TurnStateError,
+    TurnStatus,
+    UserMessage,
+    validate_tool_protocol,
+)
+from store_fixtures import new_conversation_id
+
+
+def _snapshot(conversation_id: str, turn_id: str, **fields: Any) -> AgentTurnSnapshot:
+    fields.setdefault("status", TurnStatus.RUNNING)
+    return AgentTurnSnapshot(conversation_id, turn_id, "support", **fields)
+
+
+def test_a_runner_that_lost_its_lease_writes_nothing(store: Any) -> None:
+    turns = store.turn_store()
+    cid = new_conversation_id()
+    assert turns.acquire_conversation(cid, "t1", "owner-a", 1.0, now=100.0) is None
+    memory = store.chat_memory(cid)
+    held = memory.fenced(Fence("t1", "owner-a"))
+    assert held.add_message_if_absent(UserMessage("hi", message_id="t1:user", turn_id="t1"))
+    assert turns.save_turn(_snapshot(cid, "t1"), 0, Fence("t1", "owner-a"))
+    form = AgentFormMessage({"kind": "tool_approval"}, status="pending", message_id="t1:form")
+    assert held.add_message_if_absent(form)
+
+    # owner-a pauses past its lease; another runner takes the conversation over
+    assert turns.acquire_conversation(cid, "t2", "owner-b", 1.0, now=102.0) == "t1"
+    before = memory.get_messages()
+    late = AiMessage("late reply", message_id="t1:ai:1", turn_id="t1")
+    with pytest.raises(LeaseLostError, match="lease"):
+        held.add_message_if_absent(late)
+    with pytest.raises(LeaseLostError):
+        held.add_messages_if_absent([late, UserMessage("x", message_id="t1:x")])
+    with pytest.raises(LeaseLostError):
+        held.update_message(replace(form, status="approved"), form.version)
+    with pytest.raises(LeaseLostError):
+        turns.save_turn(_snapshot(cid, "t1", step_count=1), 1, Fence("t1", "owner-a"))
+    assert memory.get_messages() == before
+    assert turns.load_turn(cid, "t1").version == 1
+
+    # the new holder writes, under its own token
+    taken = memory.fenced(Fence("t2", "owner-b"))
+    assert taken.add_message_if_absent(UserMessage("next", message_id="t2:user", turn_id="t2"))
+    assert taken.update_message(replace(form, status="expired"), form.version).version == 1
+    assert turns.save_turn(_snapshot(cid, "t1", step_count=1), 1, Fence("t2", "owner-b"))
+
+
+def test_one_resume_takes_a_suspension_back(store: Any) -> None:
+    turns = store.turn_store()
+    cid = new_conversation_id()
+    assert turns.acquire_conversation(cid, "t1", "owner-a", 30.0, now=100.0) is None
+    assert turns.save_turn(_snapshot(cid, "t1", status=TurnStatus.SUSPENDED), 0)
+    assert turns.suspend_conversation(cid, "t1", "owner-a")
+    read_by_both = turns.load_turn(cid, "t1").version
+
+    assert turns.reacquire_conversation(cid, "t1", "owner-b", 30.0, 101.0, read_by_both)
+    assert not turns.reacquire_conversation(cid, "t1", "owner-c", 30.0, 101.0, read_by_both)
+    # the winner suspends the turn again: a stale resume still cannot take it
+    fence_b = Fence("t1", "owner-b")
+    assert turns.save_turn(_snapshot(cid, "t1", status=TurnStatus.SUSPENDED), read_by_both, fence_b)
+    assert turns.suspend_conversation(cid, "t1", "owner-b")
+    assert not turns.reacquire_conversation(cid, "t1", "owner-c", 30.0, 102.0, read_by_both)
+    assert turns.reacquire_conversation(cid, "t1", "owner-c", 30.0, 102.0, read_by_both + 1)
+
+
+def test_re_sent_calls_find_their_own_effect(store: Any) -> None:
+    """What a client library's retry sends again after the reply was lost."""
+    turns = store.turn_store()
+    cid = new_conversation_id()
+    assert turns.acquire_conversation(cid, "t1", "owner-a", 1.0, now=100.0) is None
+    assert turns.acquire_conversation(cid, "t1", "owner-a", 1.0, now=100.0) is None
+    assert turns.acquire_conversation(cid, "t2", "owner-b", 1.0, now=105.0) == "t1"
+    assert turns.acquire_conversation(cid, "t2", "owner-b", 1.0, now=105.0) == "t1"
+
+    fence = Fence("t2", "owner-b")
+    snapshot = _snapshot(cid, "t2", status=TurnStatus.SUSPENDED)
+    assert turns.save_turn(snapshot, 0, fence)
+    assert turns.save_turn(snapshot, 0, fence)  # re-sent: found applied
+    assert not turns.save_turn(snapshot, 0)  # a plain compare-and-set is not a retry
+    assert turns.load_turn(cid, "t2").version == 1
+
+    memory = store.chat_memory(cid).fenced(fence)
+    form = AgentFormMessage({"kind": "tool_approval"}, status="pending", message_id="t2:form")
+    assert memory.add_message_if_absent(form)
+    decided = replace(form, status="approved")
+    assert memory.update_message(decided, 0).version == 1
+    assert memory.update_message(decided, 0).version == 1  # re-sent: found applied
+    assert store.chat_memory(cid).get_message("t2:form").version == 1
+
+    assert turns.suspend_conversation(cid, "t2", "owner-b")
+    assert turns.reacquire_conversation(cid, "t2", "owner-c", 30.0, 106.0, 1)
+    assert turns.reacquire_conversation(cid, "t2", "owner-c", 30.0, 106.0, 1)  # re-sent
+    assert not turns.reacquire_conversation(cid, "t2", "owner-d", 30.0, 106.0, 1)
+
+
+def _refund_agent(
+    calls: list[str], started: threading.Event, release: threading.Event, *, resumed: bool = True
+) -> Agent:
+    """An agent whose model asks for one refund (unless ``resumed``: then it only answers)."""
+
+    def refund(order: str) -> str:
+        calls.append(order)
+        started.set()
+        assert release.wait(20)
+        return "refunded"
+
+    asks = [] if resumed else [AiMessage(tool_calls=(ToolCall("c1", "refund", '{"order": "o1"}'),))]
+    model = ScriptedChatModel([*asks, AiMessage("done")])
+    tool = Tool("refund", refund, requires_approval=True)
+    return Agent("support", model, tools=[tool])
+
+
+def test_two_resumes_of_one_suspension_run_the_tool_once(store: Any) -> None:
+    runners = [AgentRunner(store), AgentRunner(store)]
+    calls: list[str] = []
+    started, release = threading.Event(), threading.Event()
+    cid = new_conversation_id()
+    asking = _refund_agent(calls, started, release, resumed=False)
+    suspended = runners[0].run(asking, cid, "refund o1")
+    assert suspended.status is TurnStatus.SUSPENDED
+    approvals = {"c1": True}
+    out: list[Any] = []
+
+    def first() -> None:
+        agent = _refund_agent(calls, started, release)
+        out.append(runners[0].resume(agent, cid, suspended.turn_id, approvals))
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    try:
+        assert started.wait(20)  # the first resume is inside the tool
+        with pytest.raises(TurnStateError):
+            runners[1].resume(
+                _refund_agent(calls, started, release), cid, suspended.turn_id, approvals
+            )
+    finally:
+        release.set()
+        thread.join(20)
+    assert [turn.status for turn in out] == [TurnStatus.COMPLETED]
+    assert calls == ["o1"]
+    with pytest.raises(TurnStateError):  # and after it ended
+        runners[1].resume(_refund_agent(calls, started, release), cid, suspended.turn_id, approvals)
+    assert calls == ["o1"]
+    stored = store.chat_memory(cid).get_messages()
+    assert validate_tool_protocol(stored) == []
+    for runner in runners:
+        runner.close()
