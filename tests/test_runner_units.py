@@ -433,11 +433,11 @@ def test_a_method_replaced_on_an_instance_sees_every_call(
         turns = runner.turn_store
         save = turns.save_turn
 
-        async def saving(snapshot: Any, expected_version: int) -> bool:
+        async def saving(snapshot: Any, expected_version: int, fence: Any = None) -> bool:
             asyncio.get_running_loop()
             places.add(threading.current_thread() is threading.main_thread())
             saved.append(snapshot.status.value)
-            return bool(await save(snapshot, expected_version))
+            return bool(await save(snapshot, expected_version, fence))
 
         monkeypatch.setattr(turns, "save_turn", saving)
         try:

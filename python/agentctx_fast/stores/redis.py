@@ -21,6 +21,7 @@ same keys, so one reads what the other wrote.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -332,19 +333,20 @@ class AsyncRedisChatMemory(AsyncChatMemory):
     """One conversation's messages in Redis (the one implementation: awaited by
     `AsyncRedisAgentStore`, driven blocking by `RedisAgentStore`)."""
 
-    def __init__(
-        self, store: _RedisStoreBase, conversation_id: str, fence: Fence | None = None
-    ) -> None:
+    def __init__(self, store: _RedisStoreBase, conversation_id: str) -> None:
         self._store = store
         self.conversation_id = conversation_id
         keys = store._key("conv", conversation_id)  # each key is this plus ":r", ":i", ":vp"
         self._records = keys + ":r"
         self._index = keys + ":i"
         self._visible = keys + ":vp"
-        self._fence = fence
+        self._fence: Fence | None = None
 
     def fenced(self, fence: Fence) -> AsyncRedisChatMemory:
-        return AsyncRedisChatMemory(self._store, self.conversation_id, fence)
+        """A copy whose writes are fenced (a method replaced on this instance is kept)."""
+        view = copy.copy(self)
+        view._fence = fence
+        return view
 
     async def _write(
         self, action: str, script: tuple[str, str], keys: list[str], args: list[Any]

@@ -13,6 +13,7 @@ code over a blocking engine. Both write the same rows, so one reads what the oth
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -412,16 +413,17 @@ class AsyncSqlChatMemory(AsyncChatMemory):
     """One conversation's messages in the store's ``messages`` table (the one implementation:
     awaited by `AsyncSqlAgentStore`, driven blocking by `SqlAgentStore`)."""
 
-    def __init__(
-        self, store: _SqlStoreBase, conversation_id: str, fence: Fence | None = None
-    ) -> None:
+    def __init__(self, store: _SqlStoreBase, conversation_id: str) -> None:
         self._store = store
         self._table = store._tables.messages
         self.conversation_id = conversation_id
-        self._fence = fence
+        self._fence: Fence | None = None
 
     def fenced(self, fence: Fence) -> AsyncSqlChatMemory:
-        return AsyncSqlChatMemory(self._store, self.conversation_id, fence)
+        """A copy whose writes are fenced (a method replaced on this instance is kept)."""
+        view = copy.copy(self)
+        view._fence = fence
+        return view
 
     @property
     def _io_port(self) -> SqlPort:
