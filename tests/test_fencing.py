@@ -16,6 +16,7 @@ import pytest
 
 from agentctx_fast import (
     Agent,
+    AgentCtxError,
     AgentFormMessage,
     AgentRunner,
     AgentTurnSnapshot,
@@ -25,6 +26,7 @@ from agentctx_fast import (
     ScriptedChatModel,
     Tool,
     ToolCall,
+    ToolMessage,
     TurnStateError,
     TurnStatus,
     UserMessage,
@@ -120,9 +122,15 @@ def test_re_sent_calls_find_their_own_effect(store: Any) -> None:
 
 
 def _refund_agent(
-    calls: list[str], started: threading.Event, release: threading.Event, *, resumed: bool = True
+    calls: list[str],
+    started: threading.Event,
+    release: threading.Event,
+    *,
+    resumed: bool = True,
+    then: str | None = None,
 ) -> Agent:
-    """An agent whose model asks for one refund (unless ``resumed``: then it only answers)."""
+    """An agent whose model asks for the refund of o1 (unless ``resumed``), then for the
+    refund of ``then`` if given (call c2), then answers."""
 
     def refund(order: str) -> str:
         calls.append(order)
@@ -130,7 +138,12 @@ def _refund_agent(
         assert release.wait(20)
         return "refunded"
 
-    asks = [] if resumed else [AiMessage(tool_calls=(ToolCall("c1", "refund", '{"order": "o1"}'),))]
+    def ask(call_id: str, order: str) -> AiMessage:
+        return AiMessage(tool_calls=(ToolCall(call_id, "refund", f'{{"order": "{order}"}}'),))
+
+    asks = [] if resumed else [ask("c1", "o1")]
+    if then is not None:
+        asks.append(ask("c2", then))
     model = ScriptedChatModel([*asks, AiMessage("done")])
     tool = Tool("refund", refund, requires_approval=True)
     return Agent("support", model, tools=[tool])
@@ -171,3 +184,53 @@ def test_two_resumes_of_one_suspension_run_the_tool_once(store: Any) -> None:
     assert validate_tool_protocol(stored) == []
     for runner in runners:
         runner.close()
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_threads_resuming_and_cancelling_one_suspension(store: Any, round_: int) -> None:
+    """32 threads resume (approving or refusing the refund of o1) and cancel one suspended
+    turn at once; the turn that resumes asks for a second refund and suspends again, so a
+    resume that read the first suspension must not take the second. Then the audit: o1
+    refunded at most once, o2 never, the stored protocol whole once the turn is closed, no
+    form left pending, the conversation free."""
+    runner = AgentRunner(store)
+    calls: list[str] = []
+    started, release = threading.Event(), threading.Event()
+    release.set()
+    cid = new_conversation_id()
+    suspended = runner.run(_refund_agent(calls, started, release, resumed=False), cid, "refund")
+    assert suspended.status is TurnStatus.SUSPENDED
+    barrier = threading.Barrier(32)
+    outcomes: list[str] = []
+
+    def act(index: int) -> None:
+        agent = _refund_agent(calls, started, release, then="o2")
+        barrier.wait(20)
+        try:
+            if index % 3 == round_ % 3:
+                turn = runner.cancel(cid, suspended.turn_id)
+            else:
+                turn = runner.resume(agent, cid, suspended.turn_id, {"c1": index % 2 == 0})
+            outcomes.append(turn.status.value)
+        except AgentCtxError as error:  # lost the race: changes nothing
+            outcomes.append(type(error).__name__)
+
+    threads = [threading.Thread(target=act, args=(index,)) for index in range(32)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(outcomes) == 32
+    assert calls.count("o1") <= 1 and "o2" not in calls
+    final = runner.turn(cid, suspended.turn_id)
+    if final.status is TurnStatus.SUSPENDED:  # suspended again on o2: close it
+        final = runner.cancel(cid, suspended.turn_id)
+    runner.close()
+    assert final.status in (TurnStatus.COMPLETED, TurnStatus.CANCELLED)
+    stored = store.chat_memory(cid).get_messages()
+    assert validate_tool_protocol(stored) == []
+    results = [m.tool_call_id for m in stored if isinstance(m, ToolMessage)]
+    assert sorted(results) in (["c1"], ["c1", "c2"])  # one answer each, no orphan
+    forms = [m for m in stored if isinstance(m, AgentFormMessage)]
+    assert forms and all(form.status != "pending" for form in forms)
+    assert store.turn_store().open_turn(cid) is None

@@ -330,7 +330,7 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
                 return view(snapshot)
             if lease.status == TurnStatus.SUSPENDED:
                 taken = await self.turn_store.reacquire_conversation(
-                    conversation_id, turn_id, owner, self._lease_seconds, now
+                    conversation_id, turn_id, owner, self._lease_seconds, now, snapshot.version
                 )
             else:
                 taken = (
