@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from agentctx_fast.memory import AsyncChatMemory, ChatMemory
 from agentctx_fast.messages import Message
+from agentctx_fast.stores.turns import Fence
 
 T = TypeVar("T")
 
@@ -70,6 +71,9 @@ class BridgedChatMemory(ChatMemory):
 
     def add_message(self, message: Message) -> None:
         self._loop.run(self._inner.add_message(message))
+
+    def fenced(self, fence: Fence) -> ChatMemory:
+        return BridgedChatMemory(self._loop, self._inner.fenced(fence))
 
 
 class _Bridged:

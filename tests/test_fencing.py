@@ -9,6 +9,7 @@ reply finds its own effect and answers as the first call did.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -32,7 +33,17 @@ from agentctx_fast import (
     UserMessage,
     validate_tool_protocol,
 )
-from store_fixtures import new_conversation_id
+from store_fixtures import ASYNC_STORE_KINDS, STORE_KINDS, make_store, new_conversation_id
+
+
+@pytest.fixture(params=STORE_KINDS + ASYNC_STORE_KINDS)
+def any_store(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Every store, blocking and async (the async ones behind a blocking bridge)."""
+    opened = make_store(str(request.param), request)
+    try:
+        yield opened
+    finally:
+        opened.close()
 
 
 def _snapshot(conversation_id: str, turn_id: str, **fields: Any) -> AgentTurnSnapshot:
@@ -40,7 +51,8 @@ def _snapshot(conversation_id: str, turn_id: str, **fields: Any) -> AgentTurnSna
     return AgentTurnSnapshot(conversation_id, turn_id, "support", **fields)
 
 
-def test_a_runner_that_lost_its_lease_writes_nothing(store: Any) -> None:
+def test_a_runner_that_lost_its_lease_writes_nothing(any_store: Any) -> None:
+    store = any_store
     turns = store.turn_store()
     cid = new_conversation_id()
     assert turns.acquire_conversation(cid, "t1", "owner-a", 1.0, now=100.0) is None
@@ -73,7 +85,8 @@ def test_a_runner_that_lost_its_lease_writes_nothing(store: Any) -> None:
     assert turns.save_turn(_snapshot(cid, "t1", step_count=1), 1, Fence("t2", "owner-b"))
 
 
-def test_one_resume_takes_a_suspension_back(store: Any) -> None:
+def test_one_resume_takes_a_suspension_back(any_store: Any) -> None:
+    store = any_store
     turns = store.turn_store()
     cid = new_conversation_id()
     assert turns.acquire_conversation(cid, "t1", "owner-a", 30.0, now=100.0) is None
@@ -91,7 +104,8 @@ def test_one_resume_takes_a_suspension_back(store: Any) -> None:
     assert turns.reacquire_conversation(cid, "t1", "owner-c", 30.0, 102.0, read_by_both + 1)
 
 
-def test_re_sent_calls_find_their_own_effect(store: Any) -> None:
+def test_re_sent_calls_find_their_own_effect(any_store: Any) -> None:
+    store = any_store
     """What a client library's retry sends again after the reply was lost."""
     turns = store.turn_store()
     cid = new_conversation_id()
