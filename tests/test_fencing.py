@@ -248,3 +248,36 @@ def test_threads_resuming_and_cancelling_one_suspension(store: Any, round_: int)
     forms = [m for m in stored if isinstance(m, AgentFormMessage)]
     assert forms and all(form.status != "pending" for form in forms)
     assert store.turn_store().open_turn(cid) is None
+
+
+def test_a_suspension_left_in_transition_is_resumed_once_its_lease_expires(
+    any_store: Any,
+) -> None:
+    """A resume took the turn back and its reply was lost (the client gave up): the record
+    still says suspended, the lease says running. Resuming again is refused while that lease
+    lives and completes the turn once it has expired; the tool runs once."""
+    store = any_store
+    clock = [1_000.0]
+    runner = AgentRunner(store, lease_seconds=5.0, clock=lambda: clock[0])
+    calls: list[str] = []
+    started, release = threading.Event(), threading.Event()
+    release.set()
+    cid = new_conversation_id()
+    suspended = runner.run(_refund_agent(calls, started, release, resumed=False), cid, "refund")
+    assert suspended.status is TurnStatus.SUSPENDED
+    version = runner.turn_store.load_turn(cid, suspended.turn_id).version
+    # the lost resume: applied on the server, never heard of by its caller
+    assert runner.turn_store.reacquire_conversation(
+        cid, suspended.turn_id, "lost-owner", 5.0, clock[0], version
+    )
+    agent = _refund_agent(calls, started, release)
+    with pytest.raises(TurnStateError):
+        runner.resume(agent, cid, suspended.turn_id, {"c1": True})
+    clock[0] += 6.0  # past the lost resume's lease
+    turn = runner.resume(agent, cid, suspended.turn_id, {"c1": True})
+    runner.close()
+    assert turn.status is TurnStatus.COMPLETED
+    assert calls == ["o1"]
+    stored = store.chat_memory(cid).get_messages()
+    assert validate_tool_protocol(stored) == []
+    assert all(m.status != "pending" for m in stored if isinstance(m, AgentFormMessage))
