@@ -50,10 +50,12 @@ from agentctx_fast import (
     AgentRunner,
     AiMessage,
     AsyncAgentRunner,
+    LeaseLostError,
     Message,
     Tool,
     ToolCall,
     ToolMessage,
+    TurnStateError,
     TurnStatus,
     UserMessage,
     validate_tool_protocol,
@@ -73,6 +75,10 @@ class LoadConfig:
     tool_result_bytes: int = 3000
     lease_seconds: float = 3.0
     kill_at: float = 0.4  # share of its turns worker 0 has done when it is killed
+    # Worker 1 is stopped (SIGSTOP) at the same point, past its lease, while a second worker
+    # takes its conversations over; it is continued once that worker has ended a turn on each
+    # conversation it was in the middle of, after at least this long (0: no pause).
+    pause_seconds: float = 1.0
     timeout_seconds: float = 600.0
     # "async": AsyncAgentRunner on the async store; "threads": AgentRunner on the blocking
     # store, one thread per conversation.
@@ -92,6 +98,8 @@ class LoadReport:
     overhead_p50_ms: float = 0.0
     overhead_p99_ms: float = 0.0
     interrupted_turns: int = 0  # started by the killed worker, never ended there
+    paused_turns: int = 0  # in flight in the paused worker when it was stopped
+    lost_leases: int = 0  # turns the paused worker found taken over once continued
     requests_completed: int = 0  # stored requests whose turn is COMPLETED
     requests_interrupted: int = 0  # stored requests whose turn the kill ended (FAILED, CANCELLED)
     messages_lost: int = 0
@@ -256,29 +264,35 @@ def blocking_conversation(
 ) -> None:
     """`conversation` in a thread, on the blocking store and runner."""
     time.sleep(delay)
-    stored = store.chat_memory(cid).get_messages()
-    first = max((k for k in map(request_index, stored) if k is not None), default=-1) + 1
-    if first >= config.turns:
-        lease = store.turn_store().open_turn(cid)
-        if lease is not None and lease.status is TurnStatus.RUNNING:
-            time.sleep(max(0.0, (lease.expires_at or 0.0) - time.time()) + 0.05)
-            turn = runner.cancel(cid, lease.turn_id)
-            log.write("cancelled", conversation=cid, turn=lease.turn_id, status=turn.status.value)
-    for k in range(first, config.turns):
-        while True:
-            turn_id = uuid.uuid4().hex
-            log.write("start", conversation=cid, request=k, turn=turn_id)
-            began = time.perf_counter()
-            try:
-                turn = runner.run(agent, cid, request_text(k), turn_id=turn_id)
-            except AgentConversationBusyError:
-                log.write("busy", conversation=cid, request=k, turn=turn_id)
+    attempts: Counter[int] = Counter()
+    while True:
+        k = next_request(store.chat_memory(cid).get_messages())
+        if k >= config.turns:
+            while True:
                 lease = store.turn_store().open_turn(cid)
-                if lease is not None and lease.expires_at:
-                    time.sleep(max(0.0, lease.expires_at - time.time()) + 0.05)
-                continue
-            log_end(log, cid, k, turn, time.perf_counter() - began, config)
-            break
+                if lease is None or lease.status is not TurnStatus.RUNNING:
+                    return
+                if lease.expired(time.time()):
+                    turn = runner.cancel(cid, lease.turn_id)
+                    log.write("cancelled", conversation=cid, turn=lease.turn_id,
+                              status=turn.status.value)  # fmt: skip
+                    return
+                time.sleep(max(0.0, (lease.expires_at or 0.0) - time.time()) + 0.05)
+        turn_id = f"r{k}.{attempts[k]}-{cid}"
+        log.write("start", conversation=cid, request=k, turn=turn_id)
+        began = time.perf_counter()
+        try:
+            turn = runner.run(agent, cid, request_text(k), turn_id=turn_id)
+        except AgentConversationBusyError:
+            log.write("busy", conversation=cid, request=k, turn=turn_id)
+            lease = store.turn_store().open_turn(cid)
+            if lease is not None and lease.expires_at:
+                time.sleep(max(0.0, lease.expires_at - time.time()) + 0.05)
+            continue
+        except TurnStateError as error:
+            lost(log, cid, k, turn_id, error, attempts)
+            continue
+        log_end(log, cid, k, turn, time.perf_counter() - began, config)
 
 
 def log_end(log: Log, cid: str, k: int, turn: Any, elapsed: float, config: LoadConfig) -> None:
@@ -320,27 +334,46 @@ async def serve(spec: dict[str, Any]) -> None:
 async def conversation(
     store: Any, runner: Any, agent: Agent, config: LoadConfig, cid: str, log: Log, delay: float
 ) -> None:
-    """Requests from the first one the store does not hold. A turn a dead worker left open is
-    closed by the first `run` once its lease expires (the runner records it `FAILED`), or
-    cancelled when no request is left to run."""
+    """The conversation's requests, each the first one the store does not hold yet (another
+    worker may be running the same conversation: a turn id per request makes a request run
+    once). A turn a dead or paused worker left open is closed by the first `run` once its
+    lease expires (the runner records it `FAILED`), or cancelled when no request is left."""
     await asyncio.sleep(delay)  # arrivals spread out, not all at once
-    stored = await store.chat_memory(cid).get_messages()
-    first = max((k for k in map(request_index, stored) if k is not None), default=-1) + 1
-    if first >= config.turns:
-        await cancel_dead_turn(store, runner, cid, log)
-    for k in range(first, config.turns):
-        while True:
-            turn_id = uuid.uuid4().hex
-            log.write("start", conversation=cid, request=k, turn=turn_id)
-            began = time.perf_counter()
-            try:
-                turn = await runner.run(agent, cid, request_text(k), turn_id=turn_id)
-            except AgentConversationBusyError:
-                log.write("busy", conversation=cid, request=k, turn=turn_id)
-                await wait_for_expiry(store, cid)
-                continue
-            log_end(log, cid, k, turn, time.perf_counter() - began, config)
-            break
+    attempts: Counter[int] = Counter()
+    while True:
+        k = next_request(await store.chat_memory(cid).get_messages())
+        if k >= config.turns:
+            await cancel_dead_turn(store, runner, cid, log)
+            return
+        turn_id = f"r{k}.{attempts[k]}-{cid}"
+        log.write("start", conversation=cid, request=k, turn=turn_id)
+        began = time.perf_counter()
+        try:
+            turn = await runner.run(agent, cid, request_text(k), turn_id=turn_id)
+        except AgentConversationBusyError:
+            log.write("busy", conversation=cid, request=k, turn=turn_id)
+            await wait_for_expiry(store, cid)
+            continue
+        except TurnStateError as error:
+            lost(log, cid, k, turn_id, error, attempts)
+            continue
+        log_end(log, cid, k, turn, time.perf_counter() - began, config)
+
+
+def lost(
+    log: Log, cid: str, k: int, turn_id: str, error: TurnStateError, attempts: Counter[int]
+) -> None:
+    """A turn that could not go on: its lease was lost (this worker was paused past it), or
+    another worker took its turn id first. A request whose turn exists but whose message is
+    not stored (a worker stopped in between) is asked again under the next turn id."""
+    log.write("lost", conversation=cid, request=k, turn=turn_id, error=str(error))
+    if not isinstance(error, LeaseLostError):
+        attempts[k] += 1
+
+
+def next_request(stored: Sequence[Message]) -> int:
+    """The number of the first request the conversation does not hold."""
+    return max((k for k in map(request_index, stored) if k is not None), default=-1) + 1
 
 
 async def wait_for_expiry(store: Any, cid: str) -> Any:
@@ -353,11 +386,17 @@ async def wait_for_expiry(store: Any, cid: str) -> Any:
 
 async def cancel_dead_turn(store: Any, runner: Any, cid: str, log: Log) -> None:
     """The last request's turn, left open by a dead worker: cancelled once its lease expires
-    (its unanswered calls get error results, the lease is freed)."""
-    lease = await wait_for_expiry(store, cid)
-    if lease is not None and lease.status is TurnStatus.RUNNING:
-        turn = await runner.cancel(cid, lease.turn_id)
-        log.write("cancelled", conversation=cid, turn=lease.turn_id, status=turn.status.value)
+    (its unanswered calls get error results, the lease is freed); a live worker's is left to
+    end."""
+    while True:
+        lease = await wait_for_expiry(store, cid)
+        if lease is None or lease.status is not TurnStatus.RUNNING:
+            return
+        current = await store.turn_store().open_turn(cid)
+        if current == lease and lease.expired(time.time()):
+            turn = await runner.cancel(cid, lease.turn_id)
+            log.write("cancelled", conversation=cid, turn=lease.turn_id, status=turn.status.value)
+            return
 
 
 # -- the run ------------------------------------------------------------------------------------
@@ -386,14 +425,26 @@ class Worker:
             stderr=open(workdir / f"{self.name}.err", "wb"),  # the child holds it
         )
         self.killed = False
+        self.continued = False  # after a pause
 
     def events(self) -> list[dict[str, Any]]:
         return read_log(self.log)
 
 
+def _conversations(events: list[dict[str, Any]], turns: set[str]) -> set[str]:
+    """The conversations of ``turns``."""
+    return {e["conversation"] for e in events if e["event"] == "start" and e["turn"] in turns}
+
+
+def _reached(worker: Worker, turns: float) -> bool:
+    """True once ``worker`` ended ``turns`` turns and has turns in flight."""
+    progress = worker.events()
+    return sum(e["event"] == "end" for e in progress) >= turns and bool(in_flight(progress))
+
+
 def in_flight(events: list[dict[str, Any]]) -> set[str]:
     started = {e["turn"] for e in events if e["event"] == "start"}
-    return started - {e["turn"] for e in events if e["event"] in ("end", "busy")}
+    return started - {e["turn"] for e in events if e["event"] in ("end", "busy", "lost")}
 
 
 def run_load(backend: str, url: str, config: LoadConfig, workdir: Path) -> LoadReport:
@@ -426,16 +477,41 @@ def run_load(backend: str, url: str, config: LoadConfig, workdir: Path) -> LoadR
     ]
     deadline = time.monotonic() + config.timeout_seconds
     victim = workers[0]
-    while not victim.killed:
-        progress = victim.events()
-        done = sum(e["event"] == "end" for e in progress)
-        if done >= config.kill_at * config.conversations * config.turns and in_flight(progress):
+    paused = workers[1] if config.pause_seconds > 0 and len(workers) > 1 else None
+    stopped_at: float | None = None
+    held: set[str] = set()
+    taker: Worker | None = None
+    at = config.kill_at * config.conversations * config.turns
+    while not victim.killed or (paused is not None and not paused.continued):
+        if not victim.killed and _reached(victim, at):
             victim.process.send_signal(signal.SIGKILL)
             victim.process.wait()
             victim.killed = True
             workers.append(Worker(0, 1, {**base, "conversations": plan[0]}, workdir))
-        elif victim.process.poll() is not None or time.monotonic() > deadline:
-            report.failed_workers.append(f"{victim.name} ended before the kill")
+        if paused is not None and stopped_at is None and _reached(paused, at):
+            paused.process.send_signal(signal.SIGSTOP)  # past its lease, then continued
+            stopped_at = time.monotonic()
+            held = _conversations(paused.events(), in_flight(paused.events()))
+            report.paused_turns = len(held)
+            taker = Worker(1, 1, {**base, "conversations": plan[1]}, workdir)
+            workers.append(taker)
+        if paused is not None and stopped_at is not None and not paused.continued:
+            # continued once the taker has ended (or cancelled) a turn on every conversation
+            # the paused worker was in the middle of, after at least ``pause_seconds``
+            assert taker is not None
+            taken = {
+                e["conversation"] for e in taker.events() if e["event"] in ("end", "cancelled")
+            }
+            if held <= taken and time.monotonic() - stopped_at >= config.pause_seconds:
+                paused.process.send_signal(signal.SIGCONT)
+                paused.continued = True
+        faults = ((victim, victim.killed), (paused, stopped_at is not None))
+        early = [w for w, hit in faults if w and not hit and w.process.poll() is not None]
+        if early or time.monotonic() > deadline:
+            names = ", ".join(w.name for w in early) or "the run timed out:"
+            report.failed_workers.append(f"{names} ended before the kill or pause")
+            if paused is not None and stopped_at is not None and not paused.continued:
+                paused.process.send_signal(signal.SIGCONT)
             break
         time.sleep(0.005)
     for worker in workers:
@@ -460,6 +536,9 @@ def run_load(backend: str, url: str, config: LoadConfig, workdir: Path) -> LoadR
             overheads[min(len(overheads) - 1, int(len(overheads) * 0.99))] * 1e3
         )
     report.interrupted_turns = len(in_flight(victim.events())) if victim.killed else 0
+    report.lost_leases = sum(
+        e["event"] == "lost" and "lease lost" in e.get("error", "") for e in events
+    )
     audit(report, backend, url, prefix, plan, events)
     if backend == "postgresql":
         cleanup = open_store(backend, url, prefix)
@@ -572,6 +651,8 @@ def format_report(report: LoadReport) -> str:
         f"killed mid-turn            {report.interrupted_turns} turns in flight; "
         f"{report.requests_interrupted} stored requests closed FAILED or CANCELLED after it, "
         f"{report.requests_completed} completed",
+        f"paused past its lease      {report.paused_turns} turns in flight; "
+        f"{report.lost_leases} writes refused once continued (lease lost)",
         f"messages lost              {report.messages_lost}",
         f"messages duplicated        {report.messages_duplicated}",
         f"requests missing           {report.requests_missing}",
@@ -593,6 +674,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model-ms", type=float, default=defaults.model_seconds * 1e3)
     parser.add_argument("--lease-seconds", type=float, default=defaults.lease_seconds)
     parser.add_argument("--kill-at", type=float, default=defaults.kill_at)
+    parser.add_argument("--pause-seconds", type=float, default=defaults.pause_seconds)
     parser.add_argument("--driver", choices=("async", "threads"), default=defaults.driver)
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--postgres", help="a PostgreSQL URL (else a server is started)")
@@ -614,6 +696,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         model_seconds=args.model_ms / 1e3,
         lease_seconds=args.lease_seconds,
         kill_at=args.kill_at,
+        pause_seconds=args.pause_seconds,
         driver=args.driver,
     )
     reports = []

@@ -1,5 +1,7 @@
-"""A small run of ``benches/bench_load.py`` (SPEC §19): worker processes on one PostgreSQL and
-one Redis Cluster, one of them SIGKILLed mid-turn and replaced; the audit must be all zeros.
+"""A small run of ``benches/bench_load.py`` (SPEC §19, §20): worker processes on one PostgreSQL
+and one Redis Cluster, one of them SIGKILLed mid-turn and replaced, another SIGSTOPped past its
+lease while a second worker takes its conversations over, then continued; the audit must be
+all zeros.
 
 Only correctness is asserted here; the speed figures belong to the benchmark.
 """
@@ -38,6 +40,8 @@ def test_a_killed_worker_loses_and_duplicates_nothing(
     summary = format_report(report)
     assert report.failed_workers == [], summary
     assert report.interrupted_turns >= 1, summary  # the kill did land in the middle of turns
+    assert report.paused_turns >= 1, summary  # and so did the pause
+    assert report.lost_leases >= 1, summary  # its turns were taken over: their writes refused
     assert report.messages_lost == 0, summary
     assert report.messages_duplicated == 0, summary
     assert report.requests_missing == 0, summary
