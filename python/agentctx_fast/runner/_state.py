@@ -24,7 +24,8 @@ from agentctx_fast.turns import TurnStatus
 from agentctx_fast.window import AgentContextCompressor
 
 REFUSED_TEXT = "refused by the user"
-INTERRUPTED_TEXT = "interrupted before the tool returned"
+MAY_HAVE_RUN_TEXT = "interrupted: the tool may have run; its outcome is unknown"
+NOT_STARTED_TEXT = "not run: the turn was interrupted before the tool started"
 
 TurnIO = BlockingTurnIO | AsyncTurnIO
 T = TypeVar("T")
@@ -47,6 +48,8 @@ class TurnRun:
     lease: HeldLease | None = None
     steps: int = 0
     decisions: dict[str, bool] = field(default_factory=dict)
+    # Calls this process recorded as started (`_record_started`) but has not invoked yet.
+    not_started: set[str] = field(default_factory=set)
     # During a unit of store I/O (`EngineState._together`): the clock's reading taken before
     # it, and the metrics observed in it, recorded once it is over (see `_together`).
     now: float | None = None
@@ -157,6 +160,16 @@ class EngineState:
             self._reach.move_to_end(conversation_id)
             if len(self._reach) > _REMEMBERED_REACHES:
                 self._reach.popitem(last=False)
+
+
+def may_have_run(run: TurnRun, call_id: str) -> bool:
+    """Whether the call ``call_id``, left without a result, may have run (SPEC §20): its start
+    was recorded (or the record predates such records) and this process did not see it stay
+    unstarted."""
+    if call_id in run.not_started:
+        return False
+    recorded = () if run.snapshot is None else run.snapshot.started_tool_calls
+    return recorded is None or call_id in recorded
 
 
 class LeaseLost(Exception):
