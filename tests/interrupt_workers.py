@@ -2,9 +2,10 @@
 
 SPEC §20: a tool that may have run is never called "not run". The turn's model asks for one
 refund (call ``c1``, a tool without ``idempotent=True``); the turn stops for good either inside
-the refund (``where="tool"``: it may have run) or right after the reply asking for it was
-stored, before the refund was recorded as started (``where="reply"``: it did not run). Module
-level, so a spawned child process can import it.
+the refund (``where="tool"``: it may have run), inside the refund run by ``resume`` once the
+user approved it (``where="approved"``: the refund needs approval; it may have run), or right
+after the reply asking for it was stored, before the refund was recorded as started
+(``where="reply"``: it did not run). Module level, so a spawned child process can import it.
 """
 
 from __future__ import annotations
@@ -25,18 +26,19 @@ from agentctx_fast import (
     ScriptedChatModel,
     Tool,
     ToolCall,
+    TurnStatus,
 )
 from store_workers import open_store
 
 REFUND_ARGUMENTS = json.dumps({"order_id": "ORD-2024-001"})
 
 
-def refund_agent(refund: Callable[..., str], *replies: AiMessage) -> Agent:
+def refund_agent(refund: Callable[..., str], *replies: AiMessage, approval: bool = False) -> Agent:
     """The agent of the turn: a refund asked for as call ``c1``, then ``replies``."""
     model = ScriptedChatModel([AiMessage(None, (ToolCall("c1", "refund", REFUND_ARGUMENTS),))])
     if replies:
         model = ScriptedChatModel(list(replies))
-    return Agent("refunds", model, tools=[Tool("refund", refund)])
+    return Agent("refunds", model, tools=[Tool("refund", refund, requires_approval=approval)])
 
 
 class StopAfterReply(ChatMemory):
@@ -79,17 +81,25 @@ def stopped_runner(store: Any, where: str, stop: Callable[[], None], **options: 
         return StopAfterReply(store.chat_memory(conversation_id), stop)
 
     def refund(order_id: str) -> str:
-        if where == "tool":
+        if where in ("tool", "approved"):
             stop()
         return f"refunded {order_id}"
 
     provider = stopping if where == "reply" else None
-    return AgentRunner(store, provider, **options), refund_agent(refund)
+    agent = refund_agent(refund, approval=where == "approved")
+    return AgentRunner(store, provider, **options), agent
 
 
-def killed_in_turn(
-    kind: str, url: str, conversation_id: str, turn_id: str, marker: str, where: str
-) -> None:
+def run_stopped_turn(runner: Any, agent: Agent, where: str, conversation_id: str) -> None:
+    """The turn "killed" run until it stops (with ``where="approved"``: suspended, then
+    resumed with the refund approved)."""
+    turn = runner.run(agent, conversation_id, "refund ORD-2024-001", turn_id="killed")
+    if where == "approved":
+        assert turn.status is TurnStatus.SUSPENDED, turn
+        runner.resume(agent, conversation_id, "killed", {"c1": True})
+
+
+def killed_in_turn(kind: str, url: str, conversation_id: str, marker: str, where: str) -> None:
     """Run the refund turn; where it is to stop, write ``marker`` and block (the parent
     SIGKILLs this process). Its lease (600 s) outlives the test: the parent sees it expired
     through a clock that is ahead."""
@@ -100,4 +110,4 @@ def killed_in_turn(
         time.sleep(600)
 
     runner, agent = stopped_runner(store, where, block, lease_seconds=600.0)
-    runner.run(agent, conversation_id, "refund ORD-2024-001", turn_id=turn_id)
+    run_stopped_turn(runner, agent, where, conversation_id)

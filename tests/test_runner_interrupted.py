@@ -1,7 +1,8 @@
 """SPEC §20: a tool that may have run is never called "not run".
 
-A refund turn (tests/interrupt_workers.py) stops for good inside its refund, or right after the
-model's reply asking for it was stored (before the refund was recorded as started). Another
+A refund turn (tests/interrupt_workers.py) stops for good inside its refund (run by the turn, or
+by ``resume`` once the user approved it), or right after the model's reply asking for it was
+stored (before the refund was recorded as started). Another
 runner then takes the conversation over once the lease has expired (seen through a clock that
 is an hour ahead, so no test waits for a lease): ``run`` closes the turn, ``resume`` continues
 it, ``cancel`` ends it. The refund's result says "may have run" in the first case, "not run" in
@@ -29,7 +30,7 @@ from agentctx_fast import (
     TurnStatus,
     validate_tool_protocol,
 )
-from interrupt_workers import killed_in_turn, refund_agent, stopped_runner
+from interrupt_workers import killed_in_turn, refund_agent, run_stopped_turn, stopped_runner
 from runner_helpers import results_by_call
 from store_fixtures import make_store, new_conversation_id, store_url
 
@@ -89,7 +90,7 @@ def _take_over(store: Any, conversation: str, where: str, then: str) -> None:
     stored = store.chat_memory(conversation).get_messages()
     assert validate_tool_protocol(stored) == []
     result = results_by_call(m for m in stored if m.turn_id == "killed")["c1"]
-    expected = MAY_HAVE_RUN if where == "tool" else CLOSED_TEXT[then]
+    expected = CLOSED_TEXT[then] if where == "reply" else MAY_HAVE_RUN
     assert (result.text, result.is_error) == (expected, True)
     assert reruns == []  # not idempotent: never run again
     if then == "resume":  # the model was told
@@ -105,16 +106,14 @@ def _wait_for(path: Path, seconds: float) -> None:
 
 
 @pytest.mark.parametrize("then", ["run", "resume", "cancel"])
-@pytest.mark.parametrize("where", ["tool", "reply"])
+@pytest.mark.parametrize("where", ["tool", "approved", "reply"])
 def test_a_process_killed_in_or_before_a_tool(
     process_store: tuple[str, str, Any], tmp_path: Path, where: str, then: str
 ) -> None:
     kind, url, store = process_store
     conversation = new_conversation_id()
     marker = tmp_path / "stopped"
-    child = SPAWN.Process(
-        target=killed_in_turn, args=(kind, url, conversation, "killed", str(marker), where)
-    )
+    child = SPAWN.Process(target=killed_in_turn, args=(kind, url, conversation, str(marker), where))
     child.start()
     try:
         _wait_for(marker, 60)
@@ -130,7 +129,7 @@ def test_a_process_killed_in_or_before_a_tool(
 
 
 @pytest.mark.parametrize("then", ["run", "resume", "cancel"])
-@pytest.mark.parametrize("where", ["tool", "reply"])
+@pytest.mark.parametrize("where", ["tool", "approved", "reply"])
 def test_a_runner_stopped_in_or_before_a_tool(store: Any, where: str, then: str) -> None:
     """The same on every store, the in-process one included: the turn's runner is held still
     in a thread (a paused process) while another runner takes the turn over."""
@@ -145,7 +144,7 @@ def test_a_runner_stopped_in_or_before_a_tool(store: Any, where: str, then: str)
 
     def run_paused() -> None:
         try:
-            paused.run(agent, conversation, "refund ORD-2024-001", turn_id="killed")
+            run_stopped_turn(paused, agent, where, conversation)
         except Exception:
             pass  # what the paused runner does once let go is not this test's subject
 
