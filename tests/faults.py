@@ -6,10 +6,10 @@ forwards bytes both ways and, once armed, acts on the n-th chunk the client send
 byte marker (``b"EVALSHA"``, a message id, an SQL fragment, ``b"COMMIT"``)::
 
     with FaultProxy(redis_server.port) as proxy:
-        client = redis.Redis(port=proxy.port, retry=Retry(NoBackoff(), 0))
-        proxy.drop_reply(b"SET")
-        with pytest.raises(redis.ConnectionError):
-            client.set("k", "v")      # the server set it; the client lost the reply
+        client = redis.Redis.from_url(proxy.url(redis_server.url))  # redis-py re-sends nothing
+        proxy.drop_reply(b"order-1")  # a marker only that command holds (not b"SET": redis-py's
+        with pytest.raises(redis.ConnectionError):  # handshake sends CLIENT SETINFO)
+            client.set("order-1", "v")  # the server set it; the client lost the reply
         assert proxy.fired == 1
 
 - `drop_reply`: the chunk goes to the server, the proxy waits until the server's reply starts
@@ -19,11 +19,12 @@ byte marker (``b"EVALSHA"``, a message id, an SQL fragment, ``b"COMMIT"``)::
   until `release` (to interleave another client's work with a write the server has done).
 
 Either fires once (`fired` counts, `fired_event` is set when it happened), then the proxy is
-unarmed until it is armed again. "The server has acted" means it answered: a Redis
-``EVALSHA`` of a script the server does not know yet is answered ``NOSCRIPT`` without running it
-(the stores then load it and send it again), so run one write of that script before arming a
-drop on the next. There is no protocol parsing: the marker is searched in the
-bytes, a marker split over two reads included. PostgreSQL notes: psycopg sends a statement it
+unarmed until it is armed again. "The server has acted" means it answered: a Redis ``EVALSHA``
+of a script the server does not know yet is answered ``NOSCRIPT`` without running it (the
+stores then load it and send it again), so run one write of that script before arming a drop
+on the next. There is no protocol parsing: the marker is searched in the bytes, a marker split
+over two reads included. A Redis Cluster cannot be put behind it (its clients follow the
+nodes' own addresses). PostgreSQL notes: psycopg sends a statement it
 prepared (after ``prepare_threshold`` executions, 5 by default) without its SQL text, so a
 marker in the SQL matches only with ``connect_args={"prepare_threshold": None}``; bound values
 (a message id) are sent every time. SQLAlchemy's commit sends ``COMMIT`` as a query (the stores
@@ -90,6 +91,13 @@ class FaultProxy:
         self._listener.settimeout(_TICK)
         self.port: int = self._listener.getsockname()[1]
         self._start(self._accept)
+
+    def url(self, server_url: str) -> str:
+        """``server_url`` (a server's URL or DSN) pointed at this proxy instead."""
+        port = f":{self.upstream[1]}/"
+        if port not in server_url:
+            raise ValueError(f"{server_url!r} does not name port {self.upstream[1]}")
+        return server_url.replace(port, f":{self.port}/", 1)
 
     # -- arming ------------------------------------------------------------------------------
 

@@ -68,9 +68,7 @@ def test_a_dropped_postgres_reply_after_an_autocommitted_insert(
 ) -> None:
     table = f"faults_{uuid.uuid4().hex}"
     value = _unique("row")
-    proxied_dsn = postgres_server.dsn.replace(
-        f":{postgres_server.port}/", f":{postgres_proxy.port}/"
-    )
+    proxied_dsn = postgres_proxy.url(postgres_server.dsn)
     with psycopg.connect(postgres_server.dsn, autocommit=True) as direct:
         direct.execute(f"CREATE TABLE {table} (value text)")
         with psycopg.connect(proxied_dsn, autocommit=True) as proxied:
@@ -177,11 +175,11 @@ def _stores(kind: str, server: Any, proxy: FaultProxy) -> tuple[Any, Any]:
 
         direct = SqlAgentStore(server.url)
         direct.schema().initialize()
-        return direct, SqlAgentStore(server.url.replace(f":{server.port}/", f":{proxy.port}/"))
+        return direct, SqlAgentStore(proxy.url(server.url))
     from agentctx_fast.stores.redis import RedisAgentStore
 
     if kind == "redis-url":  # the store's own client: redis-py re-sends nothing
-        return RedisAgentStore(server.url), RedisAgentStore(f"redis://127.0.0.1:{proxy.port}/0")
+        return RedisAgentStore(server.url), RedisAgentStore(proxy.url(server.url))
     # a caller's client with redis-py's default retry (the store does not close it)
     client = redis.Redis(host="127.0.0.1", port=proxy.port)
     assert client.connection_pool.make_connection().retry.get_retries() > 0
