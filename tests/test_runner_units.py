@@ -297,7 +297,8 @@ def test_every_store_gives_the_sink_the_same_observations(tmp_path: Path) -> Non
         outcomes[kind] = (statuses, sink.received)
     reference = outcomes["async-memory"]
     assert reference[0] == ["completed", "completed"]
-    assert [metric for metric, _, _ in reference[1]].count(m.SNAPSHOT_BYTES) == 3
+    # a save per turn ended and per tool step, and one recording the step's call as started
+    assert [metric for metric, _, _ in reference[1]].count(m.SNAPSHOT_BYTES) == 4
     assert [metric for metric, _, _ in reference[1]].count(m.TURN_STEPS) == 2
     for kind, outcome in outcomes.items():
         assert outcome == reference, kind
@@ -458,8 +459,9 @@ def test_a_method_replaced_on_an_instance_sees_every_call(
     stored, saves, places = asyncio.run(main())
     assert added == stored  # every message the runner stored went through the replacement
     assert len(stored) == 6  # t1: user, reply; t2: user, call, result, answer
-    # t1: opened, completed; t2: opened, its tool step, completed
-    assert saves == ["running", "completed", "running", "running", "completed"]
+    # t1: opened, completed; t2: opened, its tool's call recorded as started (SPEC §20), its
+    # tool step, completed
+    assert saves == ["running", "completed", "running", "running", "running", "completed"]
     assert places == {True}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -20,6 +21,7 @@ from agentctx_fast import (
     ToolCall,
     TurnStatus,
 )
+from agentctx_fast.stores.turns import dump_snapshot
 from store_fixtures import ASYNC_STORE_KINDS, STORE_KINDS, new_conversation_id
 from turn_store_workers import acquire_worker
 
@@ -126,6 +128,38 @@ def test_corrupt_snapshot_is_a_serialization_error(store: Any, data: bytes) -> N
     _corrupt(store, cid, "t1", data)
     with pytest.raises(SerializationError):
         turns.load_turn(cid, "t1")
+
+
+def test_snapshot_records_the_tool_calls_started(store: Any) -> None:
+    """SPEC §20: the ids of the calls recorded as started before they ran, kept by every
+    store; None (nothing known) is kept as well."""
+    turns = store.turn_store()
+    cid = new_conversation_id()
+    assert _snapshot(cid).started_tool_calls == ()  # a new turn: none started
+    assert turns.save_turn(_snapshot(cid, started_tool_calls=("c1", "调用-2")), 0)
+    assert turns.load_turn(cid, "t1").started_tool_calls == ("c1", "调用-2")
+    assert turns.save_turn(_snapshot(cid, started_tool_calls=None), 1)
+    assert turns.load_turn(cid, "t1").started_tool_calls is None
+    for bad in (["c1"], ("c1", 2), "c1"):
+        with pytest.raises(InvalidArgumentError, match=r"^started_tool_calls must be"):
+            _snapshot(cid, started_tool_calls=bad)
+
+
+def test_a_snapshot_stored_before_started_tool_calls_loads_as_unknown(store: Any) -> None:
+    """A record written before the field existed loads, with None: any of its unanswered
+    calls may have run. A field of the wrong type is a `SerializationError`."""
+    turns = store.turn_store()
+    cid = new_conversation_id()
+    snapshot = _snapshot(cid, started_tool_calls=("c1",))
+    assert turns.save_turn(snapshot, 0)
+    old = json.loads(dump_snapshot(snapshot))
+    del old["started_tool_calls"]
+    _corrupt(store, cid, "t1", json.dumps(old).encode())
+    assert turns.load_turn(cid, "t1") == replace(snapshot, started_tool_calls=None, version=1)
+    for bad in ([1], "c1", {"c1": True}):
+        _corrupt(store, cid, "t1", json.dumps({**old, "started_tool_calls": bad}).encode())
+        with pytest.raises(SerializationError):
+            turns.load_turn(cid, "t1")
 
 
 def test_lease_transitions(store: Any) -> None:

@@ -80,7 +80,8 @@ class Tool:
     """A function the model may call. ``parameters`` (a JSON schema) is derived from ``fn``'s
     signature when None; ``requires_approval`` suspends the turn until the user decides;
     ``idempotent`` says a call may run again when its process died before it returned (a
-    resumed turn runs it again; otherwise the model is told it was interrupted)."""
+    resumed turn runs it again; otherwise the turn records the call's start before it runs,
+    and the model is told it was interrupted and may have run, SPEC §20)."""
 
     name: str
     fn: Callable[..., Any]

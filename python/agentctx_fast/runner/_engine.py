@@ -26,6 +26,7 @@ from typing import Any
 from agentctx_fast.agent import Agent, AgentTurn
 from agentctx_fast.coordinator import AsyncAgentContextCompressionStateStore
 from agentctx_fast.errors import (
+    AgentConversationBusyError,
     AgentCtxError,
     DuplicateMessageError,
     InvalidArgumentError,
@@ -206,11 +207,23 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
         check_conversation_id(conversation_id)
         snapshot = await self._load(conversation_id, turn_id)
         if snapshot.status is TurnStatus.RUNNING:
-            if approvals:
+            # The same approvals again (a retry after a resume whose reply was lost) find them
+            # recorded: the turn goes on as an interrupted one.
+            if approvals and any(
+                snapshot.decisions.get(call_id) != decision
+                for call_id, decision in dict(approvals).items()
+            ):
                 raise InvalidArgumentError(
                     f"turn {turn_id!r} is running, not waiting for approvals"
                 )
-            return await self._resume_interrupted(io, agent, conversation_id, snapshot)
+            try:
+                return await self._resume_interrupted(io, agent, conversation_id, snapshot)
+            except AgentConversationBusyError as error:
+                if not approvals:
+                    raise
+                raise TurnStateError(  # the other of two resumes (SPEC §20)
+                    f"turn {turn_id!r} is no longer suspended: resumed elsewhere, still running"
+                ) from error
         if snapshot.status is not TurnStatus.SUSPENDED:
             raise TurnStateError(f"turn {turn_id!r} is {snapshot.status.value}, not suspended")
         if approvals is None:

@@ -13,7 +13,14 @@ from agentctx_fast.memory import AsyncChatMemory
 from agentctx_fast.messages import AiMessage, Message, ToolMessage
 from agentctx_fast.runner._io import AsyncTurnIO, BlockingTurnIO
 from agentctx_fast.runner._reads import read_history, unanswered_calls
-from agentctx_fast.runner._state import TurnIO, TurnRun, agent_stub, is_stub
+from agentctx_fast.runner._state import (
+    MAY_HAVE_RUN_TEXT,
+    TurnIO,
+    TurnRun,
+    agent_stub,
+    is_stub,
+    may_have_run,
+)
 from agentctx_fast.runner._tools import ToolSteps
 from agentctx_fast.runner.events import ApprovalRequired
 from agentctx_fast.stores.turns import (
@@ -70,6 +77,21 @@ class Persistence(ToolSteps):
                 run, m.SNAPSHOT_BYTES, len(dump_snapshot(snapshot)), {"agent": run.agent.name}
             )
 
+    async def _record_started(self, run: TurnRun, call_ids: list[str]) -> None:
+        """SPEC §20: the calls of non-idempotent tools about to run (one step's, or one
+        resume's approved calls) recorded as started in the turn's snapshot, one write before
+        the first of them runs. A turn interrupted after that answers them "may have run"; this
+        process, which knows which of them it never invoked, answers those "not run"."""
+        if not call_ids:
+            return
+        run.not_started.update(call_ids)
+        if run.snapshot is None:
+            return
+        recorded = run.snapshot.started_tool_calls
+        if recorded is not None:  # None (a record older than the field) stays: unknown
+            run.snapshot = replace(run.snapshot, started_tool_calls=(*recorded, *call_ids))
+        await self._save(run, TurnStatus.RUNNING)
+
     async def _suspend(self, run: TurnRun, waiting: list[PendingApproval]) -> AgentTurn:
         """The turn's record saved suspended and its conversation marked so, as one unit of
         store I/O, then the `ApprovalRequired` event."""
@@ -113,10 +135,12 @@ class Persistence(ToolSteps):
         return self._result(run, status, final=final, error=error)
 
     async def _close_calls(self, run: TurnRun, text: str) -> None:
+        """Answer every call left without a result: ``text`` ("not run: …") for a call known
+        not to have started, "may have run" for one that may have (SPEC §20)."""
         closing: list[Message] = [
             ToolMessage(
                 call_id,
-                text,
+                MAY_HAVE_RUN_TEXT if may_have_run(run, call_id) else text,
                 tool_name=tool_name,
                 is_error=True,
                 message_id=f"{run.turn_id}:closed:{index}",

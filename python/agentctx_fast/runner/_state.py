@@ -29,7 +29,8 @@ from agentctx_fast.turns import TurnStatus
 from agentctx_fast.window import AgentContextCompressor
 
 REFUSED_TEXT = "refused by the user"
-INTERRUPTED_TEXT = "interrupted before the tool returned"
+MAY_HAVE_RUN_TEXT = "interrupted: the tool may have run; its outcome is unknown"
+NOT_STARTED_TEXT = "not run: the turn was interrupted before the tool started"
 
 TurnIO = BlockingTurnIO | AsyncTurnIO
 T = TypeVar("T")
@@ -54,6 +55,8 @@ class TurnRun:
     decisions: dict[str, bool] = field(default_factory=dict)
     # The lease this run's writes are made under (SPEC §20): set with `fence`.
     fence: Fence | None = None
+    # Calls this process recorded as started (`_record_started`) but has not invoked yet.
+    not_started: set[str] = field(default_factory=set)
     # During a unit of store I/O (`EngineState._together`): the clock's reading taken before
     # it, and the metrics observed in it, recorded once it is over (see `_together`).
     now: float | None = None
@@ -172,6 +175,16 @@ def fence(run: TurnRun, owner: str, lease_turn_id: str | None = None) -> None:
     run.fence = Fence(lease_turn_id or run.turn_id, owner)
     if run.memory is not None:
         run.memory = run.memory.fenced(run.fence)
+
+
+def may_have_run(run: TurnRun, call_id: str) -> bool:
+    """Whether the call ``call_id``, left without a result, may have run (SPEC §20): its start
+    was recorded (or the record predates such records) and this process did not see it stay
+    unstarted."""
+    if call_id in run.not_started:
+        return False
+    recorded = () if run.snapshot is None else run.snapshot.started_tool_calls
+    return recorded is None or call_id in recorded
 
 
 class LeaseLost(Exception):

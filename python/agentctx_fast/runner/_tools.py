@@ -4,10 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Literal
 
 from agentctx_fast import metrics as m
-from agentctx_fast.messages import AgentFormMessage, AiMessage, Message, ToolMessage
-from agentctx_fast.runner._state import INTERRUPTED_TEXT, REFUSED_TEXT, EngineState, TurnRun
+from agentctx_fast.messages import AgentFormMessage, AiMessage, Message, ToolCall, ToolMessage
+from agentctx_fast.runner._state import (
+    MAY_HAVE_RUN_TEXT,
+    NOT_STARTED_TEXT,
+    REFUSED_TEXT,
+    EngineState,
+    TurnRun,
+    may_have_run,
+)
 from agentctx_fast.runner.events import ToolCallEvent, ToolResultEvent
 from agentctx_fast.stores.turns import PendingApproval
 from agentctx_fast.tools import Tool, ToolOutcome
@@ -25,46 +33,61 @@ class ToolSteps(EngineState):
     async def _check_lease(self, run: TurnRun, *, ask: bool = False) -> None:
         raise NotImplementedError
 
+    async def _record_started(self, run: TurnRun, call_ids: list[str]) -> None:
+        raise NotImplementedError
+
     async def _call_tools(
         self, run: TurnRun, ai: AiMessage, *, interrupted: bool = False, hold_last: bool = False
     ) -> tuple[list[PendingApproval], HeldResult | None]:
         """Run the calls that need no approval; return those waiting for the user.
 
+        The calls of non-idempotent tools about to run are first recorded as started, in one
+        write for the step (SPEC §20).
+
         ``interrupted``: the process that made these calls died (a resumed `RUNNING` turn).
         A call whose result is stored is never run again; a call without one runs again only
-        when its tool is idempotent, otherwise it gets the "interrupted" error result; a call
-        whose approval form is still pending waits for the user again.
+        when its tool is idempotent, otherwise it gets an error result: "may have run" when its
+        start was recorded, "not run" when not; a call whose approval form is still pending
+        waits for the user again.
 
         ``hold_last``: the result of the reply's last call, if it ran, is returned instead of
         stored, for the caller to store with what follows it (`_store_result`).
         """
         answered = {m.tool_call_id for m in run.messages if isinstance(m, ToolMessage)}
         forms = _forms(run.messages) if interrupted else {}
-        waiting: list[PendingApproval] = []
-        held: HeldResult | None = None
-        last = len(ai.tool_calls) - 1
+        planned: list[tuple[int, ToolCall, Tool | None, _Action]] = []
         for index, call in enumerate(ai.tool_calls):
             if interrupted and call.id in answered:
                 continue
+            tool = run.agent.tool(call.name)
+            planned.append((index, call, tool, _plan(run, call, tool, forms, interrupted)))
+        await self._record_started(
+            run,
+            [
+                call.id
+                for _, call, tool, action in planned
+                if action == "invoke" and tool is not None and not tool.idempotent
+            ],
+        )
+        waiting: list[PendingApproval] = []
+        held: HeldResult | None = None
+        last = len(ai.tool_calls) - 1
+        for index, call, tool, action in planned:
             if not interrupted:
                 await run.io.emit(ToolCallEvent(call))
-            tool = run.agent.tool(call.name)
-            form = forms.get(call.id)
-            decision = run.decisions.get(call.id, _decision(form))
-            if form is not None and form.status == "pending":
-                waiting.append(PendingApproval(call.id, call.name, call.arguments, form.message_id))
-                continue
-            if tool is not None and tool.requires_approval and decision is None:
+            if action == "ask":
                 waiting.append(await self._ask_approval(run, call.id, call.name, call.arguments))
                 continue
-            if tool is None:
-                outcome = ToolOutcome(f"unknown tool {call.name!r}", is_error=True)
-            elif decision is False:
-                outcome = ToolOutcome(REFUSED_TEXT, is_error=True)
-            elif interrupted and not tool.idempotent:
-                outcome = ToolOutcome(INTERRUPTED_TEXT, is_error=True)
+            if isinstance(action, AgentFormMessage):
+                waiting.append(
+                    PendingApproval(call.id, call.name, call.arguments, action.message_id)
+                )
+                continue
+            if action == "invoke":
+                assert tool is not None
+                outcome = await self._invoke(run, tool, call.id, call.arguments)
             else:
-                outcome = await self._invoke(run, tool, call.arguments)
+                outcome = action
             result = (self._result_message(run, call.id, call.name, outcome), outcome)
             if hold_last and index == last:
                 held = result
@@ -89,11 +112,12 @@ class ToolSteps(EngineState):
         await self._append(run, form)
         return PendingApproval(call_id, tool_name, arguments, form.message_id)
 
-    async def _invoke(self, run: TurnRun, tool: Tool, arguments: str) -> ToolOutcome:
+    async def _invoke(self, run: TurnRun, tool: Tool, call_id: str, arguments: str) -> ToolOutcome:
         """Run a tool unless the turn was cancelled or taken over. A tool that ran has its
         result written even when a cancel came meanwhile (the side effect happened); the
         cancel stops the turn at the next check."""
         await self._checkpoint(run)
+        run.not_started.discard(call_id)  # from here on it may have run
         outcome = await run.io.invoke(tool, arguments)
         await self._check_lease(run)
         return outcome
@@ -137,30 +161,35 @@ class ToolSteps(EngineState):
     ) -> list[PendingApproval]:
         """Record each decision on its form (compare-and-set) and answer the decided calls."""
         waiting: list[PendingApproval] = []
+        decided: list[tuple[PendingApproval, bool, Tool | None]] = []
         answered = {msg.tool_call_id for msg in run.messages if isinstance(msg, ToolMessage)}
-        forms = _forms(run.messages)
         for approval in pending:
             if approval.tool_call_id not in decisions:
                 waiting.append(approval)
                 continue
             if approval.tool_call_id in answered:
                 continue  # a resume that stopped before saving the record answered it
-            # A decision already on the form: a resume that stopped may have run the tool.
-            stopped = _decision(forms.get(approval.tool_call_id)) is not None
             approved = decisions[approval.tool_call_id]
             await self._update_form(
                 run, approval.form_message_id, "approved" if approved else "refused"
             )
             run.decisions[approval.tool_call_id] = approved
-            tool = run.agent.tool(approval.tool_name)
+            decided.append((approval, approved, run.agent.tool(approval.tool_name)))
+        await self._record_started(
+            run,
+            [
+                approval.tool_call_id
+                for approval, approved, tool in decided
+                if approved and tool is not None and not tool.idempotent
+            ],
+        )
+        for approval, approved, tool in decided:
             if not approved:
                 outcome = ToolOutcome(REFUSED_TEXT, is_error=True)
             elif tool is None:
                 outcome = ToolOutcome(f"unknown tool {approval.tool_name!r}", is_error=True)
-            elif stopped and not tool.idempotent:
-                outcome = ToolOutcome(INTERRUPTED_TEXT, is_error=True)
             else:
-                outcome = await self._invoke(run, tool, approval.arguments)
+                outcome = await self._invoke(run, tool, approval.tool_call_id, approval.arguments)
             result = self._result_message(run, approval.tool_call_id, approval.tool_name, outcome)
             await self._store_result(run, (result, outcome))
         return waiting
@@ -204,6 +233,34 @@ class ToolSteps(EngineState):
             elif messages:
                 await run.memory.add_messages_if_absent(messages)
         run.messages.extend(messages)
+
+
+_Action = Literal["ask", "invoke"] | AgentFormMessage | ToolOutcome
+"""What a step does with a call: ask for approval, run the tool, wait for the user on a form
+still pending, or store an outcome known without running anything."""
+
+
+def _plan(
+    run: TurnRun,
+    call: ToolCall,
+    tool: Tool | None,
+    forms: Mapping[str, AgentFormMessage],
+    interrupted: bool,
+) -> _Action:
+    form = forms.get(call.id)
+    decision = run.decisions.get(call.id, _decision(form))
+    if form is not None and form.status == "pending":
+        return form
+    if tool is not None and tool.requires_approval and decision is None:
+        return "ask"
+    if tool is None:
+        return ToolOutcome(f"unknown tool {call.name!r}", is_error=True)
+    if decision is False:
+        return ToolOutcome(REFUSED_TEXT, is_error=True)
+    if interrupted and not tool.idempotent:
+        text = MAY_HAVE_RUN_TEXT if may_have_run(run, call.id) else NOT_STARTED_TEXT
+        return ToolOutcome(text, is_error=True)
+    return "invoke"
 
 
 def _forms(messages: Sequence[Message]) -> dict[str, AgentFormMessage]:

@@ -100,7 +100,8 @@ class AgentRunner:
         and continue it; with no approvals, continue a `RUNNING` turn whose process died once
         its lease has expired (`AgentConversationBusyError` while it is alive): a stored tool
         result is never run again, an unanswered call runs again only for an idempotent tool
-        and otherwise gets the error result "interrupted before the tool returned". Raises
+        and otherwise gets an error result: "interrupted: the tool may have run; its outcome
+        is unknown" once its start was recorded, "not run: …" before (SPEC §20). Raises
         `TurnNotFoundError` for an unknown turn and `TurnStateError` for a finished one."""
         agent = _blocking_agent(agent)
         return run_sync(

@@ -111,6 +111,11 @@ class AgentTurnSnapshot:
 
     Only plain data goes in: no secrets, connections or service objects. ``metadata`` must be
     JSON-serialisable; ``decisions`` are the approval results recorded so far.
+
+    ``started_tool_calls``: the ids of the calls of non-idempotent tools recorded as started
+    before they ran (SPEC §20), so that a turn interrupted after that tells the model the tool
+    may have run, never that it did not. None: a record written before this was kept, about
+    which nothing is known (any unanswered call may have run).
     """
 
     conversation_id: str
@@ -122,6 +127,7 @@ class AgentTurnSnapshot:
     pending_tool_calls: tuple[ToolCall, ...] = ()
     pending_approvals: tuple[PendingApproval, ...] = ()
     decisions: Mapping[str, bool] = field(default_factory=dict)
+    started_tool_calls: tuple[str, ...] | None = ()
     final_message_id: str | None = None
     error: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
@@ -142,6 +148,13 @@ class AgentTurnSnapshot:
             or self.step_count < 0
         ):
             raise InvalidArgumentError(f"step_count must be an int >= 0, got {self.step_count!r}")
+        started = self.started_tool_calls
+        if started is not None and (
+            not isinstance(started, tuple) or not all(isinstance(i, str) for i in started)
+        ):
+            raise InvalidArgumentError(
+                f"started_tool_calls must be a tuple of str or None, got {started!r}"
+            )
         check_version(self.version, "version")
 
 
@@ -316,6 +329,9 @@ def dump_snapshot(snapshot: AgentTurnSnapshot) -> bytes:
             for a in snapshot.pending_approvals
         ],
         "decisions": dict(snapshot.decisions),
+        "started_tool_calls": None
+        if snapshot.started_tool_calls is None
+        else list(snapshot.started_tool_calls),
         "final_message_id": snapshot.final_message_id,
         "error": snapshot.error,
         "metadata": dict(snapshot.metadata),
@@ -371,12 +387,15 @@ def load_snapshot(data: bytes, version: int) -> AgentTurnSnapshot:
         "pending_tool_calls": list,
         "pending_approvals": list,
         "decisions": dict,
+        "started_tool_calls": (list, type(None)),
         "final_message_id": (str, type(None)),
         "error": (str, type(None)),
         "metadata": dict,
         "created_at": (int, float),
         "updated_at": (int, float),
     }
+    if isinstance(fields, dict):
+        fields.setdefault("started_tool_calls", None)  # a record older than the field
     if not isinstance(fields, dict) or set(fields) != set(expected):
         raise SerializationError("stored turn snapshot has missing or unknown fields")
     for name, kind in expected.items():
@@ -403,6 +422,9 @@ def load_snapshot(data: bytes, version: int) -> AgentTurnSnapshot:
                 PendingApproval(*a) for a in _str_list(fields["pending_approvals"], "approvals", 4)
             ),
             decisions=decisions,
+            started_tool_calls=None
+            if fields["started_tool_calls"] is None
+            else tuple(_str_list(fields["started_tool_calls"], "started_tool_calls")),
             final_message_id=fields["final_message_id"],
             error=fields["error"],
             metadata=fields["metadata"],
