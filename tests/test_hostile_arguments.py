@@ -1,7 +1,7 @@
-"""Nothing a model sends crashes a turn (SPEC §20): malformed, oversized and deeply nested
-tool-call arguments become an error `ToolMessage` and the loop goes on, on both runners, both
-backends (the test command runs this file under each) and every store, which keeps the AI
-message that carried them exactly as the model sent it."""
+"""Nothing a model sends crashes a turn (SPEC §20): tool-call arguments nested thousands deep
+(past the JSON parser's recursion limit) become an error `ToolMessage` and the loop goes on, on
+both runners, both backends (the test command runs this file under each) and every store, which
+keeps the AI message that carried them exactly as the model sent it."""
 
 from __future__ import annotations
 
@@ -32,12 +32,6 @@ NESTED = {
     "object": '{"a":' * DEPTH + "1" + "}" * DEPTH,
     "inner": '{"a":' + "[" * DEPTH + "]" * DEPTH + "}",
 }
-MALFORMED = {
-    "truncated": '{"a":',
-    "not an object": "[1, 2]",
-    "huge integer": '{"a": ' + "9" * 5000 + "}",
-}
-HOSTILE = {**NESTED, **MALFORMED}
 
 
 def _script(arguments: str) -> list[AiMessage]:
@@ -61,10 +55,8 @@ def _check_turn(turn: Any, recorder: Recorder, arguments: str) -> None:
     assert isinstance(ai, AiMessage) and ai.tool_calls[0].arguments == arguments
 
 
-@pytest.mark.parametrize("arguments", list(HOSTILE.values()), ids=list(HOSTILE))
-def test_blocking_runner_answers_hostile_arguments(
-    store: Any, arguments: str
-) -> None:
+@pytest.mark.parametrize("arguments", list(NESTED.values()), ids=list(NESTED))
+def test_blocking_runner_answers_hostile_arguments(store: Any, arguments: str) -> None:
     conversation = new_conversation_id()
     recorder = Recorder()
     agent = Agent("shop", ScriptedChatModel(_script(arguments)), tools=[Tool("lookup", recorder)])
@@ -86,7 +78,7 @@ def async_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-@pytest.mark.parametrize("arguments", list(HOSTILE.values()), ids=list(HOSTILE))
+@pytest.mark.parametrize("arguments", list(NESTED.values()), ids=list(NESTED))
 def test_async_runner_answers_hostile_arguments(
     async_kind: str, request: pytest.FixtureRequest, arguments: str
 ) -> None:
@@ -125,20 +117,3 @@ def test_async_tool_answers_nested_arguments(arguments: str) -> None:
         assert first.is_error and "invalid arguments for tool lookup" in first.text
 
     asyncio.run(body())
-
-
-def test_oversized_arguments_are_stored_and_passed_on(store: Any) -> None:
-    """A 2 MiB argument is model output like any other: stored whole, read back, and given to
-    the tool (the store's limits, not the runner's, bound it)."""
-    conversation = new_conversation_id()
-    big = "x" * (2 * 1024 * 1024)
-    recorder = Recorder()
-    script = [
-        AiMessage(None, (ToolCall("call-1", "lookup", '{"note": "' + big + '"}'),)),
-        AiMessage("done"),
-    ]
-    agent = Agent("shop", ScriptedChatModel(script), tools=[Tool("lookup", recorder)])
-    turn = AgentRunner(store).run(agent, conversation, "hi")
-    assert turn.status is TurnStatus.COMPLETED, turn.error
-    assert recorder.calls == [{"note": big}]
-    check_memory(store.chat_memory(conversation), [turn])
