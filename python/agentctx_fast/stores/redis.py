@@ -52,6 +52,8 @@ from agentctx_fast.stores._loader import (
     MessageCacheInfo,
     MessageLoader,
 )
+from agentctx_fast.stores._records import UndecodableRecord
+from agentctx_fast.stores._redis_records import RedisRecords
 from agentctx_fast.stores._redis_io import (
     RedisCluster,
     RedisPort,
@@ -361,7 +363,10 @@ class AsyncRedisChatMemory(AsyncChatMemory):
         records = await self._store._port.command(
             "reading messages", "lrange", self._records, start, stop
         )
-        return self._load(records)
+        try:
+            return self._load(records)
+        except UndecodableRecord as bad:
+            raise await RedisRecords(self._store).named_message(bad) from bad
 
     async def get_model_messages(self, count: int | None = None) -> list[Message]:
         check_page(count, 0)
@@ -373,7 +378,10 @@ class AsyncRedisChatMemory(AsyncChatMemory):
             [self._visible, self._records],
             list(_tail_range(count, 0)),
         )
-        return self._load(records)
+        try:
+            return self._load(records)
+        except UndecodableRecord as bad:
+            raise await RedisRecords(self._store).named_message(bad) from bad
 
     def _load(self, records: Sequence[Any]) -> list[Message]:
         return self._store._load_message.load_all(self.conversation_id, records, raw)
@@ -387,7 +395,10 @@ class AsyncRedisChatMemory(AsyncChatMemory):
             return None
         if isinstance(record, list):
             raise _corrupt_index(message_id)
-        return self._store._load_message(self.conversation_id, raw(record))
+        try:
+            return self._store._load_message(self.conversation_id, raw(record))
+        except UndecodableRecord as bad:
+            raise bad.named(message_id) from bad
 
     async def update_message(self, message: Message, expected_version: int) -> Message:
         check_message(message)

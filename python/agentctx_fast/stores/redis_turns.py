@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agentctx_fast.errors import SerializationError, StoreError
+from agentctx_fast.errors import SerializationError, StoreError, StoreUnavailableError
 from agentctx_fast.stores._bridge import BlockingAgentTurnStore
+from agentctx_fast.stores._records import decode_lease, naming
 from agentctx_fast.stores._redis_io import raw, text
 from agentctx_fast.stores.turns import (
     AgentTurnSnapshot,
@@ -127,11 +128,12 @@ class AsyncRedisAgentTurnStore:
         )
         if version is None or data is None:
             return None
-        try:
-            number = int(text(version))
-        except ValueError:
-            raise SerializationError(f"turn {turn_id!r}: stored version is not a number") from None
-        return load_snapshot(raw(data), number)
+        with naming(conversation_id, f"turn {turn_id!r}"):
+            try:
+                number = int(text(version))
+            except ValueError:
+                raise SerializationError(f"stored version {version!r} is not a number") from None
+            return load_snapshot(raw(data), number)
 
     async def save_turn(self, snapshot: AgentTurnSnapshot, expected_version: int) -> bool:
         check_snapshot_save(snapshot, expected_version)
@@ -151,14 +153,14 @@ class AsyncRedisAgentTurnStore:
         )
         if not fields:
             return None
-        lease = {text(k): text(v) for k, v in fields.items()}
-        expires = lease.get("expires_at")
-        return ConversationLease(
+        with naming(conversation_id, "lease"):
+            lease = {text(k): text(v) for k, v in fields.items()}
+        return decode_lease(
             conversation_id,
-            lease["turn_id"],
-            TurnStatus(lease["status"]),
+            lease.get("turn_id"),
+            lease.get("status"),
             lease.get("owner"),
-            None if expires is None else float(expires),
+            lease.get("expires_at"),
             lease.get("cancel_requested") == "1",
         )
 
@@ -166,21 +168,27 @@ class AsyncRedisAgentTurnStore:
         self, conversation_id: str, turn_id: str, owner: str, lease_seconds: float, now: float
     ) -> str | None:
         check_lease_arguments(conversation_id, turn_id, owner, lease_seconds)
-        reply = await self._run(
-            "taking a conversation lease",
-            _ACQUIRE,
-            [self._lease_key(conversation_id)],
-            [turn_id, owner, repr(now + lease_seconds), repr(float(now))],
-        )
+        try:
+            reply = await self._run(
+                "taking a conversation lease",
+                _ACQUIRE,
+                [self._lease_key(conversation_id)],
+                [turn_id, owner, repr(now + lease_seconds), repr(float(now))],
+            )
+        except StoreUnavailableError:
+            raise
+        except StoreError:
+            await self.open_turn(conversation_id)  # a corrupt lease fails the script: name it
+            raise
         code = int(reply[0])
         if code == 1:
             return None
         if code == 2:
             return text(reply[1])
         if code == 0:
-            lease = ConversationLease(
-                conversation_id, text(reply[1]), TurnStatus(text(reply[2])), None, None
-            )
+            with naming(conversation_id, "lease"):
+                status = TurnStatus(text(reply[2]))
+            lease = ConversationLease(conversation_id, text(reply[1]), status, None, None)
             raise busy_error(conversation_id, lease)
         raise StoreError(f"unexpected lease script reply {reply!r}")
 

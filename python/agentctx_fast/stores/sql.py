@@ -46,6 +46,8 @@ from agentctx_fast.stores._common import (
     check_table_prefix,
     unit_handle,
 )
+from agentctx_fast.stores._records import UndecodableRecord
+from agentctx_fast.stores._sql_records import named_message
 from agentctx_fast.stores._loader import (
     DEFAULT_MESSAGE_CACHE_BYTES,
     DEFAULT_MESSAGE_CACHE_SIZE,
@@ -466,9 +468,12 @@ class AsyncSqlChatMemory(AsyncChatMemory):
         statement = self._store._pages.get(visible_only, count is not None, offset > 0)
         params = {"conversation_id": self.conversation_id, "count": count, "offset": offset}
         rows = await self._store._port.rows("reading messages", statement, params=params)
-        return self._store._load_message.load_all(
-            self.conversation_id, [row[0] for row in reversed(rows)]
-        )
+        try:
+            return self._store._load_message.load_all(
+                self.conversation_id, [row[0] for row in reversed(rows)]
+            )
+        except UndecodableRecord as bad:
+            raise await named_message(self._store, bad) from bad
 
     async def get_message(self, message_id: str) -> Message | None:
         check_identifier(message_id, "message_id")
@@ -477,7 +482,12 @@ class AsyncSqlChatMemory(AsyncChatMemory):
             table.c.conversation_id == self.conversation_id, table.c.message_id == message_id
         )
         rows = await self._store._port.rows(f"reading message {message_id!r}", query)
-        return self._store._load_message(self.conversation_id, rows[0].data) if rows else None
+        if not rows:
+            return None
+        try:
+            return self._store._load_message(self.conversation_id, rows[0].data)
+        except UndecodableRecord as bad:
+            raise bad.named(message_id) from bad
 
     async def update_message(self, message: Message, expected_version: int) -> Message:
         check_message(message)
