@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,6 +26,7 @@ from agentctx_fast import (
     Tool,
     ToolCall,
     TurnStatus,
+    UserMessage,
     validate_tool_protocol,
 )
 from agentctx_fast.cli import main
@@ -306,3 +308,81 @@ def test_a_corrupt_lease_is_named_reported_and_quarantined(
     assert turn.status is TurnStatus.COMPLETED
     (kept,) = _quarantined(kind, request, conversation)
     assert kept.kind == "lease" and value.encode() in kept.data
+
+
+def test_a_dead_lease_and_a_turn_stuck_in_transition_are_repaired(
+    store: Any, kind: str, request: pytest.FixtureRequest, capsys: Any
+) -> None:
+    conversation = new_conversation_id()
+    turns = store.turn_store()
+    # a turn whose process died after the model asked for a tool: no record, an expired lease
+    assert turns.acquire_conversation(conversation, "dead", "gone", 30.0, now=100.0) is None
+    memory = store.chat_memory(conversation)
+    memory.add_message_if_absent(UserMessage("hi", message_id="u1", turn_id="dead"))
+    ask = AiMessage(None, (ToolCall("call-1", "lookup", "{}"),), message_id="a1", turn_id="dead")
+    memory.add_message_if_absent(ask)
+
+    status, out = _doctor(kind, request, capsys, conversation)
+    assert status == 1
+    assert f"conversation {conversation!r}: expired-lease lease: turn 'dead' (no record)" in out
+    assert "protocol" not in out  # the open call is the dead turn's, not a violation of its own
+
+    status, out = _doctor(kind, request, capsys, conversation, repair=True)
+    assert f"closed turn 'dead' as cancelled" in out
+    assert status == 0, out
+    assert turns.open_turn(conversation) is None
+    assert validate_tool_protocol(memory.get_messages()) == []
+
+    # a suspended turn whose resume lost its reply: the record says suspended, the lease says
+    # running, and it expired
+    turn_id = _suspended_turn(store, conversation)
+    assert turns.reacquire_conversation(conversation, turn_id, "lost", 30.0, now=100.0)
+    status, out = _doctor(kind, request, capsys, conversation)
+    assert status == 1
+    assert f"stuck-turn turn {turn_id!r}: the record says suspended, the lease says running" in out
+    status, out = _doctor(kind, request, capsys, conversation, repair=True)
+    assert f"closed turn {turn_id!r} as cancelled" in out
+    assert status == 0, out
+    assert turns.load_turn(conversation, turn_id).status is TurnStatus.CANCELLED
+    turn = AgentRunner(store).run(_agent(AiMessage("welcome back")), conversation, "hello?")
+    assert turn.status is TurnStatus.COMPLETED
+
+
+def test_doctor_checks_every_conversation_when_none_is_named(
+    kind: str, request: pytest.FixtureRequest, capsys: Any
+) -> None:
+    if kind not in CLI_KINDS:
+        pytest.skip("the CLI opens a plain client from a URL")
+    prefix = f"doc{uuid.uuid4().hex[:12]}_"
+    option = "key_prefix" if kind.startswith("redis") else "table_prefix"
+    store = make_store(kind, request, **{option: prefix})
+    try:
+        healthy, broken = new_conversation_id(), new_conversation_id()
+        _plain_turn(store, healthy)
+        answer = _plain_turn(store, broken)
+        _corrupt_message(store, broken, answer, b"{")
+        url = str(store_url(kind, request))
+        capsys.readouterr()
+        assert main(["doctor", "--store", url, "--prefix", prefix]) == 1
+        out = capsys.readouterr().out
+        assert f"conversation {broken!r}: corrupt message {answer!r}" in out
+        assert healthy not in out
+        assert main(["doctor", "--store", url, "--prefix", prefix, "--repair"]) == 0
+        assert main(["doctor", "--store", url, "--prefix", prefix]) == 0
+        assert capsys.readouterr().out.endswith("agentctx doctor: healthy\n")
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["doctor", "--store", "ftp://example/x"],
+        ["doctor", "--store", "redis://127.0.0.1:1/0"],
+    ],
+)
+def test_doctor_bad_usage_is_one_line_and_status_2(argv: list[str], capsys: Any) -> None:
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("agentctx: ") and captured.err.count("\n") == 1

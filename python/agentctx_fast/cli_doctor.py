@@ -62,9 +62,7 @@ async def _doctor(url: str, conversations: Sequence[str], repair: bool, prefix: 
     return 1
 
 
-def run_doctor(
-    url: str, conversations: Sequence[str], *, repair: bool, prefix: str | None
-) -> int:
+def run_doctor(url: str, conversations: Sequence[str], *, repair: bool, prefix: str | None) -> int:
     """Exit status 0 when healthy (or everything repaired), 1 when problems remain; bad usage
     raises an `AgentCtxError` (the CLI prints it as one line, status 2)."""
     return asyncio.run(_doctor(url, conversations, repair, prefix))

@@ -15,7 +15,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from agentctx_fast.stores._records import UndecodableRecord
-from agentctx_fast.stores._redis_io import raw, text
+from agentctx_fast.stores._redis_io import raw, text, translated
 from agentctx_fast.stores._sql_records import QuarantinedRecord, StoredRecord
 
 if TYPE_CHECKING:
@@ -86,10 +86,11 @@ class RedisRecords:
         found: set[str] = set()
         for kind in ("conv", "turn", "lease"):
             pattern = f"{_escape(self._prefix + kind)}:{{*"
-            async for key in self._store.client.scan_iter(match=pattern, count=1000):
-                conversation = _conversation_of(text(key), self._prefix + kind + ":")
-                if conversation is not None:
-                    found.add(conversation)
+            with translated("listing conversations"):
+                async for key in self._store.client.scan_iter(match=pattern, count=1000):
+                    conversation = _conversation_of(text(key), self._prefix + kind + ":")
+                    if conversation is not None:
+                        found.add(conversation)
         return sorted(found)
 
     def _message_keys(self, conversation_id: str) -> list[str]:
@@ -128,13 +129,16 @@ class RedisRecords:
     async def turns(self, conversation_id: str) -> list[StoredRecord]:
         pattern = _escape(self._store._key("turn", conversation_id)) + ":*"
         head = self._store._key("turn", conversation_id) + ":"
+        names: list[str] = []
+        with translated("listing turn records"):
+            async for key in self._store.client.scan_iter(match=pattern, count=1000):
+                names.append(text(key))
         out: list[StoredRecord] = []
-        async for key in self._store.client.scan_iter(match=pattern, count=1000):
-            name = text(key)
+        for name in names:
             version, data = await self._command(
                 "reading a turn record", "hmget", name, ["version", "data"]
             )
-            turn_id = name[len(head):]
+            turn_id = name[len(head) :]
             kept = b"" if data is None else raw(data)
             out.append(StoredRecord("turn", turn_id, kept, name, version))
         return sorted(out, key=lambda record: str(record.record_id))
@@ -147,9 +151,7 @@ class RedisRecords:
         plain = {text(k): raw(v).decode("utf-8", "replace") for k, v in fields.items()}
         return StoredRecord("lease", None, json.dumps(plain).encode("utf-8"), plain)
 
-    async def quarantine(
-        self, conversation_id: str, record: StoredRecord, problem: str
-    ) -> bool:
+    async def quarantine(self, conversation_id: str, record: StoredRecord, problem: str) -> bool:
         """Move ``record`` into the conversation's quarantine hash; False when it changed since
         it was read."""
         quarantine = self._store._key("quarantine", conversation_id)

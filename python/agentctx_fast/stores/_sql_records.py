@@ -110,8 +110,7 @@ class SqlRecords:
         )
         rows = await self._store._port.rows("reading turn records", query)
         return [
-            StoredRecord("turn", str(r.turn_id), bytes(r.data), r.turn_id, r.version)
-            for r in rows
+            StoredRecord("turn", str(r.turn_id), bytes(r.data), r.turn_id, r.version) for r in rows
         ]
 
     async def lease(self, conversation_id: str) -> StoredRecord | None:
@@ -124,9 +123,7 @@ class SqlRecords:
         data = json.dumps(fields, ensure_ascii=False).encode("utf-8")
         return StoredRecord("lease", None, data, fields)
 
-    async def quarantine(
-        self, conversation_id: str, record: StoredRecord, problem: str
-    ) -> bool:
+    async def quarantine(self, conversation_id: str, record: StoredRecord, problem: str) -> bool:
         """Move ``record`` into the quarantine table; False when it changed since it was read."""
         t = self._tables
         if record.kind == "message":

@@ -84,7 +84,9 @@ def _records(store: Any) -> Any:
         from agentctx_fast.stores._redis_records import RedisRecords
 
         return RedisRecords(store)
-    raise TypeError(f"agentctx doctor needs an async SQL or Redis store, got {type(store).__name__}")
+    raise TypeError(
+        f"agentctx doctor needs an async SQL or Redis store, got {type(store).__name__}"
+    )
 
 
 async def diagnose(
@@ -143,8 +145,11 @@ def _violations(
     turn_of = {message.message_id: message.turn_id for message in messages}
     return [
         Finding(
-            conversation_id, "protocol", f"message {v.message_id!r}",
-            f"{v.kind} (tool call {v.tool_call_id!r})", False,
+            conversation_id,
+            "protocol",
+            f"message {v.message_id!r}",
+            f"{v.kind} (tool call {v.tool_call_id!r})",
+            False,
         )  # fmt: skip
         for v in validate_tool_protocol(messages)
         if not (v.kind == "missing_result" and turn_of.get(v.message_id) in open_turns)

@@ -186,6 +186,7 @@ class AsyncRedisAgentTurnStore:
         if code == 2:
             return text(reply[1])
         if code == 0:
+            await self.open_turn(conversation_id)  # a corrupt lease is named, never "busy"
             with naming(conversation_id, "lease"):
                 status = TurnStatus(text(reply[2]))
             lease = ConversationLease(conversation_id, text(reply[1]), status, None, None)
