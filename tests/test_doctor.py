@@ -328,7 +328,7 @@ def test_a_dead_lease_and_a_turn_stuck_in_transition_are_repaired(
     assert "protocol" not in out  # the open call is the dead turn's, not a violation of its own
 
     status, out = _doctor(kind, request, capsys, conversation, repair=True)
-    assert f"closed turn 'dead' as cancelled" in out
+    assert "closed turn 'dead' as cancelled" in out
     assert status == 0, out
     assert turns.open_turn(conversation) is None
     assert validate_tool_protocol(memory.get_messages()) == []

@@ -150,7 +150,7 @@ def _violations(
             f"message {v.message_id!r}",
             f"{v.kind} (tool call {v.tool_call_id!r})",
             False,
-        )  # fmt: skip
+        )
         for v in validate_tool_protocol(messages)
         if not (v.kind == "missing_result" and turn_of.get(v.message_id) in open_turns)
     ]

@@ -53,7 +53,6 @@ from agentctx_fast.stores._loader import (
     MessageLoader,
 )
 from agentctx_fast.stores._records import UndecodableRecord
-from agentctx_fast.stores._redis_records import RedisRecords
 from agentctx_fast.stores._redis_io import (
     RedisCluster,
     RedisPort,
@@ -62,6 +61,7 @@ from agentctx_fast.stores._redis_io import (
     raw,
     redis,
 )
+from agentctx_fast.stores._redis_records import RedisRecords
 from agentctx_fast.stores.redis_turns import AsyncRedisAgentTurnStore, RedisAgentTurnStore
 from agentctx_fast.stores.serializer import (
     AgentStoreSerializer,

@@ -46,14 +46,13 @@ from agentctx_fast.stores._common import (
     check_table_prefix,
     unit_handle,
 )
-from agentctx_fast.stores._records import UndecodableRecord
-from agentctx_fast.stores._sql_records import named_message
 from agentctx_fast.stores._loader import (
     DEFAULT_MESSAGE_CACHE_BYTES,
     DEFAULT_MESSAGE_CACHE_SIZE,
     MessageCacheInfo,
     MessageLoader,
 )
+from agentctx_fast.stores._records import UndecodableRecord
 from agentctx_fast.stores._sql_io import (
     AsyncSqlPort,
     BlockingSqlPort,
@@ -64,6 +63,7 @@ from agentctx_fast.stores._sql_io import (
     sa,
     sa_exc,
 )
+from agentctx_fast.stores._sql_records import named_message
 from agentctx_fast.stores.serializer import (
     AgentStoreSerializer,
     JsonAgentStoreSerializer,
