@@ -386,3 +386,26 @@ def test_doctor_bad_usage_is_one_line_and_status_2(argv: list[str], capsys: Any)
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.startswith("agentctx: ") and captured.err.count("\n") == 1
+
+
+def test_quarantining_an_early_message_keeps_every_later_read_right(
+    store: Any, kind: str, request: pytest.FixtureRequest, capsys: Any
+) -> None:
+    """Redis keeps messages by position: removing the first one shifts the index and the
+    visible positions of every later message, in the same script."""
+    conversation = new_conversation_id()
+    _plain_turn(store, conversation)
+    _plain_turn(store, conversation)
+    memory = store.chat_memory(conversation)
+    first, *rest = memory.get_messages()
+    _corrupt_message(store, conversation, first.message_id, b"[]")
+    status, out = _doctor(kind, request, capsys, conversation, repair=True)
+    assert status == 0, out
+    assert memory.get_messages() == rest
+    assert memory.get_model_messages() == rest
+    assert [memory.get_message(m.message_id) for m in rest] == rest
+    assert memory.get_message(first.message_id) is None
+    assert memory.message_count() == len(rest)
+    turn = AgentRunner(store).run(_agent(AiMessage("third")), conversation, "and now?")
+    assert memory.get_messages() == [*rest, *turn.messages]
+    assert memory.get_model_messages(2) == list(turn.messages)

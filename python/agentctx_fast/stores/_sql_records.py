@@ -168,10 +168,13 @@ class SqlRecords:
     async def quarantined(self, conversation_id: str) -> list[QuarantinedRecord]:
         """The records quarantined from ``conversation_id``, oldest first."""
         table = self._quarantine
+        exists: list[bool] = []
         await self._store._port.run(
-            "creating the quarantine table",
-            lambda connection: table.create(connection, checkfirst=True),
+            "looking for the quarantine table",
+            lambda connection: exists.append(sa.inspect(connection).has_table(table.name)),
         )
+        if not exists[0]:
+            return []
         query = (
             sa.select(table.c.kind, table.c.record_id, table.c.data, table.c.problem)
             .where(table.c.conversation_id == conversation_id)

@@ -34,7 +34,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentctx_fast.errors import AgentCtxError, SerializationError, TurnStateError
+from agentctx_fast.errors import (
+    AgentCtxError,
+    InvalidArgumentError,
+    SerializationError,
+    TurnStateError,
+)
 from agentctx_fast.messages import Message
 from agentctx_fast.protocol import validate_tool_protocol
 from agentctx_fast.stores._records import decode_lease, naming
@@ -84,7 +89,7 @@ def _records(store: Any) -> Any:
         from agentctx_fast.stores._redis_records import RedisRecords
 
         return RedisRecords(store)
-    raise TypeError(
+    raise InvalidArgumentError(
         f"agentctx doctor needs an async SQL or Redis store, got {type(store).__name__}"
     )
 
