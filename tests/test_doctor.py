@@ -409,3 +409,14 @@ def test_quarantining_an_early_message_keeps_every_later_read_right(
     turn = AgentRunner(store).run(_agent(AiMessage("third")), conversation, "and now?")
     assert memory.get_messages() == [*rest, *turn.messages]
     assert memory.get_model_messages(2) == list(turn.messages)
+
+
+def test_a_corrupt_redis_index_entry_names_the_conversation(store: Any, kind: str) -> None:
+    if not kind.startswith("redis"):
+        pytest.skip("only Redis keeps an index of positions")
+    conversation = new_conversation_id()
+    answer = _plain_turn(store, conversation)
+    keys = conversation_key(store.key_prefix, "conv", conversation)
+    store.client.hset(keys + ":i", answer, "somewhere")
+    memory = store.chat_memory(conversation)
+    _raises_named(lambda: memory.get_message(answer), conversation, f"message {answer!r}")

@@ -394,7 +394,7 @@ class AsyncRedisChatMemory(AsyncChatMemory):
         if record is None:
             return None
         if isinstance(record, list):
-            raise _corrupt_index(message_id)
+            raise _corrupt_index(self.conversation_id, message_id)
         try:
             return self._store._load_message(self.conversation_id, raw(record))
         except UndecodableRecord as bad:
@@ -418,7 +418,7 @@ class AsyncRedisChatMemory(AsyncChatMemory):
         if status == -1:
             raise MessageNotFoundError(f"no stored message {message.message_id!r}")
         if status == -3:
-            raise _corrupt_index(message.message_id)
+            raise _corrupt_index(self.conversation_id, message.message_id)
         if status == -2:
             stored_kind = outcome[1].decode() if isinstance(outcome[1], bytes) else outcome[1]
             raise InvalidArgumentError(
@@ -487,7 +487,8 @@ class RedisCompressionStateStore(BlockingCompressionStateStore):
     """Compression states of a `RedisAgentStore` (blocking)."""
 
 
-def _corrupt_index(message_id: str) -> SerializationError:
+def _corrupt_index(conversation_id: str, message_id: str) -> SerializationError:
     return SerializationError(
-        f"message {message_id!r}: its stored index entry is not 'position version kind'"
+        f"conversation {conversation_id!r}, message {message_id!r}: its stored index entry is "
+        "not 'position version kind'"
     )
