@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentctx_fast.errors import SerializationError, StoreError, StoreUnavailableError
 from agentctx_fast.stores._bridge import BlockingAgentTurnStore
-from agentctx_fast.stores._records import decode_lease, naming
+from agentctx_fast.stores._records import decode_lease, naming, record_error
 from agentctx_fast.stores._redis_io import raw, text
 from agentctx_fast.stores.turns import (
     AgentTurnSnapshot,
@@ -28,6 +28,8 @@ from agentctx_fast.turns import TurnStatus
 
 if TYPE_CHECKING:
     from agentctx_fast.stores.redis import _RedisStoreBase
+
+_OPEN = frozenset((TurnStatus.RUNNING.value, TurnStatus.SUSPENDED.value))
 
 # KEYS: the turn hash. ARGV: expected version, data, next version (computed by the client:
 # Lua numbers are doubles, which lose versions above 2**53).
@@ -186,10 +188,12 @@ class AsyncRedisAgentTurnStore:
         if code == 2:
             return text(reply[1])
         if code == 0:
-            await self.open_turn(conversation_id)  # a corrupt lease is named, never "busy"
-            with naming(conversation_id, "lease"):
-                status = TurnStatus(text(reply[2]))
-            lease = ConversationLease(conversation_id, text(reply[1]), status, None, None)
+            open_id = text(reply[1]) if len(reply) > 1 else ""
+            status = text(reply[2]) if len(reply) > 2 else ""
+            if not open_id or status not in _OPEN:  # a corrupt lease is named, never "busy"
+                await self.open_turn(conversation_id)
+                raise record_error(conversation_id, "lease", f"status {status!r}")
+            lease = ConversationLease(conversation_id, open_id, TurnStatus(status), None, None)
             raise busy_error(conversation_id, lease)
         raise StoreError(f"unexpected lease script reply {reply!r}")
 
