@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
 
 from agentctx_fast.errors import SerializationError
 from agentctx_fast.stores.turns import ConversationLease
@@ -109,3 +111,27 @@ def _expiry(value: object) -> float | None:
     if not math.isfinite(expiry):
         raise SerializationError(f"expires_at {value!r} is not a finite number")
     return expiry
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """One record as stored: ``kind`` is ``message``, ``turn`` or ``lease``; ``record_id`` the
+    message or turn id (None when unknown); ``key`` what identifies the row or entry;
+    ``version`` the stored version field as stored (turns)."""
+
+    kind: str
+    record_id: str | None
+    data: bytes
+    key: Any = None
+    version: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantinedRecord:
+    """A record moved out of every read, kept for inspection."""
+
+    conversation_id: str
+    kind: str
+    record_id: str | None
+    data: bytes
+    problem: str

@@ -14,9 +14,8 @@ import json
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from agentctx_fast.stores._records import UndecodableRecord
+from agentctx_fast.stores._records import QuarantinedRecord, StoredRecord, UndecodableRecord
 from agentctx_fast.stores._redis_io import raw, text, translated
-from agentctx_fast.stores._sql_records import QuarantinedRecord, StoredRecord
 
 if TYPE_CHECKING:
     from agentctx_fast.errors import SerializationError

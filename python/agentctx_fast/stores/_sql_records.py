@@ -10,39 +10,14 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agentctx_fast.stores._records import UndecodableRecord
+from agentctx_fast.stores._records import QuarantinedRecord, StoredRecord, UndecodableRecord
 from agentctx_fast.stores._sql_io import sa
 
 if TYPE_CHECKING:
     from agentctx_fast.errors import SerializationError
     from agentctx_fast.stores.sql import _SqlStoreBase
-
-
-@dataclass(frozen=True, slots=True)
-class StoredRecord:
-    """One record as stored: ``kind`` is ``message``, ``turn`` or ``lease``; ``record_id`` the
-    message or turn id (None when unknown); ``key`` what identifies the row or entry;
-    ``version`` the stored version field as stored (turns)."""
-
-    kind: str
-    record_id: str | None
-    data: bytes
-    key: Any = None
-    version: Any = None
-
-
-@dataclass(frozen=True, slots=True)
-class QuarantinedRecord:
-    """A record moved out of every read, kept for inspection."""
-
-    conversation_id: str
-    kind: str
-    record_id: str | None
-    data: bytes
-    problem: str
 
 
 def quarantine_table(store: _SqlStoreBase) -> sa.Table:

@@ -29,6 +29,7 @@ violations are reported, never rewritten: a history is the record of what happen
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,8 +43,12 @@ from agentctx_fast.errors import (
 )
 from agentctx_fast.messages import Message
 from agentctx_fast.protocol import validate_tool_protocol
-from agentctx_fast.stores._records import decode_lease, naming
-from agentctx_fast.stores._sql_records import QuarantinedRecord, StoredRecord
+from agentctx_fast.stores._records import (
+    QuarantinedRecord,
+    StoredRecord,
+    decode_lease,
+    naming,
+)
 from agentctx_fast.stores.serializer import load_message
 from agentctx_fast.stores.turns import (
     OPEN_STATUSES,
@@ -76,16 +81,15 @@ class Finding:
 
 
 def _records(store: Any) -> Any:
-    """The raw-record access of ``store`` (an async SQL or Redis store)."""
-    from agentctx_fast.stores.sql import AsyncSqlAgentStore
-
-    if isinstance(store, AsyncSqlAgentStore):
+    """The raw-record access of ``store`` (an async SQL or Redis store). A store's module is
+    loaded once the store exists, so neither database's extra is needed for the other's."""
+    sql = sys.modules.get("agentctx_fast.stores.sql")
+    if sql is not None and isinstance(store, sql.AsyncSqlAgentStore):
         from agentctx_fast.stores._sql_records import SqlRecords
 
         return SqlRecords(store)
-    from agentctx_fast.stores.redis import AsyncRedisAgentStore
-
-    if isinstance(store, AsyncRedisAgentStore):
+    redis = sys.modules.get("agentctx_fast.stores.redis")
+    if redis is not None and isinstance(store, redis.AsyncRedisAgentStore):
         from agentctx_fast.stores._redis_records import RedisRecords
 
         return RedisRecords(store)
