@@ -379,6 +379,7 @@ def test_doctor_checks_every_conversation_when_none_is_named(
     [
         ["doctor", "--store", "ftp://example/x"],
         ["doctor", "--store", "redis://127.0.0.1:1/0"],
+        ["doctor", "--store", "sqlite://", "x" * 513],
     ],
 )
 def test_doctor_bad_usage_is_one_line_and_status_2(argv: list[str], capsys: Any) -> None:

@@ -43,6 +43,7 @@ from agentctx_fast.errors import (
 )
 from agentctx_fast.messages import Message
 from agentctx_fast.protocol import validate_tool_protocol
+from agentctx_fast.stores._common import check_conversation_id
 from agentctx_fast.stores._records import (
     QuarantinedRecord,
     StoredRecord,
@@ -104,7 +105,10 @@ async def diagnose(
     """Every problem of ``conversation_ids`` (all the store's conversations when None)."""
     records = _records(store)
     when = time.time() if now is None else now
-    ids = await records.conversations() if conversation_ids is None else list(conversation_ids)
+    if conversation_ids is None:
+        ids = await records.conversations()
+    else:
+        ids = [check_conversation_id(conversation_id) for conversation_id in conversation_ids]
     findings: list[Finding] = []
     for conversation_id in ids:
         findings.extend(await _conversation(store, records, conversation_id, when))
