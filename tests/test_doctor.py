@@ -21,6 +21,8 @@ from agentctx_fast import (
     Agent,
     AgentRunner,
     AiMessage,
+    AsyncAgentRunner,
+    AsyncScriptedChatModel,
     ScriptedChatModel,
     SerializationError,
     Tool,
@@ -421,3 +423,27 @@ def test_a_corrupt_redis_index_entry_names_the_conversation(store: Any, kind: st
     store.client.hset(keys + ":i", answer, "somewhere")
     memory = store.chat_memory(conversation)
     _raises_named(lambda: memory.get_message(answer), conversation, f"message {answer!r}")
+
+
+def test_the_async_runner_names_a_corrupt_record_too(
+    store: Any, kind: str, request: pytest.FixtureRequest
+) -> None:
+    conversation = new_conversation_id()
+    answer = _plain_turn(store, conversation)
+    _corrupt_message(store, conversation, answer, b"\x00")
+    url = store_url(kind, request)
+
+    async def body() -> None:
+        async_store = await make_async_store(kind, url)
+        try:
+            model = AsyncScriptedChatModel([AiMessage("again")])
+            runner = AsyncAgentRunner(async_store)
+            with pytest.raises(
+                SerializationError, match=_names(conversation, f"message {answer!r}")
+            ):
+                await runner.run(Agent("shop", model), conversation, "hi")
+            await runner.aclose()
+        finally:
+            await async_store.aclose()
+
+    asyncio.run(body())
