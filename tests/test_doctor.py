@@ -167,7 +167,7 @@ def _doctor(
             lines: list[str] = []
             if repair:
                 done, findings = await doctor.repair(async_store, [conversation])
-                lines += [f"repaired: {line}" for line in done]
+                lines += done
             else:
                 findings = await doctor.diagnose(async_store, [conversation])
             lines += [finding.line() for finding in findings]

@@ -48,7 +48,7 @@ async def _doctor(url: str, conversations: Sequence[str], repair: bool, prefix: 
         if repair:
             done, findings = await doctor.repair(store, ids)
             for line in done:
-                print(f"repaired: {line}")
+                print(line)
         else:
             findings = await doctor.diagnose(store, ids)
     finally:

@@ -243,9 +243,9 @@ def _transitions(
 async def repair(
     store: Any, conversation_ids: Sequence[str] | None = None, *, now: float | None = None
 ) -> tuple[list[str], list[Finding]]:
-    """Repair what `diagnose` finds repairable; returns one line per repair done and the
-    findings left after it. Corrupt records go first (a quarantined lease can leave a turn
-    stuck, which the next round closes)."""
+    """Repair what `diagnose` finds repairable; returns one line per repair (``repaired: …``,
+    or ``not repaired: …`` with the reason) and the findings left after it. Corrupt records go
+    first (a quarantined lease can leave a turn stuck, which the next round closes)."""
     when = time.time() if now is None else now
     records = _records(store)
     done: list[str] = []
@@ -257,13 +257,13 @@ async def repair(
         corrupt = [f for f in fixable if f.problem == "corrupt"]
         for finding in corrupt or fixable:
             line = await _repair_one(store, records, finding, when)
-            if line is not None:
+            if line is not None and line not in done:
                 done.append(line)
     return done, await diagnose(store, conversation_ids, now=when)
 
 
 async def _repair_one(store: Any, records: Any, finding: Finding, now: float) -> str | None:
-    where = f"conversation {finding.conversation_id!r}"
+    where = f"repaired: conversation {finding.conversation_id!r}"
     if finding.problem == "corrupt":
         assert finding.stored is not None
         if await records.quarantine(finding.conversation_id, finding.stored, finding.detail):
@@ -297,7 +297,8 @@ async def _repair_one(store: Any, records: Any, finding: Finding, now: float) ->
             return f"{where}: released the lease of turn {turn_id!r}" if released else None
         return f"{where}: closed turn {turn_id!r} as cancelled and released its lease"
     except AgentCtxError as error:
-        return f"{where}: could not close turn {turn_id!r}: {type(error).__name__}: {error}"
+        problem = f"{type(error).__name__}: {error}"
+        return f"not repaired: conversation {conversation_id!r}: turn {turn_id!r}: {problem}"
     finally:
         await runner.aclose()
 
