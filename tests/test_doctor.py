@@ -37,7 +37,6 @@ from agentctx_fast.stores._redis_io import conversation_key
 from store_fixtures import make_async_store, make_store, new_conversation_id, store_url
 
 KINDS = ("sqlite", "postgresql", "redis", "redis-cluster")
-CLI_KINDS = ("sqlite", "postgresql", "redis")  # the CLI opens a plain client from a URL
 
 
 @pytest.fixture(params=KINDS)
@@ -152,30 +151,14 @@ def _doctor(
     *,
     repair: bool = False,
 ) -> tuple[int, str]:
-    """``agentctx doctor --store URL [--repair] CONVERSATION``: exit status and output (the
-    cluster, which the CLI does not open from a URL, goes through the module)."""
+    """``agentctx doctor --store URL [--cluster] [--repair] CONVERSATION``: status and output."""
     url = store_url(kind, request)
     assert url is not None
-    if kind in CLI_KINDS:
-        capsys.readouterr()
-        status = main(["doctor", "--store", url, *(["--repair"] if repair else []), conversation])
-        return status, capsys.readouterr().out
-
-    async def body() -> tuple[int, str]:
-        async_store = await make_async_store(kind, url)
-        try:
-            lines: list[str] = []
-            if repair:
-                done, findings = await doctor.repair(async_store, [conversation])
-                lines += done
-            else:
-                findings = await doctor.diagnose(async_store, [conversation])
-            lines += [finding.line() for finding in findings]
-            return (1 if findings else 0), "\n".join(lines)
-        finally:
-            await async_store.aclose()
-
-    return asyncio.run(body())
+    options = ["--cluster"] if kind == "redis-cluster" else []
+    options += ["--repair"] if repair else []
+    capsys.readouterr()
+    status = main(["doctor", "--store", url, *options, conversation])
+    return status, capsys.readouterr().out
 
 
 def _quarantined(kind: str, request: pytest.FixtureRequest, conversation: str) -> list[Any]:
@@ -353,8 +336,6 @@ def test_a_dead_lease_and_a_turn_stuck_in_transition_are_repaired(
 def test_doctor_checks_every_conversation_when_none_is_named(
     kind: str, request: pytest.FixtureRequest, capsys: Any
 ) -> None:
-    if kind not in CLI_KINDS:
-        pytest.skip("the CLI opens a plain client from a URL")
     prefix = f"doc{uuid.uuid4().hex[:12]}_"
     option = "key_prefix" if kind.startswith("redis") else "table_prefix"
     store = make_store(kind, request, **{option: prefix})
@@ -365,12 +346,14 @@ def test_doctor_checks_every_conversation_when_none_is_named(
         _corrupt_message(store, broken, answer, b"{")
         url = str(store_url(kind, request))
         capsys.readouterr()
-        assert main(["doctor", "--store", url, "--prefix", prefix]) == 1
+        command = ["doctor", "--store", url, "--prefix", prefix]
+        command += ["--cluster"] if kind == "redis-cluster" else []
+        assert main(command) == 1
         out = capsys.readouterr().out
         assert f"conversation {broken!r}: corrupt message {answer!r}" in out
         assert healthy not in out
-        assert main(["doctor", "--store", url, "--prefix", prefix, "--repair"]) == 0
-        assert main(["doctor", "--store", url, "--prefix", prefix]) == 0
+        assert main([*command, "--repair"]) == 0
+        assert main(command) == 0
         assert capsys.readouterr().out.endswith("agentctx doctor: healthy\n")
     finally:
         store.close()
@@ -382,6 +365,7 @@ def test_doctor_checks_every_conversation_when_none_is_named(
         ["doctor", "--store", "ftp://example/x"],
         ["doctor", "--store", "redis://127.0.0.1:1/0"],
         ["doctor", "--store", "sqlite://", "x" * 513],
+        ["doctor", "--store", "sqlite://", "--cluster"],
     ],
 )
 def test_doctor_bad_usage_is_one_line_and_status_2(argv: list[str], capsys: Any) -> None:

@@ -142,7 +142,10 @@ def _schema_command(args: argparse.Namespace) -> int:
 def _doctor_command(args: argparse.Namespace) -> int:
     from agentctx_fast.cli_doctor import run_doctor
 
-    return run_doctor(args.store, args.conversations, repair=args.repair, prefix=args.prefix)
+    return run_doctor(
+        args.store, args.conversations, repair=args.repair, prefix=args.prefix,
+        cluster=args.cluster,
+    )  # fmt: skip
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -240,6 +243,10 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument(
         "--prefix", default=None,
         help="the store's table prefix or key prefix (default: the store's default)",
+    )
+    doctor.add_argument(
+        "--cluster", action="store_true",
+        help="the redis:// URL is a node of a Redis Cluster (default: a single server)",
     )
     doctor.add_argument("conversations", nargs="*", metavar="CONVERSATION")
     doctor.set_defaults(run=_doctor_command)

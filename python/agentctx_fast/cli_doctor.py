@@ -11,17 +11,17 @@ from typing import Any
 from agentctx_fast.errors import AgentCtxError, InvalidArgumentError
 
 
-def open_store(url: str, prefix: str | None) -> Any:
-    """The async store of ``url`` (SQLite, PostgreSQL or Redis); make it on the loop that uses
-    it."""
+def open_store(url: str, prefix: str | None, cluster: bool = False) -> Any:
+    """The async store of ``url`` (SQLite, PostgreSQL or Redis; with ``cluster``, a Redis
+    Cluster reached through the node of ``url``); make it on the loop that uses it."""
     options: dict[str, Any] = {}
     try:
         if url.startswith(("redis://", "rediss://", "unix://")):
-            from agentctx_fast.stores.redis import AsyncRedisAgentStore
-
             if prefix is not None:
                 options["key_prefix"] = prefix
-            return AsyncRedisAgentStore(url, **options)
+            return _redis_store(url, cluster, options)
+        if cluster:
+            raise InvalidArgumentError("--cluster needs a redis:// URL")
         if url.startswith(("sqlite:", "postgresql:", "postgresql+", "postgres:")):
             from agentctx_fast.stores.sql import AsyncSqlAgentStore
 
@@ -39,10 +39,28 @@ def open_store(url: str, prefix: str | None) -> Any:
     )
 
 
-async def _doctor(url: str, conversations: Sequence[str], repair: bool, prefix: str | None) -> int:
+def _redis_store(url: str, cluster: bool, options: dict[str, Any]) -> Any:
+    from agentctx_fast.stores.redis import AsyncRedisAgentStore
+
+    if not cluster:
+        return AsyncRedisAgentStore(url, **options)
+    from redis.asyncio.cluster import RedisCluster
+
+    class ClusterStore(AsyncRedisAgentStore):
+        """A store on a cluster client this command made: closing it closes the client."""
+
+        async def aclose(self) -> None:
+            await self.client.aclose()
+
+    return ClusterStore(RedisCluster.from_url(url), **options)
+
+
+async def _doctor(
+    url: str, conversations: Sequence[str], repair: bool, prefix: str | None, cluster: bool
+) -> int:
     from agentctx_fast.stores import doctor
 
-    store = open_store(url, prefix)
+    store = open_store(url, prefix, cluster)
     try:
         ids = list(conversations) or None
         if repair:
@@ -62,7 +80,14 @@ async def _doctor(url: str, conversations: Sequence[str], repair: bool, prefix: 
     return 1
 
 
-def run_doctor(url: str, conversations: Sequence[str], *, repair: bool, prefix: str | None) -> int:
+def run_doctor(
+    url: str,
+    conversations: Sequence[str],
+    *,
+    repair: bool,
+    prefix: str | None,
+    cluster: bool = False,
+) -> int:
     """Exit status 0 when healthy (or everything repaired), 1 when problems remain; bad usage
     raises an `AgentCtxError` (the CLI prints it as one line, status 2)."""
-    return asyncio.run(_doctor(url, conversations, repair, prefix))
+    return asyncio.run(_doctor(url, conversations, repair, prefix, cluster))
