@@ -76,6 +76,7 @@ class RedisRecords:
         self._store = store
         self._port = store._port
         self._prefix = store.key_prefix
+        self._turn_keys: dict[str, list[str]] | None = None
 
     async def _command(self, action: str, name: str, *args: Any) -> Any:
         return await self._port.command(action, name, *args)
@@ -126,20 +127,31 @@ class RedisRecords:
         return bad.named(None)
 
     async def turns(self, conversation_id: str) -> list[StoredRecord]:
-        pattern = _escape(self._store._key("turn", conversation_id)) + ":*"
-        head = self._store._key("turn", conversation_id) + ":"
-        names: list[str] = []
-        with translated("listing turn records"):
-            async for key in self._store.client.scan_iter(match=pattern, count=1000):
-                names.append(text(key))
+        """The conversation's turn records. Turn keys are found by one ``SCAN`` of every
+        master, the first time this object is asked (a doctor's pass makes a new one)."""
+        if self._turn_keys is None:
+            self._turn_keys = {}
+            head = self._prefix + "turn:"
+            with translated("listing turn records"):
+                async for key in self._store.client.scan_iter(
+                    match=_escape(head) + "{*", count=1000
+                ):
+                    name = text(key)
+                    owner = _conversation_of(name, head)
+                    if owner is not None:
+                        self._turn_keys.setdefault(owner, []).append(name)
+        prefix = self._store._key("turn", conversation_id) + ":"
         out: list[StoredRecord] = []
-        for name in names:
+        for name in self._turn_keys.get(conversation_id, []):
+            if not name.startswith(prefix):
+                continue
             version, data = await self._command(
                 "reading a turn record", "hmget", name, ["version", "data"]
             )
-            turn_id = name[len(head) :]
+            if version is None and data is None:
+                continue  # gone since the scan
             kept = b"" if data is None else raw(data)
-            out.append(StoredRecord("turn", turn_id, kept, name, version))
+            out.append(StoredRecord("turn", name[len(prefix) :], kept, name, version))
         return sorted(out, key=lambda record: str(record.record_id))
 
     async def lease(self, conversation_id: str) -> StoredRecord | None:
