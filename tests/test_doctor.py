@@ -34,6 +34,7 @@ from agentctx_fast import (
 from agentctx_fast.cli import main
 from agentctx_fast.stores import doctor
 from agentctx_fast.stores._redis_io import conversation_key
+from agentctx_fast.stores.turns import AgentTurnSnapshot
 from store_fixtures import make_async_store, make_store, new_conversation_id, store_url
 
 KINDS = ("sqlite", "postgresql", "redis", "redis-cluster")
@@ -331,6 +332,30 @@ def test_a_dead_lease_and_a_turn_stuck_in_transition_are_repaired(
     assert turns.load_turn(conversation, turn_id).status is TurnStatus.CANCELLED
     turn = AgentRunner(store).run(_agent(AiMessage("welcome back")), conversation, "hello?")
     assert turn.status is TurnStatus.COMPLETED
+
+
+def test_a_running_turn_record_without_a_lease_is_closed(
+    store: Any, kind: str, request: pytest.FixtureRequest, capsys: Any
+) -> None:
+    conversation = new_conversation_id()
+    memory = store.chat_memory(conversation)
+    memory.add_message_if_absent(UserMessage("hi", message_id="u1", turn_id="t-run"))
+    ask = AiMessage(None, (ToolCall("call-1", "lookup", "{}"),), message_id="a1", turn_id="t-run")
+    memory.add_message_if_absent(ask)
+    record = AgentTurnSnapshot(
+        conversation, "t-run", "shop", TurnStatus.RUNNING, step_count=1, message_ids=("u1", "a1")
+    )
+    assert store.turn_store().save_turn(record, 0)
+
+    status, out = _doctor(kind, request, capsys, conversation)
+    assert status == 1
+    assert "stuck-turn turn 't-run': the record says running and no lease holds it" in out
+    status, out = _doctor(kind, request, capsys, conversation, repair=True)
+    assert "closed turn 't-run' as cancelled" in out
+    assert status == 0, out
+    assert store.turn_store().load_turn(conversation, "t-run").status is TurnStatus.CANCELLED
+    assert store.turn_store().open_turn(conversation) is None
+    assert validate_tool_protocol(memory.get_messages()) == []
 
 
 def test_doctor_checks_every_conversation_when_none_is_named(
