@@ -114,6 +114,16 @@ def test_arguments_that_are_not_an_object_survive_as_invalid_calls() -> None:
     assert from_langchain([converted]) == [message]
 
 
+def test_arguments_nested_thousands_deep_are_an_invalid_call() -> None:
+    """SPEC §20: a model's arguments nested past the parser's depth are carried, not a crash."""
+    deep = "[" * 5000 + "]" * 5000
+    message = AiMessage(tool_calls=(ToolCall("c1", "f", deep),), message_id="a1")
+    (converted,) = to_langchain([message])
+    assert isinstance(converted, lc.AIMessage) and converted.tool_calls == []
+    assert [c["args"] for c in converted.invalid_tool_calls] == [deep]
+    assert from_langchain([converted]) == [message]
+
+
 def test_from_langchain_reads_what_langchain_users_write() -> None:
     messages = from_langchain(
         [

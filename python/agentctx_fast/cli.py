@@ -1,10 +1,12 @@
-"""The ``agentctx`` command: ``agentctx window FILE``, ``agentctx demo`` and ``agentctx schema``.
+"""The ``agentctx`` command: ``agentctx window FILE``, ``agentctx demo``, ``agentctx schema`` and
+``agentctx doctor``.
 
 ``agentctx window FILE`` reads a conversation in OpenAI chat format and prints the window the
 model would get (`agentctx_fast._conversation_file` describes the file). ``agentctx demo`` runs
 a customer-support conversation with tools, an approval and a resumed turn on the embedded
 SQLite store (or a Redis or PostgreSQL store) and prints every model window. ``agentctx schema
---url URL`` prints the SQL store's DDL for the URL's dialect. Bad input ends with one line on
+--url URL`` prints the SQL store's DDL for the URL's dialect; ``agentctx doctor --store URL``
+checks a store's records (`agentctx_fast.stores.doctor`). Bad input ends with one line on
 standard error and exit status 2, never a traceback.
 """
 
@@ -137,6 +139,15 @@ def _schema_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _doctor_command(args: argparse.Namespace) -> int:
+    from agentctx_fast.cli_doctor import run_doctor
+
+    return run_doctor(
+        args.store, args.conversations, repair=args.repair, prefix=args.prefix,
+        cluster=args.cluster,
+    )  # fmt: skip
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentctx",
@@ -213,6 +224,32 @@ def _parser() -> argparse.ArgumentParser:
         "--table-prefix", default="agent_", help="the store's table prefix (default: %(default)s)"
     )
     schema.set_defaults(run=_schema_command)
+    doctor = commands.add_parser(
+        "doctor",
+        help="report (and repair) corrupt records, protocol violations and dead leases",
+        description="Check a store's conversations (all of them when none is named): corrupt "
+        "message, turn and lease records, tool-protocol violations in stored histories, "
+        "expired leases and turns stuck in transition. Exit status 0 when healthy, 1 when "
+        "problems remain.",
+    )
+    doctor.add_argument(
+        "--store", metavar="URL", required=True,
+        help="sqlite:///PATH, postgresql://USER@HOST/DB or redis://HOST:PORT/0",
+    )
+    doctor.add_argument(
+        "--repair", action="store_true",
+        help="quarantine corrupt records and release dead leases, one line per repair",
+    )
+    doctor.add_argument(
+        "--prefix", default=None,
+        help="the store's table prefix or key prefix (default: the store's default)",
+    )
+    doctor.add_argument(
+        "--cluster", action="store_true",
+        help="the redis:// URL is a node of a Redis Cluster (default: a single server)",
+    )
+    doctor.add_argument("conversations", nargs="*", metavar="CONVERSATION")
+    doctor.set_defaults(run=_doctor_command)
     return parser
 
 

@@ -146,6 +146,10 @@ class Tool:
             parsed = json.loads(arguments) if arguments.strip() else {}
         except ValueError as error:
             return ToolOutcome(f"invalid arguments for tool {self.name}: {error}", is_error=True)
+        except RecursionError:  # JSON nested thousands deep: model output, never a crash
+            return ToolOutcome(
+                f"invalid arguments for tool {self.name}: JSON nested too deeply", is_error=True
+            )
         if not isinstance(parsed, dict):
             return ToolOutcome(
                 f"invalid arguments for tool {self.name}: expected a JSON object, "

@@ -106,7 +106,7 @@ def _lc_tool_calls(message: AiMessage) -> tuple[list[Any], list[Any]]:
     for call in message.tool_calls:
         try:
             args = json.loads(call.arguments) if call.arguments.strip() else {}
-        except ValueError:
+        except (ValueError, RecursionError):  # JSON nested too deeply is invalid too
             args = None
         if isinstance(args, dict):
             valid.append(tool_call(name=call.name, args=args, id=call.id))

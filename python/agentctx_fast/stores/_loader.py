@@ -15,8 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentctx_fast.errors import InvalidArgumentError
+from agentctx_fast.errors import InvalidArgumentError, SerializationError
 from agentctx_fast.messages import Message
+from agentctx_fast.stores._records import UndecodableRecord
 from agentctx_fast.stores.serializer import AgentStoreSerializer, load_message
 
 DEFAULT_MESSAGE_CACHE_SIZE = 16_384
@@ -98,7 +99,7 @@ class MessageLoader:
         if self._cache_size == 0:
             if convert is not None:
                 records = [convert(data) for data in records]
-            return [load_message(serializer, data) for data in records]
+            return [_decoded(serializer, conversation_id, data) for data in records]
         young = self._young.get(conversation_id)
         # Replies are tried as keys only when they are bytes (a str reply hashes like its bytes
         # and would be compared with them).
@@ -130,7 +131,7 @@ class MessageLoader:
                     data = convert(data)
                 size = len(data)
                 if size > MAX_CACHED_RECORD_BYTES:
-                    append(load_message(serializer, data))
+                    append(_decoded(serializer, conversation_id, data))
                     continue
                 if type(data) is not bytes:  # a driver's buffer type: a key must be immutable
                     data = bytes(data)
@@ -139,7 +140,7 @@ class MessageLoader:
                     message = old.get(data)
                     if message is None:
                         self.misses += 1
-                        message = load_message(serializer, data)
+                        message = _decoded(serializer, conversation_id, data)
                     else:
                         hits += 1
                     young = self._put(conversation_id, data, message, size)
@@ -169,6 +170,15 @@ class MessageLoader:
     def info(self) -> MessageCacheInfo:
         """What the cache holds and how often it answered."""
         return MessageCacheInfo(self.hits, self.misses, self._young_entries + self._old_entries)
+
+
+def _decoded(serializer: AgentStoreSerializer, conversation_id: str, data: bytes) -> Message:
+    """One record decoded; one that does not decode is an `UndecodableRecord` holding its
+    bytes, which the store turns into an error naming the message."""
+    try:
+        return load_message(serializer, data)
+    except SerializationError as error:
+        raise UndecodableRecord(conversation_id, bytes(data), error) from error
 
 
 def _limit(name: str, value: object) -> int:

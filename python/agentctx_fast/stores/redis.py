@@ -53,6 +53,7 @@ from agentctx_fast.stores._loader import (
     MessageCacheInfo,
     MessageLoader,
 )
+from agentctx_fast.stores._records import UndecodableRecord
 from agentctx_fast.stores._redis_io import (
     RedisCluster,
     RedisPort,
@@ -62,6 +63,7 @@ from agentctx_fast.stores._redis_io import (
     redis,
     write_script,
 )
+from agentctx_fast.stores._redis_records import RedisRecords
 from agentctx_fast.stores.redis_turns import AsyncRedisAgentTurnStore, RedisAgentTurnStore
 from agentctx_fast.stores.serializer import (
     AgentStoreSerializer,
@@ -397,7 +399,10 @@ class AsyncRedisChatMemory(AsyncChatMemory):
         records = await self._store._port.command(
             "reading messages", "lrange", self._records, start, stop
         )
-        return self._load(records)
+        try:
+            return self._load(records)
+        except UndecodableRecord as bad:
+            raise await RedisRecords(self._store).named_message(bad) from bad
 
     async def get_model_messages(self, count: int | None = None) -> list[Message]:
         check_page(count, 0)
@@ -409,7 +414,10 @@ class AsyncRedisChatMemory(AsyncChatMemory):
             [self._visible, self._records],
             list(_tail_range(count, 0)),
         )
-        return self._load(records)
+        try:
+            return self._load(records)
+        except UndecodableRecord as bad:
+            raise await RedisRecords(self._store).named_message(bad) from bad
 
     def _load(self, records: Sequence[Any]) -> list[Message]:
         return self._store._load_message.load_all(self.conversation_id, records, raw)
@@ -422,8 +430,11 @@ class AsyncRedisChatMemory(AsyncChatMemory):
         if record is None:
             return None
         if isinstance(record, list):
-            raise _corrupt_index(message_id)
-        return self._store._load_message(self.conversation_id, raw(record))
+            raise _corrupt_index(self.conversation_id, message_id)
+        try:
+            return self._store._load_message(self.conversation_id, raw(record))
+        except UndecodableRecord as bad:
+            raise bad.named(message_id) from bad
 
     async def update_message(self, message: Message, expected_version: int) -> Message:
         check_message(message)
@@ -450,7 +461,7 @@ class AsyncRedisChatMemory(AsyncChatMemory):
         if status == -1:
             raise MessageNotFoundError(f"no stored message {message.message_id!r}")
         if status == -3:
-            raise _corrupt_index(message.message_id)
+            raise _corrupt_index(self.conversation_id, message.message_id)
         if status == -2:
             stored_kind = outcome[1].decode() if isinstance(outcome[1], bytes) else outcome[1]
             raise InvalidArgumentError(
@@ -519,7 +530,8 @@ class RedisCompressionStateStore(BlockingCompressionStateStore):
     """Compression states of a `RedisAgentStore` (blocking)."""
 
 
-def _corrupt_index(message_id: str) -> SerializationError:
+def _corrupt_index(conversation_id: str, message_id: str) -> SerializationError:
     return SerializationError(
-        f"message {message_id!r}: its stored index entry is not 'position version kind'"
+        f"conversation {conversation_id!r}, message {message_id!r}: its stored index entry is "
+        "not 'position version kind'"
     )

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agentctx_fast.errors import SerializationError, StoreError
+from agentctx_fast.errors import SerializationError, StoreError, StoreUnavailableError
 from agentctx_fast.stores._bridge import BlockingAgentTurnStore
+from agentctx_fast.stores._records import decode_lease, naming, record_error
 from agentctx_fast.stores._redis_io import raw, text, write_script
 from agentctx_fast.stores.turns import (
     AgentTurnSnapshot,
@@ -28,6 +29,8 @@ from agentctx_fast.turns import TurnStatus
 
 if TYPE_CHECKING:
     from agentctx_fast.stores.redis import _RedisStoreBase
+
+_OPEN = frozenset((TurnStatus.RUNNING.value, TurnStatus.SUSPENDED.value))
 
 # KEYS: the turn hash. ARGV: expected version, data, next version (computed by the client:
 # Lua numbers are doubles, which lose versions above 2**53), '1' when fenced. A fenced save
@@ -150,11 +153,12 @@ class AsyncRedisAgentTurnStore:
         )
         if version is None or data is None:
             return None
-        try:
-            number = int(text(version))
-        except ValueError:
-            raise SerializationError(f"turn {turn_id!r}: stored version is not a number") from None
-        return load_snapshot(raw(data), number)
+        with naming(conversation_id, f"turn {turn_id!r}"):
+            try:
+                number = int(text(version))
+            except ValueError:
+                raise SerializationError(f"stored version {version!r} is not a number") from None
+            return load_snapshot(raw(data), number)
 
     async def save_turn(
         self, snapshot: AgentTurnSnapshot, expected_version: int, fence: Fence | None = None
@@ -177,14 +181,14 @@ class AsyncRedisAgentTurnStore:
         )
         if not fields:
             return None
-        lease = {text(k): text(v) for k, v in fields.items()}
-        expires = lease.get("expires_at")
-        return ConversationLease(
+        with naming(conversation_id, "lease"):
+            lease = {text(k): text(v) for k, v in fields.items()}
+        return decode_lease(
             conversation_id,
-            lease["turn_id"],
-            TurnStatus(lease["status"]),
+            lease.get("turn_id"),
+            lease.get("status"),
             lease.get("owner"),
-            None if expires is None else float(expires),
+            lease.get("expires_at"),
             lease.get("cancel_requested") == "1",
             lease.get("previous"),
         )
@@ -193,21 +197,30 @@ class AsyncRedisAgentTurnStore:
         self, conversation_id: str, turn_id: str, owner: str, lease_seconds: float, now: float
     ) -> str | None:
         check_lease_arguments(conversation_id, turn_id, owner, lease_seconds)
-        reply = await self._run(
-            "taking a conversation lease",
-            _ACQUIRE,
-            [self._lease_key(conversation_id)],
-            [turn_id, owner, repr(now + lease_seconds), repr(float(now))],
-        )
+        try:
+            reply = await self._run(
+                "taking a conversation lease",
+                _ACQUIRE,
+                [self._lease_key(conversation_id)],
+                [turn_id, owner, repr(now + lease_seconds), repr(float(now))],
+            )
+        except StoreUnavailableError:
+            raise
+        except StoreError:
+            await self.open_turn(conversation_id)  # a corrupt lease fails the script: name it
+            raise
         code = int(reply[0])
         if code == 1:
             return None
         if code == 2:
             return text(reply[1])
         if code == 0:
-            lease = ConversationLease(
-                conversation_id, text(reply[1]), TurnStatus(text(reply[2])), None, None
-            )
+            open_id = text(reply[1]) if len(reply) > 1 else ""
+            status = text(reply[2]) if len(reply) > 2 else ""
+            if not open_id or status not in _OPEN:  # a corrupt lease is named, never "busy"
+                await self.open_turn(conversation_id)
+                raise record_error(conversation_id, "lease", f"status {status!r}")
+            lease = ConversationLease(conversation_id, open_id, TurnStatus(status), None, None)
             raise busy_error(conversation_id, lease)
         raise StoreError(f"unexpected lease script reply {reply!r}")
 

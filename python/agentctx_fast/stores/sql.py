@@ -53,6 +53,7 @@ from agentctx_fast.stores._loader import (
     MessageCacheInfo,
     MessageLoader,
 )
+from agentctx_fast.stores._records import UndecodableRecord
 from agentctx_fast.stores._sql_io import (
     AsyncSqlPort,
     BlockingSqlPort,
@@ -63,6 +64,7 @@ from agentctx_fast.stores._sql_io import (
     sa,
     sa_exc,
 )
+from agentctx_fast.stores._sql_records import named_message
 from agentctx_fast.stores.serializer import (
     AgentStoreSerializer,
     JsonAgentStoreSerializer,
@@ -487,9 +489,12 @@ class AsyncSqlChatMemory(AsyncChatMemory):
         statement = self._store._pages.get(visible_only, count is not None, offset > 0)
         params = {"conversation_id": self.conversation_id, "count": count, "offset": offset}
         rows = await self._store._port.rows("reading messages", statement, params=params)
-        return self._store._load_message.load_all(
-            self.conversation_id, [row[0] for row in reversed(rows)]
-        )
+        try:
+            return self._store._load_message.load_all(
+                self.conversation_id, [row[0] for row in reversed(rows)]
+            )
+        except UndecodableRecord as bad:
+            raise await named_message(self._store, bad) from bad
 
     async def get_message(self, message_id: str) -> Message | None:
         check_identifier(message_id, "message_id")
@@ -498,7 +503,12 @@ class AsyncSqlChatMemory(AsyncChatMemory):
             table.c.conversation_id == self.conversation_id, table.c.message_id == message_id
         )
         rows = await self._store._port.rows(f"reading message {message_id!r}", query)
-        return self._store._load_message(self.conversation_id, rows[0].data) if rows else None
+        if not rows:
+            return None
+        try:
+            return self._store._load_message(self.conversation_id, rows[0].data)
+        except UndecodableRecord as bad:
+            raise bad.named(message_id) from bad
 
     async def update_message(self, message: Message, expected_version: int) -> Message:
         check_message(message)

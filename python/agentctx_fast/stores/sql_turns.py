@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from agentctx_fast.errors import StoreError
 from agentctx_fast.stores._bridge import BlockingAgentTurnStore
 from agentctx_fast.stores._common import unit_handle
+from agentctx_fast.stores._records import decode_lease, naming
 from agentctx_fast.stores._sql_io import SqlPort, sa
 from agentctx_fast.stores.turns import (
     AgentTurnSnapshot,
@@ -119,7 +120,10 @@ class AsyncSqlAgentTurnStore:
             table.c.conversation_id == conversation_id, table.c.turn_id == turn_id
         )
         rows = await self._store._port.rows(f"loading turn {turn_id!r}", query)
-        return load_snapshot(rows[0].data, rows[0].version) if rows else None
+        if not rows:
+            return None
+        with naming(conversation_id, f"turn {turn_id!r}"):
+            return load_snapshot(rows[0].data, rows[0].version)
 
     async def save_turn(
         self, snapshot: AgentTurnSnapshot, expected_version: int, fence: Fence | None = None
@@ -317,10 +321,10 @@ class AsyncSqlAgentTurnStore:
 
 
 def _lease(row: Any) -> ConversationLease:
-    return ConversationLease(
+    return decode_lease(
         row.conversation_id,
         row.turn_id,
-        TurnStatus(row.status),
+        row.status,
         row.owner,
         row.expires_at,
         bool(row.cancel_requested),
