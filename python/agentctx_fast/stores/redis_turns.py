@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentctx_fast.errors import SerializationError, StoreError
 from agentctx_fast.stores._bridge import BlockingAgentTurnStore
+from agentctx_fast.stores._common import check_conversation_id
 from agentctx_fast.stores._redis_io import raw, text
 from agentctx_fast.stores.turns import (
     AgentTurnSnapshot,
@@ -20,6 +21,7 @@ from agentctx_fast.stores.turns import (
     busy_error,
     check_lease_arguments,
     check_snapshot_save,
+    check_turn_ids,
     dump_snapshot,
     load_snapshot,
 )
@@ -119,6 +121,7 @@ class AsyncRedisAgentTurnStore:
         return await self._store._port.script(action, script, keys, args)
 
     async def load_turn(self, conversation_id: str, turn_id: str) -> AgentTurnSnapshot | None:
+        check_turn_ids(conversation_id, turn_id)
         version, data = await self._store._port.command(
             f"loading turn {turn_id!r}",
             "hmget",
@@ -146,6 +149,7 @@ class AsyncRedisAgentTurnStore:
         return bool(applied == 1)
 
     async def open_turn(self, conversation_id: str) -> ConversationLease | None:
+        check_conversation_id(conversation_id)
         fields = await self._store._port.command(
             "reading a conversation lease", "hgetall", self._lease_key(conversation_id)
         )
@@ -199,6 +203,7 @@ class AsyncRedisAgentTurnStore:
         )
 
     async def suspend_conversation(self, conversation_id: str, turn_id: str, owner: str) -> bool:
+        check_turn_ids(conversation_id, turn_id, owner)
         key = self._lease_key(conversation_id)
         return bool(await self._run("suspending a turn", _SUSPEND, [key], [turn_id, owner]) == 1)
 
@@ -211,6 +216,7 @@ class AsyncRedisAgentTurnStore:
         return bool(await self._run("resuming a turn", _REACQUIRE, [key], args) == 1)
 
     async def request_cancel(self, conversation_id: str, turn_id: str, now: float) -> bool:
+        check_turn_ids(conversation_id, turn_id)
         key = self._lease_key(conversation_id)
         args = [turn_id, repr(float(now))]
         return bool(await self._run("flagging a cancellation", _REQUEST_CANCEL, [key], args) == 1)
@@ -218,6 +224,7 @@ class AsyncRedisAgentTurnStore:
     async def release_conversation(
         self, conversation_id: str, turn_id: str, owner: str | None, now: float
     ) -> bool:
+        check_turn_ids(conversation_id, turn_id, owner)
         key = self._lease_key(conversation_id)
         args = [turn_id, owner or "", repr(float(now))]
         return bool(await self._run("releasing a conversation", _RELEASE, [key], args) == 1)
