@@ -20,7 +20,7 @@ import pytest
 
 from agentctx_fast import AiMessage, UserMessage
 from agentctx_fast.coordinator import AgentContextCompressionState
-from agentctx_fast.errors import StoreError, StoreUnavailableError
+from agentctx_fast.errors import SchemaNotInitializedError, StoreError, StoreUnavailableError
 from agentctx_fast.stores._aiosqlite import OneTripConnection
 from agentctx_fast.stores.sql import AsyncSqlAgentStore, SqlAgentStore
 
@@ -206,7 +206,8 @@ def test_errors_are_the_blocking_stores(url: str) -> None:
             blocking.turn_store().load_turn("c1", "t1")
     finally:
         blocking.close()
-    assert isinstance(error, StoreUnavailableError)
+    assert isinstance(error, SchemaNotInitializedError)  # not "retry later" (SPEC §22)
+    assert not isinstance(error, StoreUnavailableError)
     assert type(error) is type(blocking_error.value)
     assert str(error) == str(blocking_error.value)
 

@@ -32,11 +32,24 @@ except ImportError as _error:
     raise missing_dependency("redis", _error) from _error
 
 
+# Retry later: the server unreachable, the connection lost or out of time, the server still
+# loading or out of connections, a cluster down or failing over (a write that reached a demoted
+# master), or a slot moving (redirections redis-py gave up following, a "try again").
 _UNAVAILABLE = (
     redis_exc.ConnectionError,
     redis_exc.TimeoutError,
-    redis_exc.ClusterDownError,
+    redis_exc.ClusterError,
+    redis_exc.AskError,
+    redis_exc.TryAgainError,
+    redis_exc.ReadOnlyError,
     redis_exc.SlotNotCoveredError,
+    redis_exc.RedisClusterUnreachableError,
+)
+# Subclasses of those that no retry fixes: the credentials or the permissions are wrong.
+_PERMANENT = (
+    redis_exc.AuthenticationError,
+    redis_exc.AuthorizationError,
+    redis_exc.ExternalAuthProviderError,
 )
 
 
@@ -47,8 +60,7 @@ _DEFAULT_SOCKET_TIMEOUT = inspect.signature(redis.Redis).parameters["socket_time
 
 @contextmanager
 def translated(action: str) -> Iterator[None]:
-    """Redis errors become typed store errors (a cluster that is down or has a slot without a
-    master is unavailable too)."""
+    """Redis errors become typed store errors (`_typed`)."""
     try:
         yield
     except _ERRORS as error:
@@ -56,7 +68,10 @@ def translated(action: str) -> Iterator[None]:
 
 
 def _typed(error: BaseException, action: str) -> StoreError:
-    if isinstance(error, _UNAVAILABLE):
+    """The typed store error of a Redis error, the one place they are told apart:
+    `StoreUnavailableError` only when a later retry may succeed (`_UNAVAILABLE`), `StoreError`
+    for the rest (a script error, out of memory, wrong credentials: permanent)."""
+    if isinstance(error, _UNAVAILABLE) and not isinstance(error, _PERMANENT):
         return StoreUnavailableError(f"Redis unavailable while {action}: {error}")
     return StoreError(f"Redis error while {action}: {error}")
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import os
+import sqlite3
 import threading
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import (
@@ -36,7 +37,12 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from agentctx_fast._sync import run_sync
 from agentctx_fast._tasks import wait_uncut
-from agentctx_fast.errors import InvalidArgumentError, StoreError, StoreUnavailableError
+from agentctx_fast.errors import (
+    InvalidArgumentError,
+    SchemaNotInitializedError,
+    StoreError,
+    StoreUnavailableError,
+)
 from agentctx_fast.stores._extras import missing_dependency, require
 
 try:
@@ -65,6 +71,7 @@ __all__ = [
     "check_dialect",
     "sa",
     "sa_exc",
+    "store_error",
     "translated",
 ]
 
@@ -87,13 +94,70 @@ POOL_OPTIONS: dict[str, Any] = {
 
 @contextmanager
 def translated(action: str) -> Iterator[None]:
-    """Database errors become typed store errors."""
+    """Database errors become typed store errors (`store_error`)."""
     try:
         yield
-    except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError) as error:
-        raise StoreUnavailableError(f"database unavailable while {action}: {error}") from error
     except sa_exc.SQLAlchemyError as error:
-        raise StoreError(f"database error while {action}: {error}") from error
+        raise store_error(error, action) from error
+
+
+def store_error(error: sa_exc.SQLAlchemyError, action: str) -> StoreError:
+    """The typed store error of a database error, the one place they are told apart:
+    `SchemaNotInitializedError` for a missing table, `StoreUnavailableError` only when a
+    later retry may succeed (`_retryable`), and `StoreError` for the rest (a constraint, a
+    value too long, a syntax error: permanent, so never worth retrying)."""
+    if _missing_table(getattr(error, "orig", None)):
+        return SchemaNotInitializedError(
+            f"database tables missing while {action}: create them with "
+            f"store.schema().initialize() or the DDL `agentctx schema` prints ({error})"
+        )
+    if _retryable(error):
+        return StoreUnavailableError(f"database unavailable while {action}: {error}")
+    return StoreError(f"database error while {action}: {error}")
+
+
+_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
+# PostgreSQL SQLSTATEs worth a retry: classes 08 (connection), 40 (serialization failure,
+# deadlock), 53 (insufficient resources: too many connections, disk full), 57 (statement
+# timeout, shutdown, cannot connect now); a lock timeout; and a write to a read-only server
+# (a standby: a failover is under way).
+_PG_RETRYABLE_CLASSES = ("08", "40", "53", "57")
+_PG_RETRYABLE = ("55P03", "25006")
+_PG_UNDEFINED_TABLE = "42P01"
+
+
+def _retryable(error: sa_exc.SQLAlchemyError) -> bool:
+    """Whether ``error`` says "retry later": the pool had no connection in time, the
+    connection failed or was lost, the database was busy or locked past its timeout, or the
+    server is failing over or shutting down."""
+    if isinstance(error, sa_exc.TimeoutError | sa_exc.DisconnectionError):
+        return True
+    if not isinstance(error, sa_exc.DBAPIError):
+        return False  # an error on the client side (a statement it cannot build, say)
+    if error.connection_invalidated:  # SQLAlchemy saw the connection go
+        return True
+    orig = error.orig
+    if isinstance(orig, sqlite3.Error):
+        code = getattr(orig, "sqlite_errorcode", None)
+        return code is not None and code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
+    sqlstate = _sqlstate(orig)
+    if sqlstate is None:  # no answer from the server: the connection failed or broke
+        return isinstance(error, sa_exc.OperationalError | sa_exc.InterfaceError)
+    return sqlstate[:2] in _PG_RETRYABLE_CLASSES or sqlstate in _PG_RETRYABLE
+
+
+def _missing_table(orig: object) -> bool:
+    """Whether the driver's error ``orig`` says a table does not exist."""
+    if isinstance(orig, sqlite3.OperationalError):
+        return str(orig).startswith("no such table")
+    return _sqlstate(orig) == _PG_UNDEFINED_TABLE
+
+
+def _sqlstate(orig: object) -> str | None:
+    """The SQLSTATE of a PostgreSQL driver's error (psycopg: ``sqlstate``, psycopg2:
+    ``pgcode``), None when the server sent none."""
+    code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    return code if isinstance(code, str) and len(code) == 5 else None
 
 
 class Connects(Protocol):
