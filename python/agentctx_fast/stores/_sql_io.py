@@ -83,6 +83,10 @@ MAX_OVERFLOW = 10
 """Connections it may open beyond `POOL_SIZE` under load, closed when returned."""
 POOL_TIMEOUT = 30.0
 """Seconds a caller waits for a connection when all ``POOL_SIZE + MAX_OVERFLOW`` are in use."""
+SQLITE_BUSY_TIMEOUT = 30.0
+"""Seconds a store's own SQLite connection waits for another connection's write lock (its busy
+timeout) unless the URL sets ``?timeout=SECONDS``; past it the call raises
+`StoreUnavailableError`, once: the store never retries a busy database itself."""
 POOL_OPTIONS: dict[str, Any] = {
     "pool_size": POOL_SIZE,
     "max_overflow": MAX_OVERFLOW,
@@ -738,7 +742,7 @@ def blocking_engine(url: str) -> Engine:
         return sa.create_engine(
             url, poolclass=StaticPool, connect_args={"check_same_thread": False}
         )
-    engine = sa.create_engine(url, connect_args={"timeout": 30})
+    engine = sa.create_engine(url, connect_args=_busy_timeout(parsed))
     sa.event.listen(engine, "connect", _sqlite_pragmas)
     return engine
 
@@ -768,7 +772,7 @@ def async_engine(url: str) -> AsyncEngine:
             sa.event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         args, kwargs = engine.dialect.create_connect_args(parsed)
         if parsed.database not in (None, "", ":memory:"):
-            kwargs["timeout"] = 30
+            kwargs.update(_busy_timeout(parsed))
         connect_args.update(args=args, kwargs=kwargs)
         sa.event.listen(engine.sync_engine, "begin", _aiosqlite.begin_immediate)
         return engine
@@ -796,9 +800,17 @@ def _one_trip(engine: AsyncEngine) -> bool:
     return bool(sa.event.contains(engine.sync_engine, "begin", begin_immediate))
 
 
+def _busy_timeout(parsed: sa.engine.URL) -> dict[str, float]:
+    """The connect argument of a store's own SQLite connections: the busy timeout
+    `SQLITE_BUSY_TIMEOUT`, unless the URL sets its own (``?timeout=SECONDS``, which SQLAlchemy
+    passes to the driver)."""
+    return {} if "timeout" in parsed.query else {"timeout": SQLITE_BUSY_TIMEOUT}
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    """WAL (readers and the writer do not block each other). The busy timeout is the driver's
+    ``timeout`` connect argument (`_busy_timeout`), the one setting of it."""
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA busy_timeout=30000")
     cursor.close()
