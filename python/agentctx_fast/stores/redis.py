@@ -57,6 +57,7 @@ from agentctx_fast.stores._redis_io import (
     RedisPort,
     conversation_key,
     own_async_client,
+    own_client,
     raw,
     redis,
 )
@@ -212,9 +213,7 @@ class RedisAgentStore(_RedisStoreBase):
         message_cache_bytes: int = DEFAULT_MESSAGE_CACHE_BYTES,
     ) -> None:
         check_key_prefix(key_prefix)
-        client, owns = _client_argument(
-            client_or_url, (redis.Redis, RedisCluster), redis.Redis.from_url
-        )
+        client, owns = _client_argument(client_or_url, (redis.Redis, RedisCluster), own_client)
         super().__init__(
             client, owns, key_prefix, serializer, message_cache_size, message_cache_bytes
         )
