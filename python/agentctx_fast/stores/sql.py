@@ -13,8 +13,10 @@ code over a blocking engine. Both write the same rows, so one reads what the oth
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.schema import CreateIndex, CreateTable
@@ -227,21 +229,24 @@ def _engine_argument(engine_or_url: object, engine_type: type, make: Any) -> tup
 
 
 async def _initialize(store: _SqlStoreBase) -> None:
-    for attempt in range(3):
-        try:
-            await store._port.run(
-                "creating the schema",
-                lambda connection: store._tables.metadata.create_all(connection, checkfirst=True),
-            )
-            return
-        except InvalidArgumentError:
-            raise
-        except Exception as error:
-            # Two processes creating one table race on the catalog; the loser retries and then
-            # finds the table there.
-            lost_race = isinstance(error.__cause__, sa_exc.IntegrityError | sa_exc.ProgrammingError)
-            if attempt == 2 or not lost_race:
-                raise
+    tables = store._tables.metadata.sorted_tables
+    key = zlib.crc32(f"agentctx_fast schema {store.table_prefix}".encode())
+    await store._port.run("creating the schema", partial(_create, tables=tables, key=key))
+
+
+def _create(connection: Any, *, tables: Sequence[sa.Table], key: int) -> None:
+    """Every table and index, each created only if absent (``CREATE … IF NOT EXISTS``), so
+    initializers running at once (threads, processes, event loops) all succeed, whichever of
+    them creates what: a check followed by a ``CREATE`` would let two of them both find a
+    table absent, and one fail. On PostgreSQL even ``IF NOT EXISTS`` can race on the
+    catalog (both pass the check, one fails on a unique key of ``pg_type``), so there the
+    initializers take turns: a transaction-level advisory lock, released at commit."""
+    if connection.dialect.name == "postgresql":
+        connection.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+    for table in tables:
+        connection.execute(CreateTable(table, if_not_exists=True))
+        for index in sorted(table.indexes, key=lambda index: str(index.name)):
+            connection.execute(CreateIndex(index, if_not_exists=True))
 
 
 async def _drop(store: _SqlStoreBase) -> None:
