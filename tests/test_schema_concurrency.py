@@ -5,6 +5,7 @@ are there, so the race is run every time, not by luck."""
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import threading
 import uuid
@@ -16,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from agentctx_fast import UserMessage
-from agentctx_fast.stores.sql import SqlAgentStore
+from agentctx_fast.stores.sql import AsyncSqlAgentStore, SqlAgentStore
 from store_fixtures import store_url
 
 INITIALIZERS = 2
@@ -105,4 +106,26 @@ def test_processes_initialize_at_once(kind: str, request: pytest.FixtureRequest)
             ]
             for future in futures:
                 future.result(timeout=120)
+    _check_works(url, prefix)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_event_loops_initialize_one_async_store_at_once(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    """Two threads each running ``asyncio.run(store.schema().initialize())`` on one store."""
+    url = str(store_url(kind, request))
+    prefix = f"a{uuid.uuid4().hex[:10]}_"
+    store = AsyncSqlAgentStore(url, table_prefix=prefix)
+    hold_at_first_create(store.engine.sync_engine, threading.Barrier(INITIALIZERS))
+    start = threading.Barrier(INITIALIZERS)
+
+    def initialize() -> None:
+        start.wait(10)
+        asyncio.run(asyncio.wait_for(store.schema().initialize(), 30))
+
+    try:
+        assert _in_threads(initialize) == []
+    finally:
+        asyncio.run(store.aclose())
     _check_works(url, prefix)

@@ -385,6 +385,8 @@ class AsyncSqlPort:
         # On PostgreSQL a unit (`together`) holds one connection of ``_single`` in one
         # greenlet, where the blocking port's code runs each call on it (`_Held`).
         self._held: _Held | None = None
+        self._connected = False  # made its engine's first connection (`_first_connection`)
+        self._first = threading.Lock()  # held by worker threads only, never by a loop
         self._in_unit: BlockingSqlPort | None = None
         if self._single is not None and not self._shared:  # not one connection all tasks share
             # A batch in a unit begins at the isolation level the caller's engine asks for.
@@ -446,6 +448,8 @@ class AsyncSqlPort:
         them in one trip to a connection's thread; on PostgreSQL, all of them on one
         connection, checked out (and pinged) once, in one greenlet; elsewhere, each as it
         comes."""
+        if not self._connected:
+            await self._first_connection(action)
         if self._held is not None:
             if self._held.current() is not None:
                 return await work()  # already in a unit: run as it comes
@@ -485,6 +489,32 @@ class AsyncSqlPort:
         finally:
             if not self._keep(connection, pool, driver):
                 await _returned(connection)
+
+    async def _first_connection(self, action: str) -> None:
+        """The engine's first connection, made once, in a worker thread running an event loop
+        of its own. SQLAlchemy sets a new engine's dialect up on its first connection under
+        an `asyncio.Lock`; two event loops making their first connections at once (two
+        threads each running ``asyncio.run``, say) hang on it, each waiting for a lock bound
+        to the other's loop. Here loops only wait for the thread (a thread at a time makes
+        it, under a `threading.Lock` no loop holds), and later connections find the dialect
+        set up. The connection is then dropped (it was made on a loop that is gone), unless
+        it is the in-memory database itself."""
+        with translated(action):
+            await asyncio.to_thread(self._connect_first)
+
+    def _connect_first(self) -> None:
+        with self._first:
+            if not self._connected:
+                asyncio.run(self._connect_once())
+                self._connected = True
+
+    async def _connect_once(self) -> None:
+        connection = await self.engine.connect()
+        try:
+            if not self._shared:
+                await connection.invalidate()
+        finally:
+            await connection.close()
 
     def _keep(self, connection: Connection, pool: Pool, driver: Any) -> bool:
         """Whether ``connection``, whose trip is over, is kept for the next unit instead of
@@ -574,6 +604,12 @@ class AsyncSqlPort:
         """``operation``; on the shared connection of an in-memory database, never cut in the
         middle: a cancelled statement makes SQLAlchemy drop its connection, which there is the
         database itself. A cancelled caller waits for the statement, then is cancelled."""
+        if not self._connected:
+            try:
+                await self._first_connection("connecting")
+            except BaseException:
+                operation.close()
+                raise
         if not self._shared:
             return await operation
         task = asyncio.ensure_future(operation)
