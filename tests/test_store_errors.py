@@ -189,6 +189,8 @@ def _dbapi_error(orig: Exception) -> sa.exc.DBAPIError:
         ("57P01", True),  # terminated by the administrator (a restart)
         ("55P03", True),  # lock timeout
         ("25006", True),  # a write to a read-only server (failing over)
+        ("53100", False),  # disk full
+        ("57P04", False),  # the database was dropped
         ("23505", False),  # unique violation
         ("22001", False),  # value too long
         ("54000", False),  # program limit exceeded (an index row too long)

@@ -121,12 +121,12 @@ def store_error(error: sa_exc.SQLAlchemyError, action: str) -> StoreError:
 
 
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
-# PostgreSQL SQLSTATEs worth a retry: classes 08 (connection), 40 (serialization failure,
-# deadlock), 53 (insufficient resources: too many connections, disk full), 57 (statement
-# timeout, shutdown, cannot connect now); a lock timeout; and a write to a read-only server
-# (a standby: a failover is under way).
-_PG_RETRYABLE_CLASSES = ("08", "40", "53", "57")
-_PG_RETRYABLE = ("55P03", "25006")
+# PostgreSQL SQLSTATEs worth a retry: classes 08 (connection) and 40 (serialization failure,
+# deadlock); too many connections; a lock timeout; a statement timeout; the server shutting
+# down, crashed or starting (57P01-57P03) or the session timed out; and a write to a read-only
+# server (a standby: a failover is under way). Not a full disk or a dropped database.
+_PG_RETRYABLE_CLASSES = ("08", "40")
+_PG_RETRYABLE = ("53300", "55P03", "57014", "57P01", "57P02", "57P03", "57P05", "25006")
 _PG_UNDEFINED_TABLE = "42P01"
 
 
