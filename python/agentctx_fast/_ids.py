@@ -2,14 +2,19 @@
 
 Identifiers (message, turn, tool call and conversation ids, tool names) are keys in the stores
 and ids in model APIs, so they must be valid Unicode text without NUL: PostgreSQL text columns
-cannot hold NUL, and refusing it everywhere keeps every store's behaviour the same. Versions are
-kept in signed 64-bit columns, so they stay below 2**63 on every store.
+cannot hold NUL, and refusing it everywhere keeps every store's behaviour the same. They are at
+most `MAX_ID_BYTES` bytes in UTF-8: a longer key is refused as an argument before any I/O, where a
+database would otherwise refuse it (PostgreSQL's index rows) or take it (Redis, SQLite), so every
+store behaves the same. Versions are kept in signed 64-bit columns, so they stay below 2**63 on
+every store.
 """
 
 from __future__ import annotations
 
 from agentctx_fast.errors import InvalidArgumentError, InvalidMessageTypeError
 
+MAX_ID_BYTES = 512
+"""The longest identifier, in UTF-8 bytes (SPEC §20: limits are arguments, not outages)."""
 MAX_VERSION = 2**63 - 1
 """The largest version a message, compression state or turn snapshot may carry (SQL BIGINT)."""
 
@@ -21,14 +26,25 @@ def require_str(value: object, what: str) -> None:
 
 
 def check_identifier(value: object, what: str) -> None:
-    """`InvalidArgumentError` unless ``value`` is a str of valid Unicode without NUL."""
+    """`InvalidArgumentError` unless ``value`` is a str of valid Unicode without NUL, at most
+    `MAX_ID_BYTES` bytes in UTF-8."""
     require_str(value, what)
     assert isinstance(value, str)
     if "\x00" in value:
         raise InvalidArgumentError(f"{what} must not contain NUL (\\x00), got {value!r}")
-    if not is_unicode_text(value):
+    if value.isascii():
+        size = len(value)
+    else:
+        try:
+            size = len(value.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise InvalidArgumentError(
+                f"{what} must be valid Unicode text, got {value!r} with a lone surrogate"
+            ) from None
+    if size > MAX_ID_BYTES:
         raise InvalidArgumentError(
-            f"{what} must be valid Unicode text, got {value!r} with a lone surrogate"
+            f"{what} must be at most {MAX_ID_BYTES} bytes in UTF-8, got {size} bytes "
+            f"({value[:32]!r}…)"
         )
 
 

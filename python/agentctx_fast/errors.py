@@ -99,7 +99,14 @@ class StoreError(AgentCtxError):
 
 
 class StoreUnavailableError(StoreError):
-    """The store's server could not be reached or dropped the connection mid-operation."""
+    """Retry later: the store's server could not be reached, dropped the connection, did not
+    answer in time, is failing over, or a cluster slot is moving. A permanent database error
+    (a constraint, a value too long, a missing table) is a plain `StoreError`."""
+
+
+class SchemaNotInitializedError(StoreError):
+    """The store's tables are missing: create them with ``store.schema().initialize()`` (or
+    the DDL ``agentctx schema`` prints)."""
 
 
 class ModelCallError(AgentCtxError):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import os
+import sqlite3
 import threading
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import (
@@ -36,7 +37,12 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from agentctx_fast._sync import run_sync
 from agentctx_fast._tasks import wait_uncut
-from agentctx_fast.errors import InvalidArgumentError, StoreError, StoreUnavailableError
+from agentctx_fast.errors import (
+    InvalidArgumentError,
+    SchemaNotInitializedError,
+    StoreError,
+    StoreUnavailableError,
+)
 from agentctx_fast.stores._extras import missing_dependency, require
 
 try:
@@ -65,6 +71,7 @@ __all__ = [
     "check_dialect",
     "sa",
     "sa_exc",
+    "store_error",
     "translated",
 ]
 
@@ -76,6 +83,10 @@ MAX_OVERFLOW = 10
 """Connections it may open beyond `POOL_SIZE` under load, closed when returned."""
 POOL_TIMEOUT = 30.0
 """Seconds a caller waits for a connection when all ``POOL_SIZE + MAX_OVERFLOW`` are in use."""
+SQLITE_BUSY_TIMEOUT = 30.0
+"""Seconds a store's own SQLite connection waits for another connection's write lock (its busy
+timeout) unless the URL sets ``?timeout=SECONDS``; past it the call raises
+`StoreUnavailableError`, once: the store never retries a busy database itself."""
 POOL_OPTIONS: dict[str, Any] = {
     "pool_size": POOL_SIZE,
     "max_overflow": MAX_OVERFLOW,
@@ -87,13 +98,70 @@ POOL_OPTIONS: dict[str, Any] = {
 
 @contextmanager
 def translated(action: str) -> Iterator[None]:
-    """Database errors become typed store errors."""
+    """Database errors become typed store errors (`store_error`)."""
     try:
         yield
-    except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError) as error:
-        raise StoreUnavailableError(f"database unavailable while {action}: {error}") from error
     except sa_exc.SQLAlchemyError as error:
-        raise StoreError(f"database error while {action}: {error}") from error
+        raise store_error(error, action) from error
+
+
+def store_error(error: sa_exc.SQLAlchemyError, action: str) -> StoreError:
+    """The typed store error of a database error, the one place they are told apart:
+    `SchemaNotInitializedError` for a missing table, `StoreUnavailableError` only when a
+    later retry may succeed (`_retryable`), and `StoreError` for the rest (a constraint, a
+    value too long, a syntax error: permanent, so never worth retrying)."""
+    if _missing_table(getattr(error, "orig", None)):
+        return SchemaNotInitializedError(
+            f"database tables missing while {action}: create them with "
+            f"store.schema().initialize() or the DDL `agentctx schema` prints ({error})"
+        )
+    if _retryable(error):
+        return StoreUnavailableError(f"database unavailable while {action}: {error}")
+    return StoreError(f"database error while {action}: {error}")
+
+
+_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
+# PostgreSQL SQLSTATEs worth a retry: classes 08 (connection) and 40 (serialization failure,
+# deadlock); too many connections; a lock timeout; a statement timeout; the server shutting
+# down, crashed or starting (57P01-57P03) or the session timed out; and a write to a read-only
+# server (a standby: a failover is under way). Not a full disk or a dropped database.
+_PG_RETRYABLE_CLASSES = ("08", "40")
+_PG_RETRYABLE = ("53300", "55P03", "57014", "57P01", "57P02", "57P03", "57P05", "25006")
+_PG_UNDEFINED_TABLE = "42P01"
+
+
+def _retryable(error: sa_exc.SQLAlchemyError) -> bool:
+    """Whether ``error`` says "retry later": the pool had no connection in time, the
+    connection failed or was lost, the database was busy or locked past its timeout, or the
+    server is failing over or shutting down."""
+    if isinstance(error, sa_exc.TimeoutError | sa_exc.DisconnectionError):
+        return True
+    if not isinstance(error, sa_exc.DBAPIError):
+        return False  # an error on the client side (a statement it cannot build, say)
+    if error.connection_invalidated:  # SQLAlchemy saw the connection go
+        return True
+    orig = error.orig
+    if isinstance(orig, sqlite3.Error):
+        code = getattr(orig, "sqlite_errorcode", None)
+        return code is not None and code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
+    sqlstate = _sqlstate(orig)
+    if sqlstate is None:  # no answer from the server: the connection failed or broke
+        return isinstance(error, sa_exc.OperationalError | sa_exc.InterfaceError)
+    return sqlstate[:2] in _PG_RETRYABLE_CLASSES or sqlstate in _PG_RETRYABLE
+
+
+def _missing_table(orig: object) -> bool:
+    """Whether the driver's error ``orig`` says a table does not exist."""
+    if isinstance(orig, sqlite3.OperationalError):
+        return str(orig).startswith("no such table")
+    return _sqlstate(orig) == _PG_UNDEFINED_TABLE
+
+
+def _sqlstate(orig: object) -> str | None:
+    """The SQLSTATE of a PostgreSQL driver's error (psycopg: ``sqlstate``, psycopg2:
+    ``pgcode``), None when the server sent none."""
+    code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    return code if isinstance(code, str) and len(code) == 5 else None
 
 
 class Connects(Protocol):
@@ -317,6 +385,8 @@ class AsyncSqlPort:
         # On PostgreSQL a unit (`together`) holds one connection of ``_single`` in one
         # greenlet, where the blocking port's code runs each call on it (`_Held`).
         self._held: _Held | None = None
+        self._connected = False  # made its engine's first connection (`_first_connection`)
+        self._first = threading.Lock()  # held by worker threads only, never by a loop
         self._in_unit: BlockingSqlPort | None = None
         if self._single is not None and not self._shared:  # not one connection all tasks share
             # A batch in a unit begins at the isolation level the caller's engine asks for.
@@ -378,6 +448,8 @@ class AsyncSqlPort:
         them in one trip to a connection's thread; on PostgreSQL, all of them on one
         connection, checked out (and pinged) once, in one greenlet; elsewhere, each as it
         comes."""
+        if not self._connected:
+            await self._first_connection(action)
         if self._held is not None:
             if self._held.current() is not None:
                 return await work()  # already in a unit: run as it comes
@@ -417,6 +489,32 @@ class AsyncSqlPort:
         finally:
             if not self._keep(connection, pool, driver):
                 await _returned(connection)
+
+    async def _first_connection(self, action: str) -> None:
+        """The engine's first connection, made once, in a worker thread running an event loop
+        of its own. SQLAlchemy sets a new engine's dialect up on its first connection under
+        an `asyncio.Lock`; two event loops making their first connections at once (two
+        threads each running ``asyncio.run``, say) hang on it, each waiting for a lock bound
+        to the other's loop. Here loops only wait for the thread (a thread at a time makes
+        it, under a `threading.Lock` no loop holds), and later connections find the dialect
+        set up. The connection is then dropped (it was made on a loop that is gone), unless
+        it is the in-memory database itself."""
+        with translated(action):
+            await asyncio.to_thread(self._connect_first)
+
+    def _connect_first(self) -> None:
+        with self._first:
+            if not self._connected:
+                asyncio.run(self._connect_once())
+                self._connected = True
+
+    async def _connect_once(self) -> None:
+        connection = await self.engine.connect()
+        try:
+            if not self._shared:
+                await connection.invalidate()
+        finally:
+            await connection.close()
 
     def _keep(self, connection: Connection, pool: Pool, driver: Any) -> bool:
         """Whether ``connection``, whose trip is over, is kept for the next unit instead of
@@ -506,6 +604,12 @@ class AsyncSqlPort:
         """``operation``; on the shared connection of an in-memory database, never cut in the
         middle: a cancelled statement makes SQLAlchemy drop its connection, which there is the
         database itself. A cancelled caller waits for the statement, then is cancelled."""
+        if not self._connected:
+            try:
+                await self._first_connection("connecting")
+            except BaseException:
+                operation.close()
+                raise
         if not self._shared:
             return await operation
         task = asyncio.ensure_future(operation)
@@ -674,7 +778,7 @@ def blocking_engine(url: str) -> Engine:
         return sa.create_engine(
             url, poolclass=StaticPool, connect_args={"check_same_thread": False}
         )
-    engine = sa.create_engine(url, connect_args={"timeout": 30})
+    engine = sa.create_engine(url, connect_args=_busy_timeout(parsed))
     sa.event.listen(engine, "connect", _sqlite_pragmas)
     return engine
 
@@ -704,7 +808,7 @@ def async_engine(url: str) -> AsyncEngine:
             sa.event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         args, kwargs = engine.dialect.create_connect_args(parsed)
         if parsed.database not in (None, "", ":memory:"):
-            kwargs["timeout"] = 30
+            kwargs.update(_busy_timeout(parsed))
         connect_args.update(args=args, kwargs=kwargs)
         sa.event.listen(engine.sync_engine, "begin", _aiosqlite.begin_immediate)
         return engine
@@ -732,9 +836,17 @@ def _one_trip(engine: AsyncEngine) -> bool:
     return bool(sa.event.contains(engine.sync_engine, "begin", begin_immediate))
 
 
+def _busy_timeout(parsed: sa.engine.URL) -> dict[str, float]:
+    """The connect argument of a store's own SQLite connections: the busy timeout
+    `SQLITE_BUSY_TIMEOUT`, unless the URL sets its own (``?timeout=SECONDS``, which SQLAlchemy
+    passes to the driver)."""
+    return {} if "timeout" in parsed.query else {"timeout": SQLITE_BUSY_TIMEOUT}
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    """WAL (readers and the writer do not block each other). The busy timeout is the driver's
+    ``timeout`` connect argument (`_busy_timeout`), the one setting of it."""
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA busy_timeout=30000")
     cursor.close()

@@ -46,12 +46,17 @@ class _FencedChatMemory(ChatMemory):
         self.conversation_id = memory.conversation_id
 
     def add_message_if_absent(self, message: Message) -> bool:
-        with self._memory._turns.fenced(self.conversation_id, self._fence):
-            return self._memory.add_message_if_absent(message)
+        return self.add_messages_if_absent([message])[0]
 
     def add_messages_if_absent(self, messages: Sequence[Message]) -> list[bool]:
+        """A message found stored as it is counts as appended: a re-sent fenced append finds
+        its own (the lease is its own)."""
         with self._memory._turns.fenced(self.conversation_id, self._fence):
-            return self._memory.add_messages_if_absent(messages)
+            added = self._memory.add_messages_if_absent(messages)
+            return [
+                appended or self._memory.get_message(message.message_id) == message
+                for appended, message in zip(added, messages, strict=True)
+            ]
 
     def update_message(self, message: Message, expected_version: int) -> Message:
         with self._memory._turns.fenced(self.conversation_id, self._fence):

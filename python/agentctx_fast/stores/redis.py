@@ -59,6 +59,7 @@ from agentctx_fast.stores._redis_io import (
     RedisPort,
     conversation_key,
     own_async_client,
+    own_client,
     raw,
     redis,
     write_script,
@@ -80,10 +81,24 @@ from agentctx_fast.stores.turns import Fence
 # Every write script is made by `write_script`: run as it is, or fenced (the lease key after
 # its keys, the fence after its arguments; ARGC counts its own arguments).
 
+# A fenced append re-sent that finds the same record stored under its id reports it appended.
+_FOUND_APPLIED = """
+local function found_applied(id, record)
+  if not FENCED then return false end
+  local entry = redis.call('HGET', KEYS[2], id)
+  local position = entry and string.match(entry, '^(%d+) ')
+  return position ~= nil and redis.call('LINDEX', KEYS[1], position) == record
+end
+"""
+
 # KEYS: records, index, visible. ARGV: id, record, version, kind, visible.
 _ADD_IF_ABSENT = write_script(
-    """
-if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 0 end
+    _FOUND_APPLIED
+    + """
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
+  if found_applied(ARGV[1], ARGV[2]) then return 1 end
+  return 0
+end
 local position = redis.call('RPUSH', KEYS[1], ARGV[2]) - 1
 redis.call('HSET', KEYS[2], ARGV[1], position .. ' ' .. ARGV[3] .. ' ' .. ARGV[4])
 if ARGV[5] == '1' then redis.call('RPUSH', KEYS[3], position) end
@@ -94,11 +109,12 @@ return 1
 # KEYS: records, index, visible. ARGV: (id, record, version, kind, visible) per message. One
 # script, so a batch is atomic; returns 1 (appended) or 0 (id stored) per message.
 _ADD_MANY_IF_ABSENT = write_script(
-    """
+    _FOUND_APPLIED
+    + """
 local out = {}
 for i = 1, ARGC, 5 do
   if redis.call('HEXISTS', KEYS[2], ARGV[i]) == 1 then
-    out[#out + 1] = 0
+    out[#out + 1] = found_applied(ARGV[i], ARGV[i + 1]) and 1 or 0
   else
     local position = redis.call('RPUSH', KEYS[1], ARGV[i + 1]) - 1
     redis.call('HSET', KEYS[2], ARGV[i], position .. ' ' .. ARGV[i + 2] .. ' ' .. ARGV[i + 3])
@@ -111,8 +127,8 @@ return out
 )
 
 # KEYS: records, index. ARGV: id, expected version, record, kind, next version (the client
-# computes it), '1' when fenced. Returns {1} applied (or, fenced, found applied: a re-sent
-# update, the lease still its own), {0, version} conflict, {-1} unknown id, {-2, kind} other
+# computes it). Returns {1} applied (or, fenced, found applied: a re-sent update), {0, version}
+# conflict, {-1} unknown id, {-2, kind} other
 # class, {-3} an index entry that is not "position version kind".
 _UPDATE = write_script(
     """
@@ -121,8 +137,7 @@ if not entry then return {-1} end
 local position, version, kind = string.match(entry, '^(%d+) (%S+) (.*)$')
 if not position then return {-3} end
 if kind ~= ARGV[4] then return {-2, kind} end
-if ARGV[6] == '1' and version == ARGV[5]
-   and redis.call('LINDEX', KEYS[1], position) == ARGV[3] then
+if FENCED and version == ARGV[5] and redis.call('LINDEX', KEYS[1], position) == ARGV[3] then
   return {1}
 end
 if version ~= ARGV[2] then return {0, version} end
@@ -231,9 +246,7 @@ class RedisAgentStore(_RedisStoreBase):
         message_cache_bytes: int = DEFAULT_MESSAGE_CACHE_BYTES,
     ) -> None:
         check_key_prefix(key_prefix)
-        client, owns = _client_argument(
-            client_or_url, (redis.Redis, RedisCluster), redis.Redis.from_url
-        )
+        client, owns = _client_argument(client_or_url, (redis.Redis, RedisCluster), own_client)
         super().__init__(
             client, owns, key_prefix, serializer, message_cache_size, message_cache_bytes
         )
@@ -446,14 +459,7 @@ class AsyncRedisChatMemory(AsyncChatMemory):
             f"updating message {message.message_id!r}",
             _UPDATE,
             [self._records, self._index],
-            [
-                message.message_id,
-                expected_version,
-                record,
-                kind,
-                expected_version + 1,
-                "0" if self._fence is None else "1",
-            ],
+            [message.message_id, expected_version, record, kind, expected_version + 1],
         )
         status = int(outcome[0])
         if status == 1:

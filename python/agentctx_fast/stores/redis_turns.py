@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentctx_fast.errors import SerializationError, StoreError, StoreUnavailableError
 from agentctx_fast.stores._bridge import BlockingAgentTurnStore
+from agentctx_fast.stores._common import check_conversation_id
 from agentctx_fast.stores._records import decode_lease, naming, record_error
 from agentctx_fast.stores._redis_io import raw, text, write_script
 from agentctx_fast.stores.turns import (
@@ -22,6 +23,7 @@ from agentctx_fast.stores.turns import (
     busy_error,
     check_lease_arguments,
     check_snapshot_save,
+    check_turn_ids,
     dump_snapshot,
     load_snapshot,
 )
@@ -33,14 +35,12 @@ if TYPE_CHECKING:
 _OPEN = frozenset((TurnStatus.RUNNING.value, TurnStatus.SUSPENDED.value))
 
 # KEYS: the turn hash. ARGV: expected version, data, next version (computed by the client:
-# Lua numbers are doubles, which lose versions above 2**53), '1' when fenced. A fenced save
-# re-sent that finds itself applied (the next version holding the same data, and the lease
-# still its own, so no other writer) is 1 too.
+# Lua numbers are doubles, which lose versions above 2**53). A fenced save re-sent that finds
+# itself applied (the next version holding the same data) is 1 too.
 _SAVE_TURN = write_script(
     """
 local version = redis.call('HGET', KEYS[1], 'version') or '0'
-if ARGV[4] == '1' and version == ARGV[3]
-   and redis.call('HGET', KEYS[1], 'data') == ARGV[2] then
+if FENCED and version == ARGV[3] and redis.call('HGET', KEYS[1], 'data') == ARGV[2] then
   return 1
 end
 if version ~= ARGV[1] then return 0 end
@@ -145,6 +145,7 @@ class AsyncRedisAgentTurnStore:
         return await self._store._port.script(action, script, keys, args)
 
     async def load_turn(self, conversation_id: str, turn_id: str) -> AgentTurnSnapshot | None:
+        check_turn_ids(conversation_id, turn_id)
         version, data = await self._store._port.command(
             f"loading turn {turn_id!r}",
             "hmget",
@@ -166,16 +167,17 @@ class AsyncRedisAgentTurnStore:
         check_snapshot_save(snapshot, expected_version)
         data = dump_snapshot(snapshot)
         keys = [self._turn_key(snapshot.conversation_id, snapshot.turn_id)]
-        args: list[Any] = [str(expected_version), data, str(expected_version + 1), "0"]
+        args: list[Any] = [str(expected_version), data, str(expected_version + 1)]
         script = _SAVE_TURN[0]
         if fence is not None:
             script = _SAVE_TURN[1]
             keys.append(self._lease_key(snapshot.conversation_id))
-            args[3:] = ["1", fence.turn_id, fence.owner]
+            args += [fence.turn_id, fence.owner]
         applied = await self._run(f"saving turn {snapshot.turn_id!r}", script, keys, args)
         return bool(applied == 1)
 
     async def open_turn(self, conversation_id: str) -> ConversationLease | None:
+        check_conversation_id(conversation_id)
         fields = await self._store._port.command(
             "reading a conversation lease", "hgetall", self._lease_key(conversation_id)
         )
@@ -239,6 +241,7 @@ class AsyncRedisAgentTurnStore:
         )
 
     async def suspend_conversation(self, conversation_id: str, turn_id: str, owner: str) -> bool:
+        check_turn_ids(conversation_id, turn_id, owner)
         key = self._lease_key(conversation_id)
         return bool(await self._run("suspending a turn", _SUSPEND, [key], [turn_id, owner]) == 1)
 
@@ -258,6 +261,7 @@ class AsyncRedisAgentTurnStore:
         return bool(await self._run("resuming a turn", _REACQUIRE, keys, args) == 1)
 
     async def request_cancel(self, conversation_id: str, turn_id: str, now: float) -> bool:
+        check_turn_ids(conversation_id, turn_id)
         key = self._lease_key(conversation_id)
         args = [turn_id, repr(float(now))]
         return bool(await self._run("flagging a cancellation", _REQUEST_CANCEL, [key], args) == 1)
@@ -265,6 +269,7 @@ class AsyncRedisAgentTurnStore:
     async def release_conversation(
         self, conversation_id: str, turn_id: str, owner: str | None, now: float
     ) -> bool:
+        check_turn_ids(conversation_id, turn_id, owner)
         key = self._lease_key(conversation_id)
         args = [turn_id, owner or "", repr(float(now))]
         return bool(await self._run("releasing a conversation", _RELEASE, [key], args) == 1)

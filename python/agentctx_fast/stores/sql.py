@@ -14,8 +14,10 @@ code over a blocking engine. Both write the same rows, so one reads what the oth
 from __future__ import annotations
 
 import copy
+import zlib
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.schema import CreateIndex, CreateTable
@@ -232,21 +234,24 @@ def _engine_argument(engine_or_url: object, engine_type: type, make: Any) -> tup
 
 
 async def _initialize(store: _SqlStoreBase) -> None:
-    for attempt in range(3):
-        try:
-            await store._port.run(
-                "creating the schema",
-                lambda connection: store._tables.metadata.create_all(connection, checkfirst=True),
-            )
-            return
-        except InvalidArgumentError:
-            raise
-        except Exception as error:
-            # Two processes creating one table race on the catalog; the loser retries and then
-            # finds the table there.
-            lost_race = isinstance(error.__cause__, sa_exc.IntegrityError | sa_exc.ProgrammingError)
-            if attempt == 2 or not lost_race:
-                raise
+    tables = store._tables.metadata.sorted_tables
+    key = zlib.crc32(f"agentctx_fast schema {store.table_prefix}".encode())
+    await store._port.run("creating the schema", partial(_create, tables=tables, key=key))
+
+
+def _create(connection: Any, *, tables: Sequence[sa.Table], key: int) -> None:
+    """Every table and index, each created only if absent (``CREATE … IF NOT EXISTS``), so
+    initializers running at once (threads, processes, event loops) all succeed, whichever of
+    them creates what: a check followed by a ``CREATE`` would let two of them both find a
+    table absent, and one fail. On PostgreSQL even ``IF NOT EXISTS`` can race on the
+    catalog (both pass the check, one fails on a unique key of ``pg_type``), so there the
+    initializers take turns: a transaction-level advisory lock, released at commit."""
+    if connection.dialect.name == "postgresql":
+        connection.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+    for table in tables:
+        connection.execute(CreateTable(table, if_not_exists=True))
+        for index in sorted(table.indexes, key=lambda index: str(index.name)):
+            connection.execute(CreateIndex(index, if_not_exists=True))
 
 
 async def _drop(store: _SqlStoreBase) -> None:
@@ -438,7 +443,7 @@ class AsyncSqlChatMemory(AsyncChatMemory):
         statement = self._store._append()
         params = self._row(message)
         if self._fence is not None:
-            return bool(await self._fenced(action, statement, params))
+            return message.message_id in await self._fenced_append(action, [params])
         return bool(await self._store._port.rows(action, statement, write=True, params=params))
 
     async def _fenced(self, action: str, statement: Any, params: Any = None) -> list[Any]:
@@ -446,6 +451,26 @@ class AsyncSqlChatMemory(AsyncChatMemory):
         return await fenced_write(
             self._store, action, self.conversation_id, self._fence, statement, params
         )
+
+    async def _fenced_append(self, action: str, rows: list[dict[str, Any]]) -> set[str]:
+        """The ids of ``rows`` appended under the fence, or found stored as they are: a fenced
+        append re-sent after a lost reply finds its own records (the lease is its own)."""
+        written = {
+            row.message_id for row in await self._fenced(action, self._store._append(), rows)
+        }
+        missing = [row["message_id"] for row in rows if row["message_id"] not in written]
+        if missing:
+            table = self._table
+            query = sa.select(table.c.message_id, table.c.data).where(
+                table.c.conversation_id == self.conversation_id, table.c.message_id.in_(missing)
+            )
+            stored = {
+                row.message_id: row.data for row in await self._store._port.rows(action, query)
+            }
+            written |= {
+                row["message_id"] for row in rows if stored.get(row["message_id"]) == row["data"]
+            }
+        return written
 
     async def add_messages_if_absent(self, messages: Sequence[Message]) -> list[bool]:
         """One transaction: one ``INSERT … ON CONFLICT DO NOTHING … RETURNING`` statement,
@@ -456,11 +481,9 @@ class AsyncSqlChatMemory(AsyncChatMemory):
         if not rows:
             return []
         action = f"adding {len(rows)} messages"
-        statement = self._store._append()
         if self._fence is not None:
-            written = await self._fenced(action, statement, rows)
-        else:
-            written = list(await self._store._port.many(action, statement, rows))
+            return first_of_each(batch, await self._fenced_append(action, rows))
+        written = await self._store._port.many(action, self._store._append(), rows)
         return first_of_each(batch, {row.message_id for row in written})
 
     def _row(self, message: Message) -> dict[str, Any]:

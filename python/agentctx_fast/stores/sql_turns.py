@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentctx_fast.errors import StoreError
 from agentctx_fast.stores._bridge import BlockingAgentTurnStore
-from agentctx_fast.stores._common import unit_handle
+from agentctx_fast.stores._common import check_conversation_id, unit_handle
 from agentctx_fast.stores._records import decode_lease, naming
 from agentctx_fast.stores._sql_io import SqlPort, sa
 from agentctx_fast.stores.turns import (
@@ -25,6 +25,7 @@ from agentctx_fast.stores.turns import (
     busy_error,
     check_lease_arguments,
     check_snapshot_save,
+    check_turn_ids,
     dump_snapshot,
     lease_lost,
     load_snapshot,
@@ -115,6 +116,7 @@ class AsyncSqlAgentTurnStore:
     # -- snapshots --------------------------------------------------------------------------
 
     async def load_turn(self, conversation_id: str, turn_id: str) -> AgentTurnSnapshot | None:
+        check_turn_ids(conversation_id, turn_id)
         table = self._turns
         query = sa.select(table.c.version, table.c.data).where(
             table.c.conversation_id == conversation_id, table.c.turn_id == turn_id
@@ -178,6 +180,7 @@ class AsyncSqlAgentTurnStore:
         return self._store._dialect
 
     async def open_turn(self, conversation_id: str) -> ConversationLease | None:
+        check_conversation_id(conversation_id)
         table = self._leases
         query = sa.select(table).where(table.c.conversation_id == conversation_id)
         rows = await self._store._port.rows("reading a conversation lease", query)
@@ -249,6 +252,7 @@ class AsyncSqlAgentTurnStore:
         return LeaseRenewal.CANCEL_REQUESTED if rows[0].cancel_requested else LeaseRenewal.RENEWED
 
     async def suspend_conversation(self, conversation_id: str, turn_id: str, owner: str) -> bool:
+        check_turn_ids(conversation_id, turn_id, owner)
         table = self._leases
         statement = (
             sa.update(table)
@@ -288,6 +292,7 @@ class AsyncSqlAgentTurnStore:
         return lease is not None and lease.turn_id == turn_id and lease.owner == owner
 
     async def request_cancel(self, conversation_id: str, turn_id: str, now: float) -> bool:
+        check_turn_ids(conversation_id, turn_id)
         table = self._leases
         statement = (
             sa.update(table)
@@ -303,6 +308,7 @@ class AsyncSqlAgentTurnStore:
     async def release_conversation(
         self, conversation_id: str, turn_id: str, owner: str | None, now: float
     ) -> bool:
+        check_turn_ids(conversation_id, turn_id, owner)
         table = self._leases
         condition = (
             table.c.owner == owner

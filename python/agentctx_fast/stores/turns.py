@@ -289,11 +289,8 @@ def check_lease_arguments(
     conversation_id: object, turn_id: object, owner: object, lease_seconds: object
 ) -> None:
     """Shared argument checks of the lease operations."""
-    check_conversation_id(conversation_id)
-    for name, value in (("turn_id", turn_id), ("owner", owner)):
-        if not isinstance(value, str) or not value:
-            raise InvalidArgumentError(f"{name} must be a non-empty str, got {value!r}")
-        check_identifier(value, name)
+    check_turn_ids(conversation_id, turn_id)
+    _check_id(owner, "owner")
     if (
         isinstance(lease_seconds, bool)
         or not isinstance(lease_seconds, (int, float))
@@ -301,6 +298,22 @@ def check_lease_arguments(
         or lease_seconds <= 0
     ):
         raise InvalidArgumentError(f"lease_seconds must be a number > 0, got {lease_seconds!r}")
+
+
+def check_turn_ids(conversation_id: object, turn_id: object, owner: object = None) -> None:
+    """The ids a turn-store call names (``owner`` when not None), checked before any I/O: a
+    read or a lease change with an id no store could hold fails as an argument on every
+    store, never as a lookup that finds nothing on one and a database error on another."""
+    check_conversation_id(conversation_id)
+    _check_id(turn_id, "turn_id")
+    if owner is not None:
+        _check_id(owner, "owner")
+
+
+def _check_id(value: object, name: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise InvalidArgumentError(f"{name} must be a non-empty str, got {value!r}")
+    check_identifier(value, name)
 
 
 def check_snapshot_save(snapshot: object, expected_version: object) -> AgentTurnSnapshot:
@@ -454,6 +467,7 @@ class InMemoryAgentTurnStore:
         self._leases: dict[str, ConversationLease] = {}
 
     def load_turn(self, conversation_id: str, turn_id: str) -> AgentTurnSnapshot | None:
+        check_turn_ids(conversation_id, turn_id)
         with self._lock:
             return self._turns.get((conversation_id, turn_id))
 
@@ -484,6 +498,7 @@ class InMemoryAgentTurnStore:
             yield
 
     def open_turn(self, conversation_id: str) -> ConversationLease | None:
+        check_conversation_id(conversation_id)
         with self._lock:
             return self._leases.get(conversation_id)
 
@@ -518,6 +533,7 @@ class InMemoryAgentTurnStore:
             return LeaseRenewal.RENEWED
 
     def suspend_conversation(self, conversation_id: str, turn_id: str, owner: str) -> bool:
+        check_turn_ids(conversation_id, turn_id, owner)
         with self._lock:
             lease = self._leases.get(conversation_id)
             if lease is None or lease.turn_id != turn_id or lease.owner != owner:
@@ -554,6 +570,7 @@ class InMemoryAgentTurnStore:
             return True
 
     def request_cancel(self, conversation_id: str, turn_id: str, now: float) -> bool:
+        check_turn_ids(conversation_id, turn_id)
         with self._lock:
             lease = self._leases.get(conversation_id)
             if (
@@ -569,6 +586,7 @@ class InMemoryAgentTurnStore:
     def release_conversation(
         self, conversation_id: str, turn_id: str, owner: str | None, now: float
     ) -> bool:
+        check_turn_ids(conversation_id, turn_id, owner)
         with self._lock:
             lease = self._leases.get(conversation_id)
             if lease is None or lease.turn_id != turn_id:
