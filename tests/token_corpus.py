@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import uuid
+from collections.abc import Callable
 
 from agentctx_fast import AiMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
 from test_tokens_parity import _GLUE, _RARE, _WORDS, _ZH, _ZH_PUNCT, _chinese, _english
@@ -358,10 +359,20 @@ def _metrics(rng: random.Random) -> dict[str, object]:
     }
 
 
+TOOL_RECORDS: dict[str, Callable[[random.Random], dict[str, object]]] = {
+    "order": _order,
+    "ticket": _ticket,
+    "payment": _payment,
+    "trace": _trace,
+    "metrics": _metrics,
+}
+"""Each kind of record a tool result holds, by name."""
+
+
 def tool_json(rng: random.Random) -> str:
     """A tool result: a JSON page of orders, tickets, payments, parcel traces (Chinese) or
     metric points, with request metadata."""
-    make = rng.choice([_order, _ticket, _payment, _trace, _metrics])
+    make = rng.choice(list(TOOL_RECORDS.values()))
     body = {
         "ok": True,
         "request_id": str(uuid.UUID(int=rng.getrandbits(128))),
@@ -421,6 +432,7 @@ def has_chinese(text: str) -> bool:
 
 
 __all__ = [
+    "TOOL_RECORDS",
     "_GLUE",
     "_RARE",
     "code",
