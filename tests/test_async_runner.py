@@ -1615,3 +1615,53 @@ def test_a_timeout_a_tool_enters_in_the_turns_first_step_is_the_turns(
     results = [m for m in turn.messages if ":tool:" in m.message_id]
     assert len(results) == 1 and results[0].is_error and "TimeoutError" in results[0].text
     assert turn.messages[-1].text == "done"
+
+
+class _NamedAsyncModel(AsyncScriptedChatModel):
+    """An async scripted model that names its model, as the client adapters do."""
+
+    model_name = "gpt-4o"
+
+
+def test_a_named_model_gets_exact_window_counts(request: pytest.FixtureRequest) -> None:
+    """SPEC §20: without a token_estimator, the windows of a model that names itself are
+    counted exactly in its encoding (gpt-4o: o200k_base)."""
+    import json
+
+    from agentctx_fast import (
+        BackendUnavailableError,
+        BpeTokenEstimator,
+        HeuristicTokenEstimator,
+        InMemoryMetrics,
+    )
+
+    try:
+        exact = BpeTokenEstimator("o200k_base")
+    except BackendUnavailableError as error:
+        pytest.skip(str(error))
+
+    def lookup(order_id: str) -> str:
+        events = [
+            {"time": f"2024-03-0{d} 08:23:41", "context": "快件已到达转运中心"} for d in range(9)
+        ]
+        return json.dumps({"id": order_id, "amount": 1299.5, "events": events}, ensure_ascii=False)
+
+    model = _NamedAsyncModel(
+        [
+            AiMessage(tool_calls=(ToolCall("c1", "lookup", '{"order_id": "ORD-7"}'),)),
+            AiMessage("ok"),
+        ]
+    )
+    agent = Agent("named", model, tools=[Tool("lookup", lookup)])
+    metrics = InMemoryMetrics()
+
+    async def body(store: Any) -> Any:
+        return await AsyncAgentRunner(store, metrics=metrics).run(agent, "c-named", "订单状态?")
+
+    turn = with_store("async-memory", request, body)
+    assert turn.status is TurnStatus.COMPLETED
+    windows = [list(c.messages) for c in model.calls]
+    tokens = metrics.get("window.tokens", agent="named")
+    assert tokens.count == 2
+    assert tokens.total == sum(exact.estimate(w) for w in windows)
+    assert tokens.total != sum(HeuristicTokenEstimator().estimate(w) for w in windows)

@@ -332,3 +332,17 @@ def test_missing_langchain_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.delitem(sys.modules, "agentctx_fast.integrations.langchain")
     with pytest.raises(MissingDependencyError, match=r"agentctx-fast\[langchain\]"):
         importlib.import_module("agentctx_fast.integrations.langchain")
+
+
+def test_the_adapters_name_the_wrapped_model_for_exact_counts() -> None:
+    """SPEC §20: an agent of a wrapped model that names itself counts in its encoding."""
+
+    class Named(GenericFakeChatModel):
+        model_name: str = "gpt-4o"
+
+    named = LangChainChatModel(Named(messages=iter([])))
+    assert named.model_name == "gpt-4o"
+    assert AsyncLangChainChatModel(Named(messages=iter([]))).model_name == "gpt-4o"
+    assert LangChainChatModel(GenericFakeChatModel(messages=iter([]))).model_name is None
+    estimator = Agent("a", named).window_options.token_estimator
+    assert getattr(estimator, "encoding", None) == "o200k_base"

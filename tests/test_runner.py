@@ -1347,3 +1347,90 @@ def test_a_compressor_that_fails_after_a_takeover_reports_the_lost_lease() -> No
     (turn,) = out
     assert isinstance(turn, LeaseLostError) and "lease lost" in str(turn), turn
     assert store.chat_memory(conversation).get_messages() == after_takeover
+
+
+# ---------------------------------------------------------------------------------------------
+# Token budgets are budgets for the model (SPEC §20)
+# ---------------------------------------------------------------------------------------------
+
+
+class NamedScriptedChatModel(ScriptedChatModel):
+    """A scripted model that names its model, as the client adapters do."""
+
+    def __init__(self, model_name: str, replies: Sequence[AiMessage]) -> None:
+        super().__init__(replies)
+        self.model_name = model_name
+
+
+def _json_turn_model(model_name: str) -> NamedScriptedChatModel:
+    """A turn whose tool result is JSON with timestamps, ids, numbers and Chinese values."""
+    return NamedScriptedChatModel(
+        model_name, [calls(call("c1", "lookup", {"order_id": "ORD-2024-001"})), AiMessage("ok")]
+    )
+
+
+def _lookup(order_id: str) -> str:
+    events = [
+        {"time": f"2024-03-{day:02d} 08:23:41", "context": "快件已到达上海浦东转运中心", "n": day}
+        for day in range(1, 9)
+    ]
+    return json.dumps({"id": order_id, "amount": 1299.5, "events": events}, ensure_ascii=False)
+
+
+def _exact(encoding: str) -> Any:
+    from agentctx_fast import BackendUnavailableError, BpeTokenEstimator
+
+    try:
+        return BpeTokenEstimator(encoding)
+    except BackendUnavailableError as error:
+        pytest.skip(str(error))
+
+
+@pytest.mark.parametrize(
+    ("model_name", "encoding"), [("gpt-4o", "o200k_base"), ("gpt-4-0613", "cl100k_base")]
+)
+def test_a_named_model_gets_exact_window_counts(model_name: str, encoding: str) -> None:
+    exact = _exact(encoding)
+    metrics = InMemoryMetrics()
+    model = _json_turn_model(model_name)
+    agent = Agent("named", model, instructions=INSTRUCTIONS, tools=[Tool("lookup", _lookup)])
+    turn = AgentRunner(InMemoryAgentStore(), metrics=metrics).run(agent, "c-named", "订单状态?")
+    assert turn.status is TurnStatus.COMPLETED
+    windows = [list(c.messages) for c in model.calls]
+    tokens = metrics.get("window.tokens", agent="named")
+    assert tokens.count == 2
+    assert tokens.total == sum(exact.estimate(w) for w in windows)
+    assert tokens.total != sum(HeuristicTokenEstimator().estimate(w) for w in windows)
+    # Computed once per agent and model, and shared by agents of the same model.
+    again = Agent("again", _json_turn_model(model_name))
+    assert again.window_options.token_estimator is agent.window_options.token_estimator
+    # A model of an unknown vocabulary, a model without a name: the core's heuristic; an
+    # estimator the agent was given is kept.
+    assert Agent("local", _json_turn_model("my-llama")).window_options.token_estimator is None
+    assert Agent("plain", ScriptedChatModel([])).window_options.token_estimator is None
+    given = HeuristicTokenEstimator("o200k_base")
+    chosen = Agent("given", _json_turn_model(model_name), token_estimator=given)
+    assert chosen.window_options.token_estimator is given
+
+
+def test_a_named_model_budget_is_counted_exactly() -> None:
+    """max_attached_tokens cuts the window where the exact count says, not the heuristic."""
+    exact = _exact("o200k_base")
+    store = InMemoryAgentStore()
+    runner = AgentRunner(store)
+    tools = [Tool("lookup", _lookup)]
+    for i in range(6):
+        model = _json_turn_model("gpt-4o")
+        runner.run(Agent("named", model, tools=tools), "c-budget", f"订单 {i}?")
+    timeline = [*store.chat_memory("c-budget").get_messages(), UserMessage("再查一次")]
+
+    def window(budget: int, estimator: Any) -> list[str]:
+        built = build_window(timeline, max_attached_tokens=budget, token_estimator=estimator)
+        return ids(built.messages)[:-1]  # the new user message gets its id from the runner
+
+    heuristic = HeuristicTokenEstimator()
+    budget = next(b for b in range(200, 20_000, 7) if window(b, exact) != window(b, heuristic))
+    model = NamedScriptedChatModel("gpt-4o", [AiMessage("ok")])
+    runner.run(Agent("named", model, max_attached_tokens=budget), "c-budget", "再查一次")
+    sent = ids(model.calls[0].messages)[:-1]
+    assert sent == window(budget, exact) != window(budget, heuristic)

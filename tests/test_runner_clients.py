@@ -90,6 +90,20 @@ def test_the_async_openai_model_streams_through_the_runner(server: ChatServer) -
     assert metrics.get(m.WINDOW_ESTIMATE_RATIO, agent="support").count == 2
 
 
+def test_the_openai_models_name_their_model_for_exact_counts() -> None:
+    """SPEC §20: an agent of an OpenAI model counts its windows in the model's encoding."""
+    from agentctx_fast import AsyncOpenAIChatModel, OpenAIChatModel
+
+    sync = OpenAIChatModel(openai.OpenAI(base_url="http://127.0.0.1:9", api_key="k"), "gpt-4o")
+    client = openai.AsyncOpenAI(base_url="http://127.0.0.1:9", api_key="k")
+    both = [sync, AsyncOpenAIChatModel(client, "gpt-4-0613")]
+    assert [model.model_name for model in both] == ["gpt-4o", "gpt-4-0613"]
+    encodings = [
+        getattr(Agent("a", m).window_options.token_estimator, "encoding", None) for m in both
+    ]
+    assert encodings == ["o200k_base", "cl100k_base"]
+
+
 def test_reported_usage_calibrates_the_estimator() -> None:
     estimator = CalibratedTokenEstimator(HeuristicTokenEstimator())
     metrics = InMemoryMetrics()

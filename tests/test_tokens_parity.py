@@ -106,13 +106,17 @@ def test_count_texts_matches_count_text(texts: list[str]) -> None:
         ("123", 1),
         ("1234", 2),
         ("ORD-2024-001", 1 + 1 + 2 + 1 + 1),
-        ('{"a": 1}', 1 + 1 + 1 + 0 + 1 + 1),
-        ("你好", 2),
-        ("你好，世界。", 6),
+        ('{"a": 1}', 1 + 1 + 1 + 1 + 1 + 1),  # the space before a digit is a token
+        ("a\n 12", 1 + 2 + 1),
+        ("getOrderStatus", 3),  # a lowercase letter before an uppercase one ends a run
+        ("HTTPServer", 2),
+        ("你", 2),
+        ("你好", 3),
+        ("你好，世界。", 7),
         ("é", 1),
         ("caf\u00e9", 1 + 1),
         ("\U0001f600", 2),
-        ("\u2e7f\u2e80", 2 + 1),
+        ("\u2e7f\u2e80", 2 + 2),
         ("a\ud800b", 1 + 2 + 1),
     ],
 )

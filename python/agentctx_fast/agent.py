@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -10,7 +11,7 @@ from agentctx_fast.coordinator import CompressionTrigger
 from agentctx_fast.errors import InvalidArgumentError
 from agentctx_fast.messages import AiMessage, Message
 from agentctx_fast.stores.turns import PendingApproval
-from agentctx_fast.tokens import TokenEstimator
+from agentctx_fast.tokens import TokenEstimator, encoding_for_model, estimator_for_model
 from agentctx_fast.tools import Tool
 from agentctx_fast.turns import TurnStatus
 from agentctx_fast.window import AgentContextCompressor, WindowOptions
@@ -26,6 +27,10 @@ class Agent:
     history's summary in the store's compression state, compressing only when the trigger
     fires (SPEC §9, §11). ``on_compression_error="uncompressed"`` lets a model call go ahead
     without compression when the compressor fails; ``"fail"`` ends the turn `FAILED`.
+
+    Without a ``token_estimator``, a ``chat_model`` that names its model (``model_name``, as the
+    client adapters do) has its windows counted exactly, with `estimator_for_model` (SPEC §20):
+    token budgets are budgets for that model. Any other model is counted by the heuristic.
     """
 
     name: str
@@ -72,7 +77,11 @@ class Agent:
             compression_keep_recent_turns=self.compression_keep_recent_turns,
             context_compressor=self.context_compressor,
             max_attached_tokens=self.max_attached_tokens,
-            token_estimator=self.token_estimator,
+            token_estimator=(
+                _model_estimator(self.chat_model)
+                if self.token_estimator is None
+                else self.token_estimator
+            ),
         )
         object.__setattr__(self, "_window_options", options)
         if self.compression_trigger is not None:
@@ -99,6 +108,21 @@ class Agent:
     def tool(self, name: str) -> Tool | None:
         """The tool called ``name``, or None."""
         return self._tools_by_name.get(name)
+
+
+def _model_estimator(chat_model: object) -> TokenEstimator | None:
+    """The exact estimator of the model ``chat_model`` names, or None (the core's heuristic)
+    when it names none or a model of an unknown vocabulary."""
+    name = getattr(chat_model, "model_name", None)
+    if not isinstance(name, str) or encoding_for_model(name) is None:
+        return None
+    return _estimator_of(str.__str__(name))
+
+
+@functools.lru_cache(maxsize=64)
+def _estimator_of(model_name: str) -> TokenEstimator:
+    # One estimator (and its per-message cache) per model, shared by the agents of that model.
+    return estimator_for_model(model_name)
 
 
 @dataclass(frozen=True, slots=True)

@@ -194,6 +194,11 @@ class OpenAIChatModel:
         self.model = model
         self.request_options = dict(request_options)
 
+    @property
+    def model_name(self) -> str:
+        """The model called; an `Agent` counts its windows with this model's tokens (SPEC §20)."""
+        return self.model
+
     def chat(self, messages: Sequence[Message], tools: Sequence[Any]) -> AiMessage:
         """One Chat Completions call with the window ``messages`` and the agent's ``tools``."""
         request = _request(self.model, self.request_options, messages, tools)
@@ -211,6 +216,11 @@ class AsyncOpenAIChatModel:
         self.client = client
         self.model = model
         self.request_options = dict(request_options)
+
+    @property
+    def model_name(self) -> str:
+        """The model called; an `Agent` counts its windows with this model's tokens (SPEC §20)."""
+        return self.model
 
     async def chat(self, messages: Sequence[Message], tools: Sequence[Any]) -> AiMessage:
         """One Chat Completions call with the window ``messages`` and the agent's ``tools``."""

@@ -399,12 +399,26 @@ def _chunk_text(chunk: Any) -> str:
     )
 
 
+def _model_name(chat_model: BaseChatModel) -> str | None:
+    # Chat models name their model ``model_name`` (ChatOpenAI) or ``model`` (most others).
+    for attribute in ("model_name", "model"):
+        name = getattr(chat_model, attribute, None)
+        if isinstance(name, str) and name:
+            return name
+    return None
+
+
 class LangChainChatModel:
     """A `ChatModel` over any LangChain ``BaseChatModel``, with the agent's tools bound."""
 
     def __init__(self, chat_model: BaseChatModel) -> None:
         _check_model(chat_model)
         self.chat_model = chat_model
+
+    @property
+    def model_name(self) -> str | None:
+        """The wrapped model's name, if it has one (SPEC §20)."""
+        return _model_name(self.chat_model)
 
     def chat(self, messages: Sequence[Message], tools: Sequence[Any]) -> AiMessage:
         """``invoke`` the model on the window; its errors become `ModelCallError`."""
@@ -422,6 +436,11 @@ class AsyncLangChainChatModel:
     def __init__(self, chat_model: BaseChatModel) -> None:
         _check_model(chat_model)
         self.chat_model = chat_model
+
+    @property
+    def model_name(self) -> str | None:
+        """The wrapped model's name, if it has one (SPEC §20)."""
+        return _model_name(self.chat_model)
 
     async def chat(self, messages: Sequence[Message], tools: Sequence[Any]) -> AiMessage:
         """``ainvoke`` the model on the window; its errors become `ModelCallError`."""

@@ -221,7 +221,10 @@ class WindowBuilding(EngineState):
         # never its in-process state of another conversation.
         compressor = self._compressor_for(run, lambda inner, _run: _resumed(inner, state))
         coordinator = AgentContextCompressionCoordinator(
-            self._states, agent.compression_trigger, compressor, agent.token_estimator
+            self._states,
+            agent.compression_trigger,
+            compressor,
+            agent.window_options.token_estimator,
         )
 
         async def call(chosen: AgentContextCompressor, inputs: list[Message]) -> list[Message]:
