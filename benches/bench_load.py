@@ -34,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -47,11 +48,13 @@ from typing import Any, TextIO
 from agentctx_fast import (
     Agent,
     AgentConversationBusyError,
+    AgentCtxError,
     AgentRunner,
     AiMessage,
     AsyncAgentRunner,
     LeaseLostError,
     Message,
+    StoreUnavailableError,
     Tool,
     ToolCall,
     ToolMessage,
@@ -79,6 +82,9 @@ class LoadConfig:
     # takes its conversations over; it is continued once that worker has ended a turn on each
     # conversation it was in the middle of, after at least this long (0: no pause).
     pause_seconds: float = 1.0
+    # Every worker reaches its servers through loopback proxies that lose the reply to every
+    # ``drop_every``-th command after the server ran it (0: no proxies).
+    drop_every: int = 40
     timeout_seconds: float = 600.0
     # "async": AsyncAgentRunner on the async store; "threads": AgentRunner on the blocking
     # store, one thread per conversation.
@@ -100,6 +106,7 @@ class LoadReport:
     interrupted_turns: int = 0  # started by the killed worker, never ended there
     paused_turns: int = 0  # in flight in the paused worker when it was stopped
     lost_leases: int = 0  # turns the paused worker found taken over once continued
+    lost_replies: int = 0  # replies the proxies dropped after the server acted
     requests_completed: int = 0  # stored requests whose turn is COMPLETED
     requests_interrupted: int = 0  # stored requests whose turn the kill ended (FAILED, CANCELLED)
     messages_lost: int = 0
@@ -109,6 +116,7 @@ class LoadReport:
     running_turns_without_owner: int = 0
     requests_missing: int = 0
     failed_workers: list[str] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list, repr=False)  # until audited
 
     def audit_is_clean(self) -> bool:
         return not (
@@ -191,7 +199,7 @@ def make_agent(config: LoadConfig, *, blocking: bool = False) -> Agent:
     )
 
 
-def open_async_store(backend: str, url: str, prefix: str) -> Any:
+def open_async_store(backend: str, url: str, prefix: str, remap: dict[str, int] | None) -> Any:
     if backend == "postgresql":
         from agentctx_fast.stores.sql import AsyncSqlAgentStore
 
@@ -200,10 +208,11 @@ def open_async_store(backend: str, url: str, prefix: str) -> Any:
 
     from agentctx_fast.stores.redis import AsyncRedisAgentStore
 
-    return AsyncRedisAgentStore(RedisCluster.from_url(url), key_prefix=prefix)
+    client = RedisCluster.from_url(url, address_remap=_remap(remap))
+    return AsyncRedisAgentStore(client, key_prefix=prefix)
 
 
-def open_store(backend: str, url: str, prefix: str) -> Any:
+def open_store(backend: str, url: str, prefix: str, remap: dict[str, int] | None = None) -> Any:
     if backend == "postgresql":
         from agentctx_fast.stores.sql import SqlAgentStore
 
@@ -212,7 +221,15 @@ def open_store(backend: str, url: str, prefix: str) -> Any:
 
     from agentctx_fast.stores.redis import RedisAgentStore
 
-    return RedisAgentStore(RedisCluster.from_url(url), key_prefix=prefix)
+    client = RedisCluster.from_url(url, address_remap=_remap(remap))
+    return RedisAgentStore(client, key_prefix=prefix)
+
+
+def _remap(ports: dict[str, int] | None) -> Any:
+    """The cluster nodes' addresses as a worker reaches them: through its proxies, if any."""
+    if not ports:
+        return None
+    return lambda address: ("127.0.0.1", ports.get(str(address[1]), address[1]))
 
 
 def close_store(store: Any) -> None:
@@ -235,7 +252,7 @@ class Log:
 def serve_threads(spec: dict[str, Any]) -> None:
     """A worker on the blocking store: one thread per conversation, one `AgentRunner`."""
     config = LoadConfig(**spec["config"])
-    store = open_store(spec["backend"], spec["url"], spec["prefix"])
+    store = open_store(spec["backend"], spec["url"], spec["prefix"], spec.get("remap"))
     runner = AgentRunner(store, lease_seconds=config.lease_seconds)
     agent = make_agent(config, blocking=True)
     with (
@@ -266,18 +283,16 @@ def blocking_conversation(
     time.sleep(delay)
     attempts: Counter[int] = Counter()
     while True:
-        k = next_request(store.chat_memory(cid).get_messages())
+        try:
+            k = next_request(store.chat_memory(cid).get_messages())
+            if k >= config.turns and blocking_cancel_dead_turn(store, runner, cid, log):
+                log.write("finished", conversation=cid)
+                return
+        except StoreUnavailableError as error:  # a lost reply: read again
+            log.write("unavailable", conversation=cid, error=str(error))
+            continue
         if k >= config.turns:
-            while True:
-                lease = store.turn_store().open_turn(cid)
-                if lease is None or lease.status is not TurnStatus.RUNNING:
-                    return
-                if lease.expired(time.time()):
-                    turn = runner.cancel(cid, lease.turn_id)
-                    log.write("cancelled", conversation=cid, turn=lease.turn_id,
-                              status=turn.status.value)  # fmt: skip
-                    return
-                time.sleep(max(0.0, (lease.expires_at or 0.0) - time.time()) + 0.05)
+            continue
         turn_id = f"r{k}.{attempts[k]}-{cid}"
         log.write("start", conversation=cid, request=k, turn=turn_id)
         began = time.perf_counter()
@@ -289,10 +304,23 @@ def blocking_conversation(
             if lease is not None and lease.expires_at:
                 time.sleep(max(0.0, lease.expires_at - time.time()) + 0.05)
             continue
-        except TurnStateError as error:
+        except (TurnStateError, StoreUnavailableError) as error:
             lost(log, cid, k, turn_id, error, attempts)
             continue
         log_end(log, cid, k, turn, time.perf_counter() - began, config)
+
+
+def blocking_cancel_dead_turn(store: Any, runner: Any, cid: str, log: Log) -> bool:
+    """`cancel_dead_turn` on the blocking store; False while a live worker still runs it."""
+    lease = store.turn_store().open_turn(cid)
+    if lease is None or lease.status is not TurnStatus.RUNNING:
+        return True
+    if lease.expired(time.time()):
+        turn = runner.cancel(cid, lease.turn_id)
+        log.write("cancelled", conversation=cid, turn=lease.turn_id, status=turn.status.value)
+        return True
+    time.sleep(max(0.0, (lease.expires_at or 0.0) - time.time()) + 0.05)
+    return False
 
 
 def log_end(log: Log, cid: str, k: int, turn: Any, elapsed: float, config: LoadConfig) -> None:
@@ -310,7 +338,7 @@ def log_end(log: Log, cid: str, k: int, turn: Any, elapsed: float, config: LoadC
 async def serve(spec: dict[str, Any]) -> None:
     """A worker: every conversation of ``spec`` brought to ``turns`` requests, concurrently."""
     config = LoadConfig(**spec["config"])
-    store = open_async_store(spec["backend"], spec["url"], spec["prefix"])
+    store = open_async_store(spec["backend"], spec["url"], spec["prefix"], spec.get("remap"))
     runner = AsyncAgentRunner(store, lease_seconds=config.lease_seconds)
     agent = make_agent(config)
     with open(spec["log"], "a", buffering=1, encoding="utf-8") as handle:
@@ -341,10 +369,15 @@ async def conversation(
     await asyncio.sleep(delay)  # arrivals spread out, not all at once
     attempts: Counter[int] = Counter()
     while True:
-        k = next_request(await store.chat_memory(cid).get_messages())
-        if k >= config.turns:
-            await cancel_dead_turn(store, runner, cid, log)
-            return
+        try:
+            k = next_request(await store.chat_memory(cid).get_messages())
+            if k >= config.turns:
+                await cancel_dead_turn(store, runner, cid, log)
+                log.write("finished", conversation=cid)
+                return
+        except StoreUnavailableError as error:  # a lost reply: read again
+            log.write("unavailable", conversation=cid, error=str(error))
+            continue
         turn_id = f"r{k}.{attempts[k]}-{cid}"
         log.write("start", conversation=cid, request=k, turn=turn_id)
         began = time.perf_counter()
@@ -354,20 +387,21 @@ async def conversation(
             log.write("busy", conversation=cid, request=k, turn=turn_id)
             await wait_for_expiry(store, cid)
             continue
-        except TurnStateError as error:
+        except (TurnStateError, StoreUnavailableError) as error:
             lost(log, cid, k, turn_id, error, attempts)
             continue
         log_end(log, cid, k, turn, time.perf_counter() - began, config)
 
 
 def lost(
-    log: Log, cid: str, k: int, turn_id: str, error: TurnStateError, attempts: Counter[int]
+    log: Log, cid: str, k: int, turn_id: str, error: AgentCtxError, attempts: Counter[int]
 ) -> None:
-    """A turn that could not go on: its lease was lost (this worker was paused past it), or
-    another worker took its turn id first. A request whose turn exists but whose message is
-    not stored (a worker stopped in between) is asked again under the next turn id."""
+    """A turn that could not go on: its lease was lost (this worker was paused past it),
+    another worker took its turn id first, or a reply was lost (the store is asked again). A
+    request whose turn exists but whose message is not stored (a worker stopped in between)
+    is asked again under the next turn id."""
     log.write("lost", conversation=cid, request=k, turn=turn_id, error=str(error))
-    if not isinstance(error, LeaseLostError):
+    if isinstance(error, TurnStateError) and not isinstance(error, LeaseLostError):
         attempts[k] += 1
 
 
@@ -437,9 +471,11 @@ def _conversations(events: list[dict[str, Any]], turns: set[str]) -> set[str]:
 
 
 def _reached(worker: Worker, turns: float) -> bool:
-    """True once ``worker`` ended ``turns`` turns and has turns in flight."""
+    """True once ``worker`` is done with ``turns`` turns (ended, or stopped by a lost reply)
+    and has turns in flight."""
     progress = worker.events()
-    return sum(e["event"] == "end" for e in progress) >= turns and bool(in_flight(progress))
+    done = sum(e["event"] in ("end", "lost") for e in progress)
+    return done >= turns and bool(in_flight(progress))
 
 
 def in_flight(events: list[dict[str, Any]]) -> set[str]:
@@ -462,10 +498,35 @@ def run_load(backend: str, url: str, config: LoadConfig, workdir: Path) -> LoadR
         index: [f"c{index}-{n}" for n in range(config.conversations)]
         for index in range(config.workers)
     }
+    with ExitStack() as stack:
+        dropper = None
+        if config.drop_every > 0:
+            dropper = stack.enter_context(ReplyDropper(backend, url, prefix, config.drop_every))
+        report = _run_workers(backend, url, prefix, config, workdir, plan, dropper)
+    audit(report, backend, url, prefix, plan, report.events)
+    report.events = []
+    if backend == "postgresql":
+        cleanup = open_store(backend, url, prefix)
+        cleanup.schema().drop()
+        close_store(cleanup)
+    return report
+
+
+def _run_workers(
+    backend: str,
+    url: str,
+    prefix: str,
+    config: LoadConfig,
+    workdir: Path,
+    plan: dict[int, list[str]],
+    dropper: ReplyDropper | None,
+) -> LoadReport:
+    """The workers' run, with the kill and the pause; the audit comes after."""
     driver = config.driver
     base = {
         "backend": backend,
-        "url": url,
+        "url": url if dropper is None else dropper.url,
+        "remap": None if dropper is None else dropper.remap,
         "prefix": prefix,
         "config": asdict(config),
         "driver": driver,
@@ -497,10 +558,12 @@ def run_load(backend: str, url: str, config: LoadConfig, workdir: Path) -> LoadR
             workers.append(taker)
         if paused is not None and stopped_at is not None and not paused.continued:
             # continued once the taker has ended (or cancelled) a turn on every conversation
-            # the paused worker was in the middle of, after at least ``pause_seconds``
+            # the paused worker was in the middle of, or finished it, after ``pause_seconds``
             assert taker is not None
             taken = {
-                e["conversation"] for e in taker.events() if e["event"] in ("end", "cancelled")
+                e["conversation"]
+                for e in taker.events()
+                if e["event"] in ("end", "cancelled", "finished")
             }
             if held <= taken and time.monotonic() - stopped_at >= config.pause_seconds:
                 paused.process.send_signal(signal.SIGCONT)
@@ -539,12 +602,64 @@ def run_load(backend: str, url: str, config: LoadConfig, workdir: Path) -> LoadR
     report.lost_leases = sum(
         e["event"] == "lost" and "lease lost" in e.get("error", "") for e in events
     )
-    audit(report, backend, url, prefix, plan, events)
-    if backend == "postgresql":
-        cleanup = open_store(backend, url, prefix)
-        cleanup.schema().drop()
-        close_store(cleanup)
+    report.lost_replies = 0 if dropper is None else dropper.fired
+    report.events = events
     return report
+
+
+class ReplyDropper:
+    """Loopback proxies in front of the servers (the cluster's every node), each losing the
+    reply to every ``every``-th store command it carries after the server ran it; workers
+    reach the servers through them (``url``, and ``remap`` for the cluster's node ports)."""
+
+    def __init__(self, backend: str, url: str, prefix: str, every: int) -> None:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+        from faults import FaultProxy
+
+        if backend == "postgresql":
+            ports = [int(url.rsplit(":", 1)[1].split("/", 1)[0])]
+            self.marker = prefix.encode()  # every statement names the tables
+        else:
+            from redis.cluster import RedisCluster
+
+            nodes = RedisCluster.from_url(url)
+            ports = sorted({int(node.port) for node in nodes.get_nodes()})
+            nodes.close()
+            self.marker = b"EVALSHA"  # every write (a read is a plain command)
+        self.every = every
+        self.proxies = [FaultProxy(port, lifetime=3600.0) for port in ports]
+        self.remap = {str(proxy.upstream[1]): proxy.port for proxy in self.proxies}
+        first = self.proxies[0]
+        self.url = first.url(url) if backend == "postgresql" else url.replace(
+            f":{first.upstream[1]}", f":{first.port}", 1
+        )
+        self._stop = threading.Event()
+        self._armer = threading.Thread(target=self._arm, daemon=True)
+        self._armer.start()
+
+    @property
+    def fired(self) -> int:
+        return sum(proxy.fired for proxy in self.proxies)
+
+    def _arm(self) -> None:
+        """Each proxy armed, and armed again once it fired."""
+        seen = [proxy.fired for proxy in self.proxies]
+        for proxy in self.proxies:
+            proxy.drop_reply(self.marker, nth=self.every)
+        while not self._stop.wait(0.01):
+            for index, proxy in enumerate(self.proxies):
+                if proxy.fired != seen[index]:
+                    seen[index] = proxy.fired
+                    proxy.drop_reply(self.marker, nth=self.every)
+
+    def __enter__(self) -> ReplyDropper:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._armer.join(5)
+        for proxy in self.proxies:
+            proxy.close()
 
 
 def audit(
@@ -653,6 +768,8 @@ def format_report(report: LoadReport) -> str:
         f"{report.requests_completed} completed",
         f"paused past its lease      {report.paused_turns} turns in flight; "
         f"{report.lost_leases} writes refused once continued (lease lost)",
+        f"replies lost               {report.lost_replies} (dropped by the proxies after the "
+        "server acted)",
         f"messages lost              {report.messages_lost}",
         f"messages duplicated        {report.messages_duplicated}",
         f"requests missing           {report.requests_missing}",
@@ -675,6 +792,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--lease-seconds", type=float, default=defaults.lease_seconds)
     parser.add_argument("--kill-at", type=float, default=defaults.kill_at)
     parser.add_argument("--pause-seconds", type=float, default=defaults.pause_seconds)
+    parser.add_argument("--drop-every", type=int, default=defaults.drop_every)
     parser.add_argument("--driver", choices=("async", "threads"), default=defaults.driver)
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--postgres", help="a PostgreSQL URL (else a server is started)")
@@ -697,6 +815,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         lease_seconds=args.lease_seconds,
         kill_at=args.kill_at,
         pause_seconds=args.pause_seconds,
+        drop_every=args.drop_every,
         driver=args.driver,
     )
     reports = []

@@ -1,7 +1,7 @@
 """A small run of ``benches/bench_load.py`` (SPEC §19, §20): worker processes on one PostgreSQL
 and one Redis Cluster, one of them SIGKILLed mid-turn and replaced, another SIGSTOPped past its
-lease while a second worker takes its conversations over, then continued; the audit must be
-all zeros.
+lease while a second worker takes its conversations over, then continued, every worker behind
+proxies that lose a reply now and then after the server acted; the audit must be all zeros.
 
 Only correctness is asserted here; the speed figures belong to the benchmark.
 """
@@ -41,7 +41,7 @@ def test_a_killed_worker_loses_and_duplicates_nothing(
     assert report.failed_workers == [], summary
     assert report.interrupted_turns >= 1, summary  # the kill did land in the middle of turns
     assert report.paused_turns >= 1, summary  # and so did the pause
-    assert report.lost_leases >= 1, summary  # its turns were taken over: their writes refused
+    assert report.lost_replies >= 1, summary  # and replies were lost after the server acted
     assert report.messages_lost == 0, summary
     assert report.messages_duplicated == 0, summary
     assert report.requests_missing == 0, summary
@@ -52,5 +52,7 @@ def test_a_killed_worker_loses_and_duplicates_nothing(
     # every request is stored once, and its turn completed unless the kill interrupted it (then
     # the replacement closed it FAILED or CANCELLED; a request not stored yet is asked again)
     assert report.requests_completed + report.requests_interrupted == requests, summary
-    assert report.requests_interrupted <= report.interrupted_turns, summary
+    # a request is interrupted only by a fault: the kill, the pause or a lost reply
+    faults = report.interrupted_turns + report.paused_turns + report.lost_replies
+    assert report.requests_interrupted <= faults, summary
     assert report.completed_turns <= report.requests_completed, summary  # acknowledged ones

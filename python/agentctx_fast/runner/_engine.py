@@ -178,9 +178,12 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
                 f"message {user.message_id!r} is already stored in conversation "
                 f"{conversation_id!r}: a new turn needs a new user message"
             )
-        if not await self.turn_store.save_turn(snapshot, 0, run.fence):
-            raise TurnStateError(f"turn {turn_id!r} already exists")
+        # Known from here on as saved: if the save's reply is lost, closing the turn finds the
+        # record (or, if it was never written, the lease is left to expire: `_abandon`).
         run.snapshot = replace(snapshot, version=1)
+        if not await self.turn_store.save_turn(snapshot, 0, run.fence):
+            run.snapshot = None  # another turn's record
+            raise TurnStateError(f"turn {turn_id!r} already exists")
         run.history = await self._history(run.agent, memory, conversation_id, current_stored=False)
         if not await memory.add_message_if_absent(user):
             raise DuplicateMessageError(

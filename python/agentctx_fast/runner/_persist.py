@@ -8,7 +8,7 @@ from functools import partial
 
 from agentctx_fast import metrics as m
 from agentctx_fast.agent import Agent, AgentTurn
-from agentctx_fast.errors import LeaseLostError, TurnStateError
+from agentctx_fast.errors import LeaseLostError, StoreError, TurnStateError
 from agentctx_fast.memory import AsyncChatMemory
 from agentctx_fast.messages import AiMessage, Message, ToolMessage
 from agentctx_fast.runner._io import AsyncTurnIO, BlockingTurnIO
@@ -164,22 +164,29 @@ class Persistence(ToolSteps):
         self, run: TurnRun, error: BaseException, *, read_turn: bool = False
     ) -> None:
         """An unexpected ``error`` (a store failure, a metrics sink's) left the loop: stop
-        renewing the lease, so it expires and the next run closes this turn; try to close it
-        now if the store answers, and free the conversation even when closing the record
-        fails. ``read_turn``: the error came before the turn's own messages were read (a
-        resume taking the turn back), so they are read first: closing it answers its open
-        calls and forms, or, if that read fails too, the turn is not closed at all."""
+        renewing the lease and try to close the turn now if the store answers (which frees
+        the conversation). If its record may still be open (closing it failed: a lost reply,
+        a store down), the lease is left to expire, so the next run takes it over and closes
+        the turn (a freed lease would leave a running record nobody closes).
+        ``read_turn``: the error came before the turn's own messages were read (a resume
+        taking the turn back), so they are read first (after any store error too): closing it
+        answers its open calls and forms, or, if that read fails too, the turn is not closed
+        at all."""
         if run.lease is not None:
             self._keeper.drop(run.lease)
+        if run.snapshot is None and isinstance(error, StoreError):
+            return  # a taken-over turn's closing may be half done: the next run finishes it
         try:
             if run.snapshot is not None and run.snapshot.status in OPEN_STATUSES:
-                if read_turn and run.memory is not None:
+                # after a store error the store may hold more than this run saw (a write whose
+                # reply was lost): the turn is closed as stored
+                if (read_turn or isinstance(error, StoreError)) and run.memory is not None:
                     tail = await _turn_tail(run.memory, run.snapshot)
                     run.messages = [msg for msg in tail if msg.turn_id == run.turn_id]
                 stopped = f"the runner stopped on an error: {type(error).__name__}"
                 await self._finish(run, TurnStatus.FAILED, error=stopped)
         except Exception:
-            pass  # the record stays open; the freed lease lets the next run close it
+            return  # the record may be open: its lease expires and the next run closes it
         await self._release(run)
 
     async def _release(self, run: TurnRun) -> None:

@@ -76,7 +76,9 @@ from agentctx_fast.stores.serializer import (
 from agentctx_fast.stores.sql_turns import (
     AsyncSqlAgentTurnStore,
     SqlAgentTurnStore,
-    fenced_write,
+    check_fence,
+    fence_holds,
+    fenced_insert,
     turn_tables,
 )
 from agentctx_fast.stores.turns import Fence
@@ -446,27 +448,24 @@ class AsyncSqlChatMemory(AsyncChatMemory):
             return message.message_id in await self._fenced_append(action, [params])
         return bool(await self._store._port.rows(action, statement, write=True, params=params))
 
-    async def _fenced(self, action: str, statement: Any, params: Any = None) -> list[Any]:
-        assert self._fence is not None
-        return await fenced_write(
-            self._store, action, self.conversation_id, self._fence, statement, params
-        )
-
     async def _fenced_append(self, action: str, rows: list[dict[str, Any]]) -> set[str]:
-        """The ids of ``rows`` appended under the fence, or found stored as they are: a fenced
-        append re-sent after a lost reply finds its own records (the lease is its own)."""
-        written = {
-            row.message_id for row in await self._fenced(action, self._store._append(), rows)
-        }
+        """The ids of ``rows`` appended under the fence (one statement), or found stored as
+        they are: a fenced append re-sent after a lost reply finds its own records (the lease
+        is its own, so no other runner wrote them)."""
+        assert self._fence is not None
+        cid, fence, table = self.conversation_id, self._fence, self._table
+        keys = ["conversation_id", "message_id"]
+        statement = fenced_insert(self._store, table, rows, keys, cid, fence)
+        port = self._store._port
+        added = await port.rows(action, statement.returning(table.c.message_id), write=True)
+        written = {row.message_id for row in added}
         missing = [row["message_id"] for row in rows if row["message_id"] not in written]
         if missing:
-            table = self._table
+            await check_fence(self._store, action, cid, fence)
             query = sa.select(table.c.message_id, table.c.data).where(
-                table.c.conversation_id == self.conversation_id, table.c.message_id.in_(missing)
+                table.c.conversation_id == cid, table.c.message_id.in_(missing)
             )
-            stored = {
-                row.message_id: row.data for row in await self._store._port.rows(action, query)
-            }
+            stored = {row.message_id: row.data for row in await port.rows(action, query)}
             written |= {
                 row["message_id"] for row in rows if stored.get(row["message_id"]) == row["data"]
             }
@@ -550,13 +549,16 @@ class AsyncSqlChatMemory(AsyncChatMemory):
         action = f"updating message {message.message_id!r}"
         port = self._store._port
 
+        fence = self._fence
+        if fence is not None:
+            statement = statement.where(fence_holds(self._store, self.conversation_id, fence))
+
         async def update() -> Sequence[Any] | None:
-            if self._fence is not None:
-                if await self._fenced(action, statement.returning(table.c.version)):
-                    return None
-            elif await port.changed(action, statement) == 1:
+            if await port.changed(action, statement) == 1:
                 return None
             # Only to say why the update did not apply; the decision was the UPDATE's.
+            if fence is not None:
+                await check_fence(self._store, action, self.conversation_id, fence)
             query = sa.select(table.c.version, table.c.kind, table.c.data).where(key)
             return await port.rows(action, query)
 

@@ -39,20 +39,14 @@ _RUNNING = TurnStatus.RUNNING.value
 _SUSPENDED = TurnStatus.SUSPENDED.value
 
 
-async def fenced_write(
-    store: _SqlStoreBase,
-    action: str,
-    conversation_id: str,
-    fence: Fence,
-    statement: Any,
-    params: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
-) -> list[Any]:
-    """The rows of the write ``statement``, run in one transaction after a check that
-    ``fence`` holds the conversation's lease (SPEC §20), `LeaseLostError` otherwise. On
-    PostgreSQL the check locks the lease row (``FOR SHARE``) until the write commits, so a
-    runner taking the conversation over waits for it; SQLite runs one writer at a time."""
+def fence_holds(store: _SqlStoreBase, conversation_id: str, fence: Fence) -> Any:
+    """The condition, inside a write's own statement, that ``fence`` holds the conversation's
+    lease (SPEC §20). On PostgreSQL it locks the lease row for the statement (``FOR SHARE``):
+    a runner taking the conversation over waits for the write, or the write sees the lease
+    taken; SQLite runs one writer at a time. One statement holds no lock while its client is
+    away, so a paused process blocks no takeover."""
     leases = store._tables.leases
-    guard = (
+    return (
         sa.select(leases.c.owner)
         .where(
             leases.c.conversation_id == conversation_id,
@@ -60,17 +54,50 @@ async def fenced_write(
             leases.c.owner == fence.owner,
         )
         .with_for_update(read=True)
+        .exists()
     )
-    rows: list[Any] = []
 
-    def write(connection: Any) -> None:
-        if connection.execute(guard).first() is None:
-            raise lease_lost(conversation_id, fence)
-        result = connection.execute(statement, params)
-        rows.extend(result.all() if result.returns_rows else ())
 
-    await store._port.run(action, write)
-    return rows
+def fenced_insert(
+    store: _SqlStoreBase,
+    table: sa.Table,
+    rows: Sequence[Mapping[str, Any]],
+    keys: list[str],
+    conversation_id: str,
+    fence: Fence,
+) -> Any:
+    """``INSERT … SELECT`` of ``rows`` while ``fence`` holds the lease, ``ON CONFLICT (keys) DO
+    NOTHING``: one statement."""
+    insert: Any
+    if store._dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    names = list(rows[0])
+    selects = [
+        sa.select(*(sa.literal(row[name], table.c[name].type).label(name) for name in names))
+        for row in rows
+    ]
+    source = (selects[0] if len(selects) == 1 else sa.union_all(*selects)).subquery("added")
+    chosen = sa.select(*(source.c[name] for name in names)).where(
+        fence_holds(store, conversation_id, fence)
+    )
+    return insert(table).from_select(names, chosen).on_conflict_do_nothing(index_elements=keys)
+
+
+async def check_fence(
+    store: _SqlStoreBase, action: str, conversation_id: str, fence: Fence
+) -> None:
+    """`LeaseLostError` unless ``fence`` holds the lease (read after a fenced write changed
+    nothing, only to say why: the decision was the write's)."""
+    leases = store._tables.leases
+    query = sa.select(leases.c.owner).where(
+        leases.c.conversation_id == conversation_id,
+        leases.c.turn_id == fence.turn_id,
+        leases.c.owner == fence.owner,
+    )
+    if not await store._port.rows(action, query):
+        raise lease_lost(conversation_id, fence)
 
 
 def turn_tables(metadata: sa.MetaData, prefix: str, version_type: Any) -> tuple[sa.Table, sa.Table]:
@@ -133,36 +160,40 @@ class AsyncSqlAgentTurnStore:
         check_snapshot_save(snapshot, expected_version)
         data = dump_snapshot(snapshot)
         table = self._turns
+        conversation_id = snapshot.conversation_id
+        keys = ["conversation_id", "turn_id"]
         if expected_version == 0:
             values = {
-                "conversation_id": snapshot.conversation_id,
+                "conversation_id": conversation_id,
                 "turn_id": snapshot.turn_id,
                 "version": 1,
                 "status": snapshot.status.value,
                 "data": data,
             }
-            statement: Any = self._store._insert_if_absent(
-                table, values, ["conversation_id", "turn_id"]
-            )
+            if fence is None:
+                statement: Any = self._store._insert_if_absent(table, values, keys)
+            else:
+                statement = fenced_insert(
+                    self._store, table, [values], keys, conversation_id, fence
+                )
         else:
             statement = (
                 sa.update(table)
                 .where(
-                    table.c.conversation_id == snapshot.conversation_id,
+                    table.c.conversation_id == conversation_id,
                     table.c.turn_id == snapshot.turn_id,
                     table.c.version == expected_version,
                 )
                 .values(version=expected_version + 1, status=snapshot.status.value, data=data)
             )
+            if fence is not None:
+                statement = statement.where(fence_holds(self._store, conversation_id, fence))
         statement = statement.returning(table.c.version)
         action = f"saving turn {snapshot.turn_id!r}"
-        conversation_id = snapshot.conversation_id
-        if fence is None:
-            saved = await self._store._port.rows(action, statement, write=True)
-        else:
-            saved = await fenced_write(self._store, action, conversation_id, fence, statement)
+        saved = await self._store._port.rows(action, statement, write=True)
         if saved or fence is None:
             return bool(saved)
+        await check_fence(self._store, action, conversation_id, fence)
         # A re-sent fenced save (the lease still its own, so no other writer) that finds
         # itself applied is True; the decision was the write's.
         stored = await self._store._port.rows(
