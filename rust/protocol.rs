@@ -216,14 +216,22 @@ impl<M: Borrow<MessageInfo> + Clone> OpenCalls<M> {
 
     /// Appends the violations of one turn's messages to `out`, in message order; positions
     /// are in `segment`. Calls left open by an earlier use are forgotten first.
+    ///
+    /// `adjacent` is how the window reads a turn (SPEC §20): a call is answered only by the
+    /// run of tool messages right after its AI message, so calls still open when any other
+    /// message comes are missing there, and a result after that message is an orphan.
     pub fn validate_into(
         &mut self,
         segment: impl IntoIterator<Item = M>,
+        adjacent: bool,
         out: &mut Vec<Violation>,
     ) {
         self.clear();
         let first = out.len();
         for (position, message) in segment.into_iter().enumerate() {
+            if adjacent && message.borrow().kind != Kind::Tool && !self.calls.is_empty() {
+                self.drain_missing(out);
+            }
             self.read(position, &message, &mut |v| out.push(v));
         }
         self.drain_missing(out);
@@ -346,8 +354,13 @@ fn same_id(a: &str, b: &str) -> bool {
 /// Whether a turn's calls are plainly paired: each AI message's calls (distinct ids) are
 /// answered by the tool messages right after it, one per call in call order, and no other
 /// tool message is in the turn. Such a turn has no violation, so `OpenCalls` need not read
-/// it; false says nothing (the turn is validated in full).
-pub fn plainly_paired<'m>(turn: impl IntoIterator<Item = &'m MessageInfo>) -> bool {
+/// it; false says nothing (the turn is validated in full). With `open_at_end`, the last AI
+/// message's calls may still be waiting at the end (a step in progress, whose missing
+/// results are then the turn's only violations).
+pub fn plainly_paired<'m>(
+    turn: impl IntoIterator<Item = &'m MessageInfo>,
+    open_at_end: bool,
+) -> bool {
     // The calls of the last AI message still waiting for their results, in order.
     let mut waiting: &[String] = &[];
     for info in turn {
@@ -367,7 +380,7 @@ pub fn plainly_paired<'m>(turn: impl IntoIterator<Item = &'m MessageInfo>) -> bo
             _ => {}
         }
     }
-    waiting.is_empty()
+    open_at_end || waiting.is_empty()
 }
 
 /// `ids` are at most `PLAIN_CALLS_AT_MOST` distinct ids (an AI message makes one to three
@@ -397,7 +410,7 @@ pub fn validate_segment<M: Borrow<MessageInfo> + Clone>(
     segment: impl IntoIterator<Item = M>,
 ) -> Vec<Violation> {
     let mut found = Vec::new();
-    OpenCalls::new().validate_into(segment, &mut found);
+    OpenCalls::new().validate_into(segment, false, &mut found);
     found
 }
 
@@ -558,7 +571,7 @@ mod tests {
             ],
         ];
         for turn in &plain {
-            assert!(plainly_paired(turn), "{turn:?}");
+            assert!(plainly_paired(turn, false), "{turn:?}");
             assert!(validate_segment(turn.iter()).is_empty(), "{turn:?}");
         }
         // Turns with a violation, and clean turns paired in another order: never plain.
@@ -618,7 +631,7 @@ mod tests {
             (many_turn, false),
         ];
         for (turn, violated) in &not_plain {
-            assert!(!plainly_paired(turn), "{turn:?}");
+            assert!(!plainly_paired(turn, false), "{turn:?}");
             assert_eq!(
                 !validate_segment(turn.iter()).is_empty(),
                 *violated,
@@ -691,7 +704,7 @@ mod tests {
                     }
                 }
             }
-            if plainly_paired(&turn) {
+            if plainly_paired(&turn, false) {
                 plain += 1;
                 assert!(validate_segment(turn.iter()).is_empty(), "{turn:?}");
             }

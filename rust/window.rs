@@ -78,42 +78,101 @@ fn originals<M>(turn: &[(usize, M)]) -> impl Iterator<Item = Item> + '_ {
     turn.iter().map(|(index, _)| Item::Original(*index))
 }
 
+/// The turn's violations as the window reads them (SPEC §20: a result answers its call only
+/// in the run of results right after the call's AI message) into `violations`, positions in
+/// history order; `turn` is newest first, as the backward scan reads it. A plainly paired
+/// turn (the usual one) has none and is not validated. The current turn leaves the calls of
+/// its step in progress open: they are not violations there.
+fn view_violations<M: Borrow<MessageInfo> + Clone>(
+    turn: &Turn<M>,
+    is_current: bool,
+    open: &mut OpenCalls<M>,
+    violations: &mut Vec<Violation>,
+) {
+    violations.clear();
+    if plainly_paired(turn.iter().rev().map(|(_, m)| m.borrow()), is_current) {
+        return;
+    }
+    open.validate_into(turn.iter().rev().map(|(_, m)| m.clone()), true, violations);
+    if is_current && !violations.is_empty() {
+        let step = step_in_progress(turn);
+        violations
+            .retain(|v| !(v.kind == ViolationKind::MissingResult && Some(v.position) == step));
+    }
+}
+
+/// Position (in history order) of the turn's last AI message when only tool results follow
+/// it: the step in progress, whose calls are left open (their results may still come).
+/// `turn` is newest first.
+fn step_in_progress<M: Borrow<MessageInfo>>(turn: &Turn<M>) -> Option<usize> {
+    let (from_end, (_, last)) = turn
+        .iter()
+        .enumerate()
+        .find(|(_, (_, m))| m.borrow().kind != Kind::Tool)?;
+    (last.borrow().kind == Kind::Ai).then(|| turn.len() - 1 - from_end)
+}
+
+/// Appends to `items`, newest first, the view of `turn` (newest first; left in history order)
+/// with orphan results left out and missing results closed synthetically.
+fn push_repaired<M: Borrow<MessageInfo>>(
+    turn: &mut Turn<M>,
+    violations: &[Violation],
+    items: &mut Vec<Item>,
+) {
+    let view_start = items.len();
+    turn.reverse(); // history order: the violations' positions count in it
+    repaired(turn, violations, items);
+    if let Some(view) = items.get_mut(view_start..) {
+        view.reverse();
+    }
+}
+
 /// The turn with orphan results left out and missing results closed synthetically, each
-/// synthetic result right after the run of results that follows its call.
+/// synthetic result right after the run of results that follows its call. `violations` are in
+/// message order, so orphans and insertion points are met in order: one pass.
 fn repaired<M: Borrow<MessageInfo>>(
     turn: &Turn<M>,
     violations: &[Violation],
     view: &mut Vec<Item>,
 ) {
-    // (insert after position, caller position, call index), in the order Python inserts them.
+    // (insert after position, caller index, call index), in the order Python inserts them; a
+    // message's missing results are listed together, so its run of results is walked once.
     let mut inserts: Vec<(usize, usize, usize)> = Vec::new();
+    let mut run: Option<(usize, usize)> = None; // (caller position, last position of its run)
     for v in violations
         .iter()
         .filter(|v| v.kind == ViolationKind::MissingResult)
     {
-        let mut last = v.position;
-        while turn
-            .get(last + 1)
-            .is_some_and(|(_, m)| m.borrow().kind == Kind::Tool)
-        {
-            last += 1;
+        let last = match run {
+            Some((caller, last)) if caller == v.position => last,
+            _ => {
+                let mut last = v.position;
+                while turn
+                    .get(last + 1)
+                    .is_some_and(|(_, m)| m.borrow().kind == Kind::Tool)
+                {
+                    last += 1;
+                }
+                last
+            }
+        };
+        run = Some((v.position, last));
+        if let Some((caller_index, _)) = turn.get(v.position) {
+            inserts.push((last, *caller_index, v.call_index));
         }
-        inserts.push((last, v.position, v.call_index));
     }
+    let mut orphans = violations
+        .iter()
+        .filter(|v| v.kind == ViolationKind::OrphanResult)
+        .map(|v| v.position)
+        .peekable();
+    let mut inserts = inserts.into_iter().peekable();
     for (position, (index, _)) in turn.iter().enumerate() {
-        let orphan = violations
-            .iter()
-            .any(|v| v.kind == ViolationKind::OrphanResult && v.position == position);
-        if !orphan {
+        if orphans.next_if_eq(&position).is_none() {
             view.push(Item::Original(*index));
         }
-        for (_, caller, call) in inserts.iter().filter(|(after, _, _)| *after == position) {
-            if let Some((caller_index, _)) = turn.get(*caller) {
-                view.push(Item::MissingResult {
-                    caller: *caller_index,
-                    call: *call,
-                });
-            }
+        while let Some((_, caller, call)) = inserts.next_if(|(after, _, _)| *after == position) {
+            view.push(Item::MissingResult { caller, call });
         }
     }
 }
@@ -216,18 +275,35 @@ pub fn select_in<S: Source>(
     let mut items = std::mem::take(&mut buffers.items);
     items.clear();
     items.reserve(options.max_attached_messages.min(40));
-    items.extend(originals(&turn));
+    // The current turn is repaired like a history turn but never left out: a call id repeated
+    // inside one of its AI messages stays, unrepaired (and is not listed as a repair), and the
+    // calls of its step in progress stay open.
+    let mut open = OpenCalls::new();
+    let mut violations = Vec::new();
+    view_violations(&turn, true, &mut open, &mut violations);
+    if violations.is_empty() {
+        items.extend(originals(&turn));
+    } else {
+        push_repaired(&mut turn, &violations, &mut items);
+    }
+    let current_repairs: Vec<Violation> = violations
+        .iter()
+        .filter(|v| v.kind != ViolationKind::DuplicateCallId)
+        .cloned()
+        .collect();
     let system_tokens = if options.has_system {
         source.system_tokens()?
     } else {
         0
     };
     let mut total_messages = items.len();
-    let mut total_tokens =
-        system_tokens.saturating_add(whole_tokens(source, &turn, &items, forward)?);
+    let current_tokens = if violations.is_empty() {
+        whole_tokens(source, &turn, &items, forward)?
+    } else {
+        counted(source, &items, forward)?
+    };
+    let mut total_tokens = system_tokens.saturating_add(current_tokens);
     let mut repairs_by_turn: Vec<Vec<Violation>> = Vec::new(); // newest first
-    let mut open = OpenCalls::new();
-    let mut violations = Vec::new();
     let (mut attached, mut compacted, mut seen) = (0usize, 0usize, 0usize);
     let (mut older_count, mut older_tokens) = (0usize, 0u128);
     let mut cut_by = None;
@@ -239,11 +315,7 @@ pub fn select_in<S: Source>(
             cut_by = Some(CutBy::Turns);
             break;
         }
-        violations.clear();
-        // In history order, the turn is `turn.iter().rev()`.
-        if !plainly_paired(turn.iter().rev().map(|(_, m)| m.borrow())) {
-            open.validate_into(turn.iter().rev().map(|(_, m)| m.clone()), &mut violations);
-        }
+        view_violations(&turn, false, &mut open, &mut violations);
         let (Some((last_index, last)), Some((first_index, first))) = (turn.first(), turn.last())
         else {
             continue; // unreachable: a turn starts with its user message
@@ -282,11 +354,7 @@ pub fn select_in<S: Source>(
         } else if whole {
             items.extend(originals(&turn));
         } else {
-            turn.reverse(); // history order: the violations' positions count in it
-            repaired(&turn, &violations, &mut items);
-            if let Some(view) = items.get_mut(view_start..) {
-                view.reverse();
-            }
+            push_repaired(&mut turn, &violations, &mut items);
         }
         let view = items.get(view_start..).unwrap_or_default();
         let view_tokens = if view.is_empty() {
@@ -335,9 +403,14 @@ pub fn select_in<S: Source>(
         compacted_turns: compacted,
         cut_by,
         repairs: if repairs_by_turn.is_empty() {
-            Vec::new()
+            current_repairs
         } else {
-            repairs_by_turn.into_iter().rev().flatten().collect()
+            repairs_by_turn
+                .into_iter()
+                .rev()
+                .flatten()
+                .chain(current_repairs)
+                .collect()
         },
         seen_history_turns: seen,
         unread_end,

@@ -1,6 +1,6 @@
 """Hypothesis strategies: histories with tool calls, parallel calls, missing and orphan
-results, duplicate call ids, UI messages, stray messages before the first user message,
-explicit turn ids and statuses."""
+results, results stored out of order, duplicate call ids, UI messages, stray messages before
+the first user message, explicit turn ids and statuses."""
 
 from __future__ import annotations
 
@@ -103,6 +103,20 @@ def _turn(draw: st.DrawFn, prefix: str, number: int) -> list[Message]:
     return out
 
 
+def _stored_out_of_order(draw: st.DrawFn, out: list[Message], moves: int) -> None:
+    """Moves up to ``moves`` tool results later, as a store can hold them (SPEC §20): after
+    another AI message or a user message (maybe into a later turn, or the current one), or
+    apart from the other results of their call's AI message."""
+    for _ in range(moves):
+        results = [i for i, m in enumerate(out) if isinstance(m, ToolMessage)]
+        if not results:
+            return
+        source = draw(st.sampled_from(results))
+        result = out.pop(source)
+        later = st.integers(min(source + 1, len(out)), len(out))
+        out.insert(draw(st.one_of(later, st.just(len(out)))), result)  # or at the very end
+
+
 @st.composite
 def histories(draw: st.DrawFn) -> list[Message]:
     """Structured turns with random messages spliced in, or a fully random list."""
@@ -115,9 +129,21 @@ def histories(draw: st.DrawFn) -> list[Message]:
         out.append(draw(_message(f"{prefix}pre{i}")))
     for number in range(draw(st.integers(1, 14))):
         out.extend(draw(_turn(prefix, number)))
+    _stored_out_of_order(draw, out, draw(st.sampled_from([0, 0, 1, 3])))
     for i in range(draw(st.integers(0, 4))):  # noise anywhere: UI, orphans, duplicates
         position = draw(st.integers(0, len(out)))
         out.insert(position, draw(_message(f"{prefix}x{i}")))
+    return out
+
+
+@st.composite
+def out_of_order_histories(draw: st.DrawFn) -> list[Message]:
+    """Structured turns (the last one the current turn) with 1 to 6 results moved later."""
+    prefix = draw(st.uuids()).hex[:8] + "-"
+    out: list[Message] = []
+    for number in range(draw(st.integers(1, 6))):
+        out.extend(draw(_turn(prefix, number)))
+    _stored_out_of_order(draw, out, draw(st.integers(1, 6)))
     return out
 
 

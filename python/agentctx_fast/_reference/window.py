@@ -73,9 +73,7 @@ def count_turns(messages: Sequence[object], end: object) -> int:
     return len(turn_starts(stream(messages, plain)))
 
 
-def _status_completed(
-    turn: Turn, statuses: Mapping[str, object] | None
-) -> bool | None:
+def _status_completed(turn: Turn, statuses: Mapping[str, object] | None) -> bool | None:
     """The recorded status (True when COMPLETED), or None when there is no record."""
     if statuses is None:
         return None
@@ -101,16 +99,18 @@ def _missing_result(caller: MessageView, call_index: int) -> ToolMessage:
 def _repaired(turn: Turn, violations: list[tuple[int, int, Violation]]) -> list[Item]:
     """The turn with orphan results left out and missing results closed synthetically."""
     orphans = {position for position, _, (kind, _, _) in violations if kind == "orphan_result"}
-    # A synthetic result goes right after the run of results that follows its call.
+    # A synthetic result goes right after the run of results that follows its call (the run
+    # is found once per calling message: a message's missing results are listed together).
     insert_after: dict[int, list[Item]] = {}
+    caller_position = last = -1
     for position, call_index, (kind, _, _) in violations:
         if kind != "missing_result":
             continue
-        caller = turn[position][2]
-        last = position
-        while last + 1 < len(turn) and turn[last + 1][2].kind == KIND_TOOL:
-            last += 1
-        synthetic = _missing_result(caller, call_index)
+        if position != caller_position:
+            caller_position = last = position
+            while last + 1 < len(turn) and turn[last + 1][2].kind == KIND_TOOL:
+                last += 1
+        synthetic = _missing_result(turn[position][2], call_index)
         insert_after.setdefault(last, []).append((synthetic, "", None))
     view_items: list[Item] = []
     for position, (index, message, message_view) in enumerate(turn):
@@ -118,6 +118,16 @@ def _repaired(turn: Turn, violations: list[tuple[int, int, Violation]]) -> list[
             view_items.append((message, f"messages[{index}]", message_view))  # type: ignore[arg-type]
         view_items.extend(insert_after.get(position, ()))
     return view_items
+
+
+def _step_in_progress(turn: Turn) -> int:
+    """Position of the turn's last AI message when only tool results follow it, else -1: the
+    step in progress, whose calls are left open (their results may still come)."""
+    for position in range(len(turn) - 1, -1, -1):
+        kind = turn[position][2].kind
+        if kind != KIND_TOOL:
+            return position if kind == KIND_AI else -1
+    return -1
 
 
 def _items(turn: Turn) -> list[Item]:
@@ -150,8 +160,8 @@ def select(
 ) -> WindowCore:
     """Apply rules 1-7 of SPEC §5; see `agentctx_fast.window.build_window`."""
     history = History(messages)
-    max_attached_turns, max_attached_messages, keep_recent, max_attached_tokens, compact = (
-        _limits(options)
+    max_attached_turns, max_attached_messages, keep_recent, max_attached_tokens, compact = _limits(
+        options
     )
     count = _counter(count_tokens)
     if use_leading_system:
@@ -162,7 +172,17 @@ def select(
         raise InvalidArgumentError(
             "messages holds no UserMessage: a window must start with a user message"
         )
-    current = _items(visible_turn(history, *current_bounds))
+    # Turns are read as SPEC §20 says (a result answers its call only in the run of results
+    # right after the call's AI message). The current turn is repaired like a history turn but
+    # never left out: a call id repeated inside one of its AI messages stays, unrepaired, and
+    # the calls of its step in progress stay open.
+    current_turn = visible_turn(history, *current_bounds)
+    found = validate_segment([v for _, _, v in current_turn], adjacent=True)
+    if found:
+        step = _step_in_progress(current_turn)
+        found = [f for f in found if not (f[0] == step and f[2][0] == "missing_result")]
+    current = _repaired(current_turn, found) if found else _items(current_turn)
+    current_repairs = [v for _, _, v in found if v[0] != "duplicate_call_id"]
     if system is None:
         system_tokens = 0
     elif count_tokens is not None:
@@ -183,7 +203,7 @@ def select(
             cut_by = "max_attached_turns"
             break
         turn = visible_turn(history, start, end)
-        violations = validate_segment([v for _, _, v in turn])
+        violations = validate_segment([v for _, _, v in turn], adjacent=True)
         last = turn[-1][2]
         recorded = _status_completed(turn, turn_statuses)
         is_completed = (
@@ -240,7 +260,10 @@ def select(
         attached_turns=attached,
         compacted_turns=compacted,
         cut_by=cut_by,
-        repairs=[v for turn_repairs in reversed(repairs_by_turn) for v in turn_repairs],
+        repairs=[
+            *(v for turn_repairs in reversed(repairs_by_turn) for v in turn_repairs),
+            *current_repairs,
+        ],
         seen_history_turns=seen,
         unread_end=unread_end,
     )
