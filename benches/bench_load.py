@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -300,9 +301,10 @@ def blocking_conversation(
             turn = runner.run(agent, cid, request_text(k), turn_id=turn_id)
         except AgentConversationBusyError:
             log.write("busy", conversation=cid, request=k, turn=turn_id)
-            lease = store.turn_store().open_turn(cid)
-            if lease is not None and lease.expires_at:
-                time.sleep(max(0.0, lease.expires_at - time.time()) + 0.05)
+            with contextlib.suppress(StoreUnavailableError):  # a lost reply: ask again
+                lease = store.turn_store().open_turn(cid)
+                if lease is not None and lease.expires_at:
+                    time.sleep(max(0.0, lease.expires_at - time.time()) + 0.05)
             continue
         except (TurnStateError, StoreUnavailableError) as error:
             lost(log, cid, k, turn_id, error, attempts)
@@ -385,7 +387,8 @@ async def conversation(
             turn = await runner.run(agent, cid, request_text(k), turn_id=turn_id)
         except AgentConversationBusyError:
             log.write("busy", conversation=cid, request=k, turn=turn_id)
-            await wait_for_expiry(store, cid)
+            with contextlib.suppress(StoreUnavailableError):  # a lost reply: ask again
+                await wait_for_expiry(store, cid)
             continue
         except (TurnStateError, StoreUnavailableError) as error:
             lost(log, cid, k, turn_id, error, attempts)
@@ -551,11 +554,14 @@ def _run_workers(
             workers.append(Worker(0, 1, {**base, "conversations": plan[0]}, workdir))
         if paused is not None and stopped_at is None and _reached(paused, at):
             paused.process.send_signal(signal.SIGSTOP)  # past its lease, then continued
-            stopped_at = time.monotonic()
             held = _conversations(paused.events(), in_flight(paused.events()))
-            report.paused_turns = len(held)
-            taker = Worker(1, 1, {**base, "conversations": plan[1]}, workdir)
-            workers.append(taker)
+            if held:
+                stopped_at = time.monotonic()
+                report.paused_turns = len(held)
+                taker = Worker(1, 1, {**base, "conversations": plan[1]}, workdir)
+                workers.append(taker)
+            else:  # its turns ended before the stop landed: try again
+                paused.process.send_signal(signal.SIGCONT)
         if paused is not None and stopped_at is not None and not paused.continued:
             # continued once the taker has ended (or cancelled) a turn on every conversation
             # the paused worker was in the middle of, or finished it, after ``pause_seconds``

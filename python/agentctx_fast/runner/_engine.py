@@ -31,6 +31,7 @@ from agentctx_fast.errors import (
     DuplicateMessageError,
     InvalidArgumentError,
     LeaseLostError,
+    StoreUnavailableError,
     TurnStateError,
 )
 from agentctx_fast.memory import AsyncChatMemory
@@ -148,9 +149,17 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
         """
         owner = uuid.uuid4().hex
         conversation_id, turn_id = snapshot.conversation_id, snapshot.turn_id
-        stale = await self.turn_store.acquire_conversation(
-            conversation_id, turn_id, owner, self._lease_seconds, snapshot.created_at
-        )
+        try:
+            stale = await self.turn_store.acquire_conversation(
+                conversation_id, turn_id, owner, self._lease_seconds, snapshot.created_at
+            )
+        except StoreUnavailableError:
+            # Sent once more: if the first call took the lease (its reply lost), this one
+            # finds it taken by this owner and says which expired turn it took over, which
+            # must be closed; otherwise that turn would stay open with no lease.
+            stale = await self.turn_store.acquire_conversation(
+                conversation_id, turn_id, owner, self._lease_seconds, snapshot.created_at
+            )
         run.lease = HeldLease(conversation_id, turn_id, owner, self._now(run))
         fence(run, owner)
         if stale is None:
@@ -331,9 +340,14 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
     async def cancel(self, io: TurnIO, conversation_id: str, turn_id: str) -> AgentTurn:
         check_conversation_id(conversation_id)
         snapshot = await self._load(conversation_id, turn_id)
-        if snapshot.status not in OPEN_STATUSES:
-            raise TurnStateError(f"turn {turn_id!r} is {snapshot.status.value}, not open")
         now = self._clock()
+        if snapshot.status not in OPEN_STATUSES:
+            lease = await self.turn_store.open_turn(conversation_id)
+            if lease is not None and lease.turn_id == turn_id and lease.expired(now):
+                # the turn ended but its lease was never released (a lost reply): free it
+                await self.turn_store.release_conversation(conversation_id, turn_id, None, now)
+                return view(snapshot)
+            raise TurnStateError(f"turn {turn_id!r} is {snapshot.status.value}, not open")
         held = self._keeper.find(conversation_id, turn_id)
         if held is not None:
             held.cancel.set()
@@ -364,17 +378,17 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
         run.steps = snapshot.step_count
         if owner:
             fence(run, owner)
-        try:
-            if owner:
-                run.history, run.messages = await self._split_turn(
-                    None, memory, snapshot, missing_ok=True
-                )
-            turn = await self._finish(
-                run, TurnStatus.CANCELLED, error="cancelled", close_calls=bool(owner)
+        # If closing fails, the lease taken here is left to expire: the next run or cancel
+        # takes it over and closes the turn (a freed lease would leave it open for good).
+        if owner:
+            run.history, run.messages = await self._split_turn(
+                None, memory, snapshot, missing_ok=True
             )
-        finally:
-            if owner:
-                await self.turn_store.release_conversation(conversation_id, turn_id, owner, now)
+        turn = await self._finish(
+            run, TurnStatus.CANCELLED, error="cancelled", close_calls=bool(owner)
+        )
+        if owner:
+            await self.turn_store.release_conversation(conversation_id, turn_id, owner, now)
         return turn
 
     async def turn(self, conversation_id: str, turn_id: str) -> AgentTurn:

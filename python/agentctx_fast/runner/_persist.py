@@ -186,8 +186,20 @@ class Persistence(ToolSteps):
                 stopped = f"the runner stopped on an error: {type(error).__name__}"
                 await self._finish(run, TurnStatus.FAILED, error=stopped)
         except Exception:
-            return  # the record may be open: its lease expires and the next run closes it
+            if await self._may_be_open(run):
+                return  # its lease expires and the next run takes it over and closes it
         await self._release(run)
+
+    async def _may_be_open(self, run: TurnRun) -> bool:
+        """Whether the turn's record may still be open (after closing it failed: it may have
+        been closed all the same, its reply lost)."""
+        if run.conversation_id is None:
+            return False
+        try:
+            stored = await self.turn_store.load_turn(run.conversation_id, run.turn_id)
+        except Exception:
+            return True
+        return stored is not None and stored.status in OPEN_STATUSES
 
     async def _release(self, run: TurnRun) -> None:
         """Stop renewing this runner's lease and free the conversation, if the store answers
