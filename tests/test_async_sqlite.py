@@ -1075,10 +1075,12 @@ def _tool_replies() -> list[AiMessage]:
     ]
 
 
-def test_a_turn_costs_two_trips_a_tool_turn_four(url: str) -> None:
+def test_a_turn_costs_two_trips_a_tool_turn_five(url: str) -> None:
     """A plain turn: the opening (lease, record, history, user message) and the reply's
     recording (lease check, reply, record, release) are one trip each; a tool step adds one
-    for the reply with the call and one for the result and the turn's record."""
+    for the reply with the call, one for the record saying its calls started (SPEC §20: a
+    tool that may have run is never called "not run") and one for the result and the turn's
+    record."""
     from agentctx_fast import ToolCall
 
     plain = _turns_trips(url, [AiMessage("Hello.")])
@@ -1091,8 +1093,8 @@ def test_a_turn_costs_two_trips_a_tool_turn_four(url: str) -> None:
     )
     two = _turns_trips(url, [two_calls, AiMessage("Both shipped.")])
     assert plain == ([2, 2], ["completed", "completed"])
-    assert tool == ([4, 4], ["completed", "completed"])
-    assert two == ([5, 5], ["completed", "completed"])  # the first result is one trip more
+    assert tool == ([5, 5], ["completed", "completed"])
+    assert two == ([6, 6], ["completed", "completed"])  # the first result is one trip more
 
 
 def test_a_turn_that_suspends_costs_four_trips(url: str) -> None:
