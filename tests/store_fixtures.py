@@ -22,6 +22,7 @@ __all__ = [
     "make_async_store",
     "make_store",
     "new_conversation_id",
+    "process_store",
     "server_store_kind",
     "sqlite_path",
     "store",
@@ -184,4 +185,12 @@ def store(store_kind: str, request: pytest.FixtureRequest) -> Iterator[Any]:
         opened.close()
 
 
-
+@pytest.fixture(params=("sqlite", "postgresql", "redis", "redis-cluster"))
+def process_store(request: pytest.FixtureRequest) -> Iterator[tuple[str, str, Any]]:
+    """``(kind, url, store)`` of a store child processes can open too (SQLite on a file)."""
+    kind = str(request.param)
+    store = make_store(kind, request)  # creates the SQL tables before any child starts
+    try:
+        yield kind, str(store_url(kind, request)), store
+    finally:
+        store.close()

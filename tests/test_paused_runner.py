@@ -12,11 +12,8 @@ import multiprocessing
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from agentctx_fast import (
     Agent,
@@ -27,19 +24,9 @@ from agentctx_fast import (
     validate_tool_protocol,
 )
 from pause_workers import LATE_TEXT, pause_in_turn
-from store_fixtures import make_store, new_conversation_id, store_url
+from store_fixtures import new_conversation_id
 
 SPAWN = multiprocessing.get_context("spawn")
-
-
-@pytest.fixture(params=("sqlite", "postgresql", "redis", "redis-cluster"))
-def process_store(request: pytest.FixtureRequest) -> Iterator[tuple[str, str, Any]]:
-    kind = str(request.param)
-    store = make_store(kind, request)  # creates the SQL tables before the child starts
-    try:
-        yield kind, str(store_url(kind, request)), store
-    finally:
-        store.close()
 
 
 def _stopped(pid: int) -> bool:

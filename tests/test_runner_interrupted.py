@@ -16,7 +16,6 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ from agentctx_fast import (
 )
 from interrupt_workers import killed_in_turn, refund_agent, run_stopped_turn, stopped_runner
 from runner_helpers import results_by_call
-from store_fixtures import make_store, new_conversation_id, store_url
+from store_fixtures import new_conversation_id
 
 SPAWN = multiprocessing.get_context("spawn")
 MAY_HAVE_RUN = "interrupted: the tool may have run; its outcome is unknown"
@@ -47,17 +46,6 @@ CLOSED_TEXT = {  # the "not run" text of each way the turn is taken over
 def _ahead() -> float:
     """A clock an hour ahead: every lease of the stopped turn has expired by it."""
     return time.time() + 3600.0
-
-
-@pytest.fixture(params=("sqlite", "postgresql", "redis", "redis-cluster"))
-def process_store(request: pytest.FixtureRequest) -> Iterator[tuple[str, str, Any]]:
-    """``(kind, url, store)`` of a store child processes can open too (SQLite on a file)."""
-    kind = str(request.param)
-    store = make_store(kind, request)  # creates the SQL tables before any child starts
-    try:
-        yield kind, str(store_url(kind, request)), store
-    finally:
-        store.close()
 
 
 def _take_over(store: Any, conversation: str, where: str, then: str) -> None:

@@ -10,7 +10,6 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -33,23 +32,11 @@ from agentctx_fast import (
 from async_bridge import runner_for
 from runner_helpers import ConcurrencyProbe, check_memory, ids, results_by_call
 from runner_workers import REFUND_ARGUMENTS, crash_in_turn, race_turns, resume_turn, suspend_turn
-from store_fixtures import make_store, new_conversation_id, store_url
+from store_fixtures import make_store, new_conversation_id
 
 SPAWN = multiprocessing.get_context("spawn")
 REFUSED = "refused by the user"  # SPEC §11
 MAY_HAVE_RUN = "interrupted: the tool may have run; its outcome is unknown"  # SPEC §20
-
-
-@pytest.fixture(params=("sqlite", "postgresql", "redis", "redis-cluster"))
-def process_store(request: pytest.FixtureRequest) -> Iterator[tuple[str, str, Any]]:
-    """``(kind, url, store)`` of a store child processes can open too (SQLite on a file)."""
-    kind = str(request.param)
-    store = make_store(kind, request)  # creates the SQL tables before any child starts
-    url = str(store_url(kind, request))
-    try:
-        yield kind, url, store
-    finally:
-        store.close()
 
 
 def _check_race(
