@@ -63,7 +63,7 @@ def bulk_load(store: Any, conversation_id: str, messages: list[Message]) -> None
     if isinstance(store, RedisAgentStore):
         inner = memory._inner  # the store's one implementation holds the key names
         keys = inner._keys()
-        add = store.client.register_script(_ADD_IF_ABSENT)
+        add = store.client.register_script(_ADD_IF_ABSENT[0])  # unfenced
         for start in range(0, len(messages), 5_000):
             pipe = store.client.pipeline(transaction=False)
             for m in messages[start : start + 5_000]:
