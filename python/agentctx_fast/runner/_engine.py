@@ -126,6 +126,7 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
                 self._keeper.keep(run.lease)
             if stale is not None:
                 assert run.memory is not None
+                assert run.memory is not None  # ``memory``, fenced
                 await self._recover(io, run.memory, conversation_id, stale, agent, run.fence)
                 await self._together(
                     run, "opening a turn", partial(self._start, run, snapshot, user, message)
@@ -271,38 +272,38 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
             or not lease.expired(now)
         ):
             return False
-        taken = await self.turn_store.acquire_conversation(
+        try:
+            if await self._retake(snapshot, owner, now) == turn_id:
+                return True
+        except TurnStateError:
+            return False
+        await self.turn_store.release_conversation(conversation_id, turn_id, owner, now)
+        return False
+
+    async def _retake(self, snapshot: AgentTurnSnapshot, owner: str, now: float) -> str | None:
+        """The conversation taken for the stored turn ``snapshot`` once the lease on it has
+        expired (`AgentConversationBusyError` while it lives); the id of the expired turn
+        taken over. If the record changed since it was read (another process closed or
+        continued the turn), the lease is let go and `TurnStateError` raised."""
+        conversation_id, turn_id = snapshot.conversation_id, snapshot.turn_id
+        stale = await self.turn_store.acquire_conversation(
             conversation_id, turn_id, owner, self._lease_seconds, now
         )
         current = await self.turn_store.load_turn(conversation_id, turn_id)
-        if taken == turn_id and current is not None and current.version == snapshot.version:
-            return True
-        await self.turn_store.release_conversation(conversation_id, turn_id, owner, now)
-        return False
+        if current is None or current.version != snapshot.version:
+            await self.turn_store.release_conversation(conversation_id, turn_id, owner, now)
+            raise TurnStateError(f"turn {turn_id!r} changed while it was being resumed")
+        return stale
 
     async def _resume_interrupted(
         self, io: TurnIO, agent: Agent, conversation_id: str, snapshot: AgentTurnSnapshot
     ) -> AgentTurn:
         """Continue a `RUNNING` turn whose process died, from its last stored step, once its
         lease has expired (a live lease raises `AgentConversationBusyError`)."""
-        turn_id = snapshot.turn_id
         memory = self._memory(conversation_id)
         owner = uuid.uuid4().hex
-        stale = await self.turn_store.acquire_conversation(
-            conversation_id, turn_id, owner, self._lease_seconds, self._clock()
-        )
-        stale = None if stale == turn_id else stale
-        current = await self.turn_store.load_turn(conversation_id, turn_id)
-        if (
-            current is None
-            or current.status is not TurnStatus.RUNNING
-            or (current.version != snapshot.version)
-        ):
-            # Another process closed or continued it between our read and our lease.
-            await self.turn_store.release_conversation(
-                conversation_id, turn_id, owner, self._clock()
-            )
-            raise TurnStateError(f"turn {turn_id!r} changed while it was being resumed")
+        stale = await self._retake(snapshot, owner, self._clock())
+        stale = None if stale == snapshot.turn_id else stale
         run = await self._reopened(io, agent, memory, snapshot, owner, stale)
         # Messages stored after the last snapshot count: a reply is one step.
         replies = sum(isinstance(message, AiMessage) for message in run.messages)
@@ -329,8 +330,8 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
         fence(run, owner)
         try:
             if stale is not None:
-                await self._recover(io, run.memory or memory, conversation_id, stale, agent,
-                                    run.fence)  # fmt: skip
+                assert run.memory is not None  # ``memory``, fenced
+                await self._recover(io, run.memory, conversation_id, stale, agent, run.fence)
             run.history, run.messages = await self._split_turn(agent, memory, snapshot)
         except BaseException as error:
             await self._abandon(run, error, read_turn=True)

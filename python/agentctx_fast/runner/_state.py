@@ -169,10 +169,10 @@ class EngineState:
                 self._reach.popitem(last=False)
 
 
-def fence(run: TurnRun, owner: str, lease_turn_id: str | None = None) -> None:
-    """From now on ``run`` writes only while ``owner``'s lease on ``lease_turn_id`` (the run's
-    own turn by default) is current: its memory's writes and its record's saves are fenced."""
-    run.fence = Fence(lease_turn_id or run.turn_id, owner)
+def fence(run: TurnRun, owner: str) -> None:
+    """From now on ``run`` writes only while ``owner``'s lease on its turn is current: its
+    memory's writes and its record's saves are fenced."""
+    run.fence = Fence(run.turn_id, owner)
     if run.memory is not None:
         run.memory = run.memory.fenced(run.fence)
 
