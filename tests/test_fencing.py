@@ -25,6 +25,7 @@ from agentctx_fast import (
     Fence,
     LeaseLostError,
     ScriptedChatModel,
+    StoreUnavailableError,
     Tool,
     ToolCall,
     ToolMessage,
@@ -281,3 +282,72 @@ def test_a_suspension_left_in_transition_is_resumed_once_its_lease_expires(
     stored = store.chat_memory(cid).get_messages()
     assert validate_tool_protocol(stored) == []
     assert all(m.status != "pending" for m in stored if isinstance(m, AgentFormMessage))
+
+
+class _LosingTurnStore:
+    """A turn store whose reply to reading one turn is lost, once (a read changes nothing on
+    the server, so the lost reply is the error its caller sees)."""
+
+    def __init__(self, inner: Any, turn_id: str) -> None:
+        self._inner = inner
+        self.turn_id: str | None = turn_id
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def load_turn(self, conversation_id: str, turn_id: str) -> Any:
+        if turn_id == self.turn_id:
+            self.turn_id = None
+            raise StoreUnavailableError(f"reply to loading turn {turn_id!r} lost")
+        return self._inner.load_turn(conversation_id, turn_id)
+
+
+class _Losing:
+    """``store`` with `_LosingTurnStore` as its turn store."""
+
+    def __init__(self, store: Any, turn_id: str) -> None:
+        self.store, self.turns = store, _LosingTurnStore(store.turn_store(), turn_id)
+
+    def chat_memory_provider(self) -> Any:
+        return self.store.chat_memory_provider()
+
+    def turn_store(self) -> Any:
+        return self.turns
+
+
+def test_a_takeover_that_failed_closing_the_expired_turn_leaves_it_to_the_next(
+    any_store: Any,
+) -> None:
+    """A run took over the lease of a turn whose process died, and the read of that turn
+    failed (a lost reply): the run fails and keeps the lease. Once that lease expires, its
+    retry closes the dead turn (its lease no longer names it) and runs; no record stays
+    `RUNNING`."""
+    store = any_store
+    clock = [1_000.0]
+    cid = new_conversation_id()
+    turns = store.turn_store()
+    assert turns.acquire_conversation(cid, "dead", "dead-owner", 5.0, clock[0]) is None
+    assert turns.save_turn(_snapshot(cid, "dead"), 0, Fence("dead", "dead-owner"))
+    held = store.chat_memory(cid).fenced(Fence("dead", "dead-owner"))
+    assert held.add_messages_if_absent([
+        UserMessage("refund", message_id="dead:user", turn_id="dead"),
+        AiMessage("", tool_calls=(ToolCall("c1", "refund", "{}"),), message_id="dead:ai:1",
+                  turn_id="dead"),
+    ])  # fmt: skip
+    clock[0] += 6.0  # the dead process's lease has expired
+
+    losing = _Losing(store, "dead")
+    runner = AgentRunner(losing, lease_seconds=5.0, clock=lambda: clock[0])
+    agent = Agent("support", ScriptedChatModel([AiMessage("done")]))
+    with pytest.raises(StoreUnavailableError):
+        runner.run(agent, cid, "hello", turn_id="next")
+    assert turns.load_turn(cid, "dead").status is TurnStatus.RUNNING  # not closed yet
+
+    clock[0] += 6.0  # the failed run's lease has expired too
+    turn = runner.run(agent, cid, "hello", turn_id="next")
+    runner.close()
+    assert turn.status is TurnStatus.COMPLETED
+    assert turns.load_turn(cid, "dead").status is TurnStatus.FAILED
+    stored = store.chat_memory(cid).get_messages()
+    assert validate_tool_protocol(stored) == []
+    assert [m.message_id for m in stored][-2:] == ["next:user", turn.messages[-1].message_id]

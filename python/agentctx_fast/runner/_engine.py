@@ -125,9 +125,10 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
             if run.lease is not None:
                 self._keeper.keep(run.lease)
             if stale is not None:
-                assert run.memory is not None
                 assert run.memory is not None  # ``memory``, fenced
-                await self._recover(io, run.memory, conversation_id, stale, agent, run.fence)
+                await self._recover(
+                    io, run.memory, conversation_id, stale, agent, run.fence, turn_id
+                )
                 await self._together(
                     run, "opening a turn", partial(self._start, run, snapshot, user, message)
                 )
@@ -331,7 +332,9 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
         try:
             if stale is not None:
                 assert run.memory is not None  # ``memory``, fenced
-                await self._recover(io, run.memory, conversation_id, stale, agent, run.fence)
+                await self._recover(
+                    io, run.memory, conversation_id, stale, agent, run.fence, turn_id
+                )
             run.history, run.messages = await self._split_turn(agent, memory, snapshot)
         except BaseException as error:
             await self._abandon(run, error, read_turn=True)

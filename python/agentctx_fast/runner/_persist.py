@@ -222,14 +222,26 @@ class Persistence(ToolSteps):
         stale_id: str,
         agent: Agent,
         fence: Fence | None,
+        opening: str | None = None,
     ) -> None:
         """Close a turn whose process died holding the lease: error results for its open
         calls, and its snapshot `FAILED`; ``memory`` and ``fence`` are those of the runner
-        that took the lease over, whose writes these are."""
+        that took the lease over, whose writes these are. ``opening``: the turn the caller
+        opens, when it is ``stale`` itself (a retry of a run that never started): it is not
+        recorded `FAILED`, only what it left open is closed."""
         snapshot = await self.turn_store.load_turn(conversation_id, stale_id)
         if snapshot is not None and snapshot.status not in OPEN_STATUSES:
             return  # it finished; only the release was lost
         if snapshot is None:
+            # It never started: it may have stopped while closing the expired turn it had
+            # taken over, which its lease named and this lease no longer does. Every turn is
+            # started only once the one before it is closed, so that turn, if any is open, is
+            # the newest turn stored.
+            await self._recover_newest(
+                io, memory, conversation_id, (stale_id, opening), agent, fence
+            )
+            if stale_id == opening:
+                return
             snapshot = AgentTurnSnapshot(
                 conversation_id, stale_id, agent.name, TurnStatus.RUNNING,
                 created_at=self._clock(),
@@ -258,6 +270,28 @@ class Persistence(ToolSteps):
             )
         except TurnStateError:
             pass  # another process recorded it first
+
+    async def _recover_newest(
+        self,
+        io: TurnIO,
+        memory: AsyncChatMemory,
+        conversation_id: str,
+        skipped: tuple[str, str | None],
+        agent: Agent,
+        fence: Fence | None,
+    ) -> None:
+        """Close the newest stored turn if its record is still open (see `_recover`), unless
+        it is one of ``skipped`` (the turn being closed, the one being opened)."""
+        tail = await read_history(
+            memory, max_attached_turns=1, max_attached_messages=0, compact=False,
+            keep_recent_turns=0,
+        )  # fmt: skip
+        newest = next((m.turn_id for m in reversed(tail) if m.turn_id), None)
+        if newest is None or newest in skipped:
+            return
+        earlier = await self.turn_store.load_turn(conversation_id, newest)
+        if earlier is not None and earlier.status in OPEN_STATUSES:
+            await self._recover(io, memory, conversation_id, newest, agent, fence)
 
     def _result(
         self,
