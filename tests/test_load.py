@@ -8,7 +8,6 @@ Only correctness is asserted here; the speed figures belong to the benchmark.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,17 +36,13 @@ def test_a_killed_worker_loses_and_duplicates_nothing(
     server: Any = request.getfixturevalue(
         "postgres_server" if backend == "postgresql" else "redis_cluster"
     )
-    # Lost replies on the Redis Cluster only for now: on PostgreSQL (no client retry) about
-    # one small run in twelve still leaves a RUNNING record with no lease behind (what
-    # `agentctx doctor --repair` closes); `benches/bench_load.py` drops them on both.
-    config = SMALL if backend == "redis-cluster" else replace(SMALL, drop_every=0)
+    config = SMALL
     report = run_load(backend, server.url, config, tmp_path)
     summary = format_report(report)
     assert report.failed_workers == [], summary
     assert report.interrupted_turns >= 1, summary  # the kill did land in the middle of turns
     assert report.paused_turns >= 1, summary  # and so did the pause
-    if config.drop_every:
-        assert report.lost_replies >= 1, summary  # and replies were lost after the server acted
+    assert report.lost_replies >= 1, summary  # and replies were lost after the server acted
     assert report.messages_lost == 0, summary
     assert report.messages_duplicated == 0, summary
     assert report.requests_missing == 0, summary

@@ -14,7 +14,20 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from agentctx_fast import AgentContextCompressionState, StoreUnavailableError, UserMessage
+from agentctx_fast import (
+    Agent,
+    AgentContextCompressionState,
+    AgentRunner,
+    AiMessage,
+    ScriptedChatModel,
+    StoreBusyError,
+    StoreUnavailableError,
+    Tool,
+    ToolCall,
+    TurnStatus,
+    UserMessage,
+    validate_tool_protocol,
+)
 from agentctx_fast.stores.sql import AsyncSqlAgentStore, SqlAgentStore
 
 BUSY_TIMEOUT = 0.3
@@ -124,3 +137,41 @@ def test_an_async_write_waits_the_configured_busy_timeout_once(path: str, write_
             await store.aclose()
 
     asyncio.run(main())
+
+
+def test_a_turn_that_meets_a_locked_database_fails_after_one_busy_timeout(path: str) -> None:
+    """A tool's result cannot be stored (another connection took the write lock while the
+    tool ran): `run` fails after one busy timeout, not one per clean-up write; the turn is
+    left to the next run, which closes it once its lease expires and the lock is gone."""
+    store = SqlAgentStore(f"sqlite:///{path}?timeout={BUSY_TIMEOUT}")
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+
+    def lock_the_database() -> str:
+        holder.execute("BEGIN IMMEDIATE")
+        return "ok"
+
+    clock = [1_000.0]
+    agent = Agent(
+        "support",
+        ScriptedChatModel([
+            AiMessage("", tool_calls=(ToolCall("c1", "lock", "{}"),)), AiMessage("done"),
+            AiMessage("done again"),
+        ]),
+        tools=[Tool("lock", lock_the_database, "Takes the write lock.", {"type": "object"})],
+    )  # fmt: skip
+    runner = AgentRunner(store, lease_seconds=5.0, clock=lambda: clock[0])
+    attempts = Attempts(store.engine)
+    try:
+        with pytest.raises(StoreBusyError, match="database is locked"):
+            runner.run(agent, "c1", "hello", turn_id="t1")
+        assert attempts.busy == 1  # the write that met the lock; no clean-up write waited
+        holder.execute("ROLLBACK")
+        clock[0] += 6.0
+        turn = runner.run(agent, "c1", "again", turn_id="t2")
+        assert turn.status is TurnStatus.COMPLETED
+        assert runner.turn_store.load_turn("c1", "t1").status is TurnStatus.FAILED
+        assert validate_tool_protocol(store.chat_memory("c1").get_messages()) == []
+    finally:
+        runner.close()
+        holder.close()
+        store.close()

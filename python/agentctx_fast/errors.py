@@ -104,6 +104,13 @@ class StoreUnavailableError(StoreError):
     (a constraint, a value too long, a missing table) is a plain `StoreError`."""
 
 
+class StoreBusyError(StoreUnavailableError):
+    """Retry later, not at once: the call waited its whole bound for a lock or a connection
+    (a SQLite database locked by another writer past its busy timeout, a PostgreSQL lock or
+    statement timeout, a pool with no free connection in time), so an immediate retry would
+    most likely wait as long again. The runner writes nothing more in that call."""
+
+
 class SchemaNotInitializedError(StoreError):
     """The store's tables are missing: create them with ``store.schema().initialize()`` (or
     the DDL ``agentctx schema`` prints)."""

@@ -8,7 +8,7 @@ from functools import partial
 
 from agentctx_fast import metrics as m
 from agentctx_fast.agent import Agent, AgentTurn
-from agentctx_fast.errors import LeaseLostError, StoreError, TurnStateError
+from agentctx_fast.errors import LeaseLostError, StoreBusyError, StoreError, TurnStateError
 from agentctx_fast.memory import AsyncChatMemory
 from agentctx_fast.messages import AiMessage, Message, ToolMessage
 from agentctx_fast.runner._io import AsyncTurnIO, BlockingTurnIO
@@ -176,6 +176,8 @@ class Persistence(ToolSteps):
             self._keeper.drop(run.lease)
         if run.snapshot is None and isinstance(error, StoreError):
             return  # a taken-over turn's closing may be half done: the next run finishes it
+        if isinstance(error, StoreBusyError):
+            return  # each write would wait as long again: the next run closes the turn
         try:
             if run.snapshot is not None and run.snapshot.status in OPEN_STATUSES:
                 # after a store error the store may hold more than this run saw (a write whose

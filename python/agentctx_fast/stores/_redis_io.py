@@ -25,6 +25,7 @@ from agentctx_fast.errors import (
     AgentCtxError,
     LeaseLostError,
     SerializationError,
+    StoreBusyError,
     StoreError,
     StoreUnavailableError,
 )
@@ -263,8 +264,8 @@ class _Slots:
                 await slots.acquire()  # returns at once
         except TimeoutError:
             _close(reply)
-            raise StoreUnavailableError(
-                f"Redis unavailable while {action}: no free connection within {self.wait} s "
+            raise StoreBusyError(
+                f"Redis busy while {action}: no free connection within {self.wait} s "
                 f"({self.size} in use)"
             ) from None
         except BaseException:

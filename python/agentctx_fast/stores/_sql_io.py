@@ -40,6 +40,7 @@ from agentctx_fast._tasks import wait_uncut
 from agentctx_fast.errors import (
     InvalidArgumentError,
     SchemaNotInitializedError,
+    StoreBusyError,
     StoreError,
     StoreUnavailableError,
 )
@@ -115,6 +116,8 @@ def store_error(error: sa_exc.SQLAlchemyError, action: str) -> StoreError:
             f"database tables missing while {action}: create them with "
             f"store.schema().initialize() or the DDL `agentctx schema` prints ({error})"
         )
+    if _waited(error):
+        return StoreBusyError(f"database busy while {action}: {error}")
     if _retryable(error):
         return StoreUnavailableError(f"database unavailable while {action}: {error}")
     return StoreError(f"database error while {action}: {error}")
@@ -127,7 +130,20 @@ _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
 # server (a standby: a failover is under way). Not a full disk or a dropped database.
 _PG_RETRYABLE_CLASSES = ("08", "40")
 _PG_RETRYABLE = ("53300", "55P03", "57014", "57P01", "57P02", "57P03", "57P05", "25006")
+_PG_WAITED = ("55P03", "57014")
 _PG_UNDEFINED_TABLE = "42P01"
+
+
+def _waited(error: sa_exc.SQLAlchemyError) -> bool:
+    """Whether the call waited its whole bound for a lock or a connection: the pool's
+    timeout, SQLite's busy timeout, a PostgreSQL lock or statement timeout."""
+    if isinstance(error, sa_exc.TimeoutError):
+        return True
+    orig = getattr(error, "orig", None)
+    if isinstance(orig, sqlite3.Error):
+        code = getattr(orig, "sqlite_errorcode", None)
+        return code is not None and code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
+    return _sqlstate(orig) in _PG_WAITED
 
 
 def _retryable(error: sa_exc.SQLAlchemyError) -> bool:
