@@ -17,11 +17,14 @@ import pytest
 
 from agentctx_fast import (
     Agent,
+    AgentConversationBusyError,
     AgentCtxError,
     AgentFormMessage,
     AgentRunner,
+    AgentTurn,
     AgentTurnSnapshot,
     AiMessage,
+    ChatMemory,
     Fence,
     LeaseLostError,
     ScriptedChatModel,
@@ -351,3 +354,151 @@ def test_a_takeover_that_failed_closing_the_expired_turn_leaves_it_to_the_next(
     stored = store.chat_memory(cid).get_messages()
     assert validate_tool_protocol(stored) == []
     assert [m.message_id for m in stored][-2:] == ["next:user", turn.messages[-1].message_id]
+
+
+class _Stepper:
+    """Counts a runner's store calls and holds the ``at``-th one (before it is sent) until
+    ``go`` is set."""
+
+    def __init__(self, at: int) -> None:
+        self.at, self.count = at, 0
+        self.paused, self.go = threading.Event(), threading.Event()
+
+    def step(self) -> None:
+        self.count += 1
+        if self.count == self.at:
+            self.paused.set()
+            assert self.go.wait(20)
+
+
+class _SteppedMemory(ChatMemory):
+    def __init__(self, inner: Any, stepper: _Stepper) -> None:
+        self.inner, self.stepper = inner, stepper
+
+    def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        self.stepper.step()
+        return getattr(self.inner, name)(*args, **kwargs)
+
+    def add_message_if_absent(self, message: Any) -> bool:
+        return bool(self._call("add_message_if_absent", message))
+
+    def add_messages_if_absent(self, messages: Any) -> list[bool]:
+        return list(self._call("add_messages_if_absent", messages))
+
+    def get_messages(self, count: int | None = None, *, offset: int = 0) -> list[Any]:
+        return list(self._call("get_messages", count, offset=offset))
+
+    def get_model_messages(self, count: int | None = None) -> list[Any]:
+        return list(self._call("get_model_messages", count))
+
+    def get_message(self, message_id: str) -> Any:
+        return self._call("get_message", message_id)
+
+    def update_message(self, message: Any, expected_version: int) -> Any:
+        return self._call("update_message", message, expected_version)
+
+    def message_count(self) -> int:
+        return int(self._call("message_count"))
+
+    def clear(self) -> None:
+        self._call("clear")
+
+    def fenced(self, fence: Fence) -> ChatMemory:
+        return _SteppedMemory(self.inner.fenced(fence), self.stepper)
+
+
+class _SteppedTurns:
+    def __init__(self, inner: Any, stepper: _Stepper) -> None:
+        self.inner, self.stepper = inner, stepper
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.inner, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.stepper.step()
+            return method(*args, **kwargs)
+
+        return call
+
+
+class _Stepped:
+    """``store`` seen through a `_Stepper`: its memories and its turn store."""
+
+    def __init__(self, store: Any, stepper: _Stepper) -> None:
+        self.store, self.stepper = store, stepper
+
+    def chat_memory_provider(self) -> Any:
+        provider = self.store.chat_memory_provider()
+        return lambda cid: _SteppedMemory(provider(cid), self.stepper)
+
+    def turn_store(self) -> Any:
+        return _SteppedTurns(self.store.turn_store(), self.stepper)
+
+
+def test_two_resumes_interleaved_at_each_store_step(store: Any) -> None:
+    """Resume A is held before each of its store calls in turn while resume B runs whole,
+    then A goes on. Whichever wins, the refund runs once, the loser raises (or returns the
+    finished turn) and changes nothing, and the conversation ends whole and free."""
+    clock = lambda: 1_000.0  # noqa: E731  (leases never expire, never need renewing)
+    calls: list[str] = []
+    started, release = threading.Event(), threading.Event()
+    release.set()
+    approvals = {"c1": True}
+    at = 0
+    while True:
+        at += 1
+        cid = new_conversation_id()
+        plain = AgentRunner(store, lease_seconds=60.0, clock=clock)
+        asking = _refund_agent(calls, started, release, resumed=False)
+        suspended = plain.run(asking, cid, "refund o1")
+        assert suspended.status is TurnStatus.SUSPENDED
+        calls.clear()
+        stepper = _Stepper(at)
+        held = AgentRunner(_Stepped(store, stepper), lease_seconds=60.0, clock=clock)
+        out: dict[str, Any] = {}
+
+        def first(
+            runner: AgentRunner = held,
+            cid: str = cid,
+            turn_id: str = suspended.turn_id,
+            out: dict[str, Any] = out,
+        ) -> None:
+            try:
+                out["a"] = runner.resume(
+                    _refund_agent(calls, started, release), cid, turn_id, approvals
+                )
+            except AgentCtxError as error:
+                out["a"] = error
+
+        thread = threading.Thread(target=first)
+        thread.start()
+        stepper.paused.wait(20)
+        try:
+            if not stepper.paused.is_set() or "a" in out:
+                thread.join(20)
+                break  # A made fewer than ``at`` store calls: every step was tried
+            try:
+                out["b"] = plain.resume(
+                    _refund_agent(calls, started, release), cid, suspended.turn_id, approvals
+                )
+            except AgentCtxError as error:
+                out["b"] = error
+        finally:
+            stepper.go.set()
+            thread.join(20)
+        held.close()
+        plain.close()
+        assert not thread.is_alive()
+        completed = [o for o in out.values() if isinstance(o, AgentTurn)]
+        refused = [o for o in out.values() if not isinstance(o, AgentTurn)]
+        assert completed and all(t.status is TurnStatus.COMPLETED for t in completed), (at, out)
+        assert all(isinstance(e, TurnStateError | AgentConversationBusyError) for e in refused), (
+            at, out,
+        )  # fmt: skip
+        assert calls == ["o1"], (at, out)
+        stored = store.chat_memory(cid).get_messages()
+        assert validate_tool_protocol(stored) == [], at
+        assert [m.tool_call_id for m in stored if isinstance(m, ToolMessage)] == ["c1"], at
+        assert all(f.status != "pending" for f in stored if isinstance(f, AgentFormMessage)), at
+        assert store.turn_store().open_turn(cid) is None, at
+    assert at > 5  # the resume does make several store calls, each one was interleaved
