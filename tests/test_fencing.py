@@ -435,10 +435,13 @@ class _Stepped:
         return _SteppedTurns(self.store.turn_store(), self.stepper)
 
 
-def test_two_resumes_interleaved_at_each_store_step(store: Any) -> None:
+@pytest.mark.parametrize("then", [None, "o2"])
+def test_two_resumes_interleaved_at_each_store_step(store: Any, then: str | None) -> None:
     """Resume A is held before each of its store calls in turn while resume B runs whole,
-    then A goes on. Whichever wins, the refund runs once, the loser raises (or returns the
-    finished turn) and changes nothing, and the conversation ends whole and free."""
+    then A goes on. With ``then``, the turn that wins asks for a second refund and suspends
+    again, which the loser, holding the first approval, must not take. Whichever wins, the
+    refund runs once, the loser raises (or returns the finished turn) and changes nothing,
+    and the conversation ends whole and free."""
     clock = lambda: 1_000.0  # noqa: E731  (leases never expire, never need renewing)
     calls: list[str] = []
     started, release = threading.Event(), threading.Event()
@@ -465,7 +468,7 @@ def test_two_resumes_interleaved_at_each_store_step(store: Any) -> None:
         ) -> None:
             try:
                 out["a"] = runner.resume(
-                    _refund_agent(calls, started, release), cid, turn_id, approvals
+                    _refund_agent(calls, started, release, then=then), cid, turn_id, approvals
                 )
             except AgentCtxError as error:
                 out["a"] = error
@@ -478,27 +481,30 @@ def test_two_resumes_interleaved_at_each_store_step(store: Any) -> None:
                 thread.join(20)
                 break  # A made fewer than ``at`` store calls: every step was tried
             try:
-                out["b"] = plain.resume(
-                    _refund_agent(calls, started, release), cid, suspended.turn_id, approvals
-                )
+                agent = _refund_agent(calls, started, release, then=then)
+                out["b"] = plain.resume(agent, cid, suspended.turn_id, approvals)
             except AgentCtxError as error:
                 out["b"] = error
         finally:
             stepper.go.set()
             thread.join(20)
         held.close()
-        plain.close()
         assert not thread.is_alive()
-        completed = [o for o in out.values() if isinstance(o, AgentTurn)]
+        ended = TurnStatus.COMPLETED if then is None else TurnStatus.SUSPENDED
+        finished = [o for o in out.values() if isinstance(o, AgentTurn)]
         refused = [o for o in out.values() if not isinstance(o, AgentTurn)]
-        assert completed and all(t.status is TurnStatus.COMPLETED for t in completed), (at, out)
+        assert finished and all(t.status is ended for t in finished), (at, out)
+        if then is not None:  # suspended again on o2: closed here
+            assert plain.cancel(cid, suspended.turn_id).status is TurnStatus.CANCELLED
+        plain.close()
         assert all(isinstance(e, TurnStateError | AgentConversationBusyError) for e in refused), (
             at, out,
         )  # fmt: skip
         assert calls == ["o1"], (at, out)
         stored = store.chat_memory(cid).get_messages()
         assert validate_tool_protocol(stored) == [], at
-        assert [m.tool_call_id for m in stored if isinstance(m, ToolMessage)] == ["c1"], at
+        results = [m.tool_call_id for m in stored if isinstance(m, ToolMessage)]
+        assert results == (["c1"] if then is None else ["c1", "c2"]), at
         assert all(f.status != "pending" for f in stored if isinstance(f, AgentFormMessage)), at
         assert store.turn_store().open_turn(cid) is None, at
     assert at > 5  # the resume does make several store calls, each one was interleaved

@@ -234,6 +234,11 @@ def check_approvals(approvals: object, snapshot: AgentTurnSnapshot) -> dict[str,
     pending = {p.tool_call_id for p in snapshot.pending_approvals}
     decisions: dict[str, bool] = {}
     for call_id, approved in approvals.items():
+        if call_id not in pending and call_id in snapshot.decisions:
+            raise TurnStateError(
+                f"turn {snapshot.turn_id!r}: tool call {call_id!r} was already decided "
+                "(the turn was resumed elsewhere)"
+            )
         if call_id not in pending:
             raise InvalidArgumentError(
                 f"turn {snapshot.turn_id!r} has no pending approval for tool call {call_id!r}"
