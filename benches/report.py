@@ -311,6 +311,27 @@ def _service_label(side: str, kind: str) -> tuple[str, Role]:
 SERVICE_SCENARIOS = ("one call", "round-robin", "append")  # the groups compared with the SDK
 
 
+def _service_rows(r: Result) -> list[Row]:
+    """The chart rows of one service result. A result timing both sides in alternation
+    (``extra_info`` holds each side's median, ``ours_median_us`` and ``peer_median_us``) is two
+    rows, ours and the peer's: its own median is the pair's sum, which compares nothing."""
+    kind = str(r.params.get("setup", ""))
+    info = r.extra_info
+    sides = {"ours": "ours-batch", "peer": "peer-add_items"}
+    if all(isinstance(info.get(f"{side}_median_us"), int | float) for side in sides):
+        rows = []
+        for side, name in sides.items():
+            label, role = _service_label(name, kind)
+            q1, q3 = info.get(f"{side}_q1_us"), info.get(f"{side}_q3_us")
+            spread = None  # the quartiles, when the run recorded them
+            if isinstance(q1, int | float) and isinstance(q3, int | float):
+                spread = (q1 * 1e-6, q3 * 1e-6)
+            rows.append(Row(label, float(info[f"{side}_median_us"]) * 1e-6, role, None, spread))
+        return rows
+    label, role = _service_label(str(r.params.get("side", r.name)), kind)
+    return [Row(label, r.median, role, None, (r.q1, r.q3))]
+
+
 def service_chart(results: list[Result]) -> Chart | None:
     groups: dict[str, list[Result]] = {}
     for r in results:
@@ -330,20 +351,16 @@ def service_chart(results: list[Result]) -> Chart | None:
 
     panels = []
     for group in sorted(groups, key=order):
-        rows = []
-        for r in groups[group]:
-            side = str(r.params.get("side", r.name))
-            label, role = _service_label(side, str(r.params.get("setup", "")))
-            rows.append((0 if role == "ours" else 1, label, r, role))
-        rows.sort(key=lambda row: row[0])
-        base = rows[0][1] if rows[0][3] == "ours" else None
+        rows = [row for r in groups[group] for row in _service_rows(r)]
+        rows.sort(key=lambda row: 0 if row.role == "ours" else 1)
+        base = rows[0].label if rows[0].role == "ours" else None
         title = group.removeprefix("service:").strip()
         title = re.sub(r"\d{4,}", lambda m: f"{int(m.group()):,}", title[0].upper() + title[1:])
         panels.append(
             Panel(
                 title.replace("sqlite", "SQLite").replace("redis", "Redis"),
                 "time",
-                tuple(Row(label, r.median, role, base, (r.q1, r.q3)) for _, label, r, role in rows),
+                tuple(Row(row.label, row.value, row.role, base, row.spread) for row in rows),
             )
         )
     return Chart(
