@@ -660,7 +660,7 @@ def render(chart: Chart, run: Run, path: Path) -> None:
             axes.set_xlim(low / 2, top * 30)
             start = low / 1.5
         else:
-            axes.set_xlim(0, top * 1.7)
+            axes.set_xlim(0, top * 2.0)  # room for the label after the longest whisker
             start = top * 0.02
         for position, row, high in zip(positions, panel.rows, highs, strict=True):
             text = format_value(row.value, panel.unit)
