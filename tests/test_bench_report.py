@@ -412,3 +412,36 @@ def test_a_peer_bar_is_labelled_with_how_agentctx_fast_compares(
     assert report.bar_label(0.25) == "agentctx_fast 4.0x slower"
     ours = report.Row("read, cache off", 2.0, "ours", versus="read + window, cache on")
     assert report.bar_label(1.6, ours) == "cache on 1.6x faster"
+
+
+def test_an_alternating_run_is_two_labelled_bars_ours_and_the_peers(tmp_path: Path) -> None:
+    """bench_service times both sides of an append in alternation in one benchmark: its own
+    median is the pair's sum. The panel shows each side's median as its own named bar."""
+    alternating = [
+        bench(
+            f"test_append_a_tool_turn_alternating[{kind}]",
+            1.2e-3,
+            f"service: append a tool turn, ours and the peer alternating, {kind}",
+            setup=kind,
+            extra_info={"ours_median_us": 400.0, "peer_median_us": 800.0}
+            | ({"ours_q1_us": 350.0, "ours_q3_us": 450.0} if kind == "redis" else {}),
+        )
+        for kind in ("sqlite", "redis")
+    ]
+    chart = report.service_chart(results(service_rows() + alternating, tmp_path))
+    assert chart is not None
+    panels = {panel.title: panel for panel in chart.panels}
+    sqlite = panels["Append a tool turn, ours and the peer alternating, SQLite"]
+    assert [(row.label, row.role) for row in sqlite.rows] == [
+        ("add_messages_if_absent (one batch)", "ours"),
+        ("SQLiteSession.add_items(4 items)", "peer"),
+    ]
+    assert [row.value for row in sqlite.rows] == pytest.approx([4e-4, 8e-4])
+    assert sqlite.ratio(sqlite.rows[1]) == pytest.approx(2)
+    assert sqlite.rows[0].spread is None  # no quartiles recorded: no whiskers made up
+    redis = panels["Append a tool turn, ours and the peer alternating, Redis"]
+    assert redis.rows[1].label == "RedisSession.add_items(4 items)"
+    assert redis.rows[0].spread == pytest.approx((3.5e-4, 4.5e-4))
+    assert "| service: Append a tool turn, ours and the peer alternating, Redis |" in (
+        report.table([chart])
+    )

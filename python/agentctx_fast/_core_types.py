@@ -55,7 +55,7 @@ def _limit(name: str, value: object) -> int:
 
 @dataclass(frozen=True, slots=True)
 class WindowOptions:
-    """The window options of SPEC §5, checked once: `build_window`, `Agent` and both cores
+    """The window options of `build_window`, checked once: `build_window`, `Agent` and both cores
     take this value instead of ten loose parameters.
 
     >>> WindowOptions(max_attached_turns=3).max_attached_messages

@@ -1,4 +1,4 @@
-"""`Agent` (a model, its instructions, tools and window options) and `AgentTurn` (SPEC §11)."""
+"""`Agent` (a model, its instructions, tools and window options) and `AgentTurn`."""
 
 from __future__ import annotations
 
@@ -25,11 +25,11 @@ class Agent:
 
     With a ``compression_trigger`` (and a ``context_compressor``) the runner keeps the older
     history's summary in the store's compression state, compressing only when the trigger
-    fires (SPEC §9, §11). ``on_compression_error="uncompressed"`` lets a model call go ahead
+    fires. ``on_compression_error="uncompressed"`` lets a model call go ahead
     without compression when the compressor fails; ``"fail"`` ends the turn `FAILED`.
 
     Without a ``token_estimator``, a ``chat_model`` that names its model (``model_name``, as the
-    client adapters do) has its windows counted exactly, with `estimator_for_model` (SPEC §20):
+    client adapters do) has its windows counted exactly, with `estimator_for_model`:
     token budgets are budgets for that model. Any other model is counted by the heuristic.
     """
 

@@ -1,4 +1,4 @@
-"""`CalibratedTokenEstimator` (SPEC §7): estimates scaled by what the provider reports.
+"""`CalibratedTokenEstimator`: estimates scaled by what the provider reports.
 
 An estimator that is off by a steady factor for one model (a vocabulary the heuristic does
 not know, the provider's own framing of messages and tools) learns that factor from the

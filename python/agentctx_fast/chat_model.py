@@ -1,4 +1,4 @@
-"""The chat-model protocol (SPEC §11): what the runner and the summary compressors call."""
+"""The chat-model protocol: what the runner and the summary compressors call."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ class ChatModel(Protocol):
 
 @runtime_checkable
 class AsyncChatModel(Protocol):
-    """Any object with ``async chat(messages, tools) -> AiMessage`` (SPEC §17).
+    """Any object with ``async chat(messages, tools) -> AiMessage``.
 
     A model may also offer ``stream(messages, tools)``: an async iterator of ``str`` text deltas
     whose last item is the finished `AiMessage`; the async runner uses it when present.

@@ -1,4 +1,4 @@
-"""Context compressors (SPEC §8): callables that shape the older part of a model window.
+"""Context compressors: callables that shape the older part of a model window.
 
 A compressor takes a list of messages and returns the list to send instead. It never mutates
 its input, and never writes memory, turns or snapshots. `AgentContextCompressors` builds them,
@@ -90,7 +90,7 @@ class AgentContextCompressors:
         """Each completed tool turn becomes ``[its first UserMessage, its final AiMessage]``.
 
         A turn is compacted when it contains tool calls, every call has its result and it ends
-        with a final text answer (SPEC §5 rule 5); other turns, and messages before the first
+        with a final text answer; other turns, and messages before the first
         user message, pass through as they are.
         """
         return _compact_completed_turns
@@ -312,7 +312,7 @@ class IncrementalCompressor:
         for index in range(len(history) - 1, -1, -1):
             if history[index].message_id == self._covered:
                 return history[index + 1 :]
-        # A coordinator (SPEC §9) passes its stored summary + the pending messages: the summary
+        # A coordinator passes its stored summary + the pending messages: the summary
         # this compressor produced stands for the covered prefix, which is not in the input.
         if self._starts_with_summary(history):
             return history[len(self._summary) :]

@@ -1,4 +1,4 @@
-"""The trigger-based compression coordinator (SPEC §9).
+"""The trigger-based compression coordinator.
 
 It separates *when* to compress (a trigger) from *how* (a compressor), and persists the running
 summary per conversation with compare-and-set, so two requests never overwrite each other's

@@ -1,4 +1,4 @@
-"""Chat memory (SPEC §10): the business timeline of one conversation, never cleared by the library.
+"""Chat memory: the business timeline of one conversation, never cleared by the library.
 
 A store implements the small abstract core (`add_message_if_absent`, `get_messages`,
 `get_message`, `update_message`, `message_count`, `clear`); the rest has default
@@ -159,8 +159,8 @@ class ChatMemory(ABC):
 
     def fenced(self, fence: Fence) -> ChatMemory:
         """This memory with its writes accepted only while ``fence`` holds the conversation's
-        lease, checked in the write's own script or transaction (`LeaseLostError` otherwise;
-        SPEC §20). The runner writes a turn through it. The stores' memories can; a memory
+        lease, checked in the write's own script or transaction (`LeaseLostError`
+        otherwise). The runner writes a turn through it. The stores' memories can; a memory
         that cannot check it on its server returns itself."""
         return self
 

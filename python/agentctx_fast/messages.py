@@ -1,4 +1,4 @@
-"""Immutable message value objects (SPEC §3).
+"""Immutable message value objects.
 
 Every message has a stable ``message_id`` (a uuid4 hex string when not given), JSON-serialisable
 ``metadata``, a ``version`` for compare-and-set updates and an optional ``turn_id``.
@@ -76,7 +76,7 @@ class TextPart:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token usage a model API reported for one call (SPEC §18).
+    """Token usage a model API reported for one call.
 
     Kept with the `AiMessage` it produced and stored with it; it is not part of the tool
     protocol or of token estimation.

@@ -1,4 +1,4 @@
-"""Metrics the runner feeds (SPEC §13): one small interface, one in-process collector.
+"""Metrics the runner feeds: one small interface, one in-process collector.
 
 The interface is a single method, ``record(metric, value, labels)``, so an adapter to
 OpenTelemetry or Prometheus is a few lines::

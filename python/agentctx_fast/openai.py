@@ -1,4 +1,4 @@
-"""Conversion to and from the OpenAI Chat Completions request format (SPEC §15).
+"""Conversion to and from the OpenAI Chat Completions request format.
 
 `to_openai` gives exactly what ``client.chat.completions.create(messages=...)`` accepts: each
 message carries only the keys that API defines. `from_openai` reads that form back (and the

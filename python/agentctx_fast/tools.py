@@ -1,4 +1,4 @@
-"""Tools the agent can call (SPEC §11) and the paged tool-result protocol (SPEC §13).
+"""Tools the agent can call and the paged tool-result protocol.
 
 >>> def get_order(order_id: str, verbose: bool = False) -> dict:
 ...     '''Look an order up by its id.'''
@@ -81,7 +81,7 @@ class Tool:
     signature when None; ``requires_approval`` suspends the turn until the user decides;
     ``idempotent`` says a call may run again when its process died before it returned (a
     resumed turn runs it again; otherwise the turn records the call's start before it runs,
-    and the model is told it was interrupted and may have run, SPEC §20)."""
+    and the model is told it was interrupted and may have run)."""
 
     name: str
     fn: Callable[..., Any]

@@ -1,4 +1,4 @@
-"""Turns (SPEC §4): segmentation of a history into user requests and what the agent did."""
+"""Turns: segmentation of a history into user requests and what the agent did."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The model window (SPEC §5): what one model call sees of a stored conversation."""
+"""The model window: what one model call sees of a stored conversation."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Chat models on the official ``openai`` SDK (SPEC §18; extra ``openai``).
+"""Chat models on the official ``openai`` SDK (extra ``openai``).
 
 `OpenAIChatModel` wraps ``openai.OpenAI`` and `AsyncOpenAIChatModel` wraps ``openai.AsyncOpenAI``
 (with ``stream``). Both send `to_openai` of the window and the agent's tools as function tools,
@@ -196,7 +196,7 @@ class OpenAIChatModel:
 
     @property
     def model_name(self) -> str:
-        """The model called; an `Agent` counts its windows with this model's tokens (SPEC §20)."""
+        """The model called; an `Agent` counts its windows with this model's tokens."""
         return self.model
 
     def chat(self, messages: Sequence[Message], tools: Sequence[Any]) -> AiMessage:
@@ -219,7 +219,7 @@ class AsyncOpenAIChatModel:
 
     @property
     def model_name(self) -> str:
-        """The model called; an `Agent` counts its windows with this model's tokens (SPEC §20)."""
+        """The model called; an `Agent` counts its windows with this model's tokens."""
         return self.model
 
     async def chat(self, messages: Sequence[Message], tools: Sequence[Any]) -> AiMessage:

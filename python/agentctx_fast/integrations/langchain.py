@@ -1,4 +1,4 @@
-"""LangChain interoperability (SPEC §18; extra ``langchain``).
+"""LangChain interoperability (extra ``langchain``).
 
 - `to_langchain` / `from_langchain` convert messages both ways, keeping ids (``message_id`` ↔
   ``id``), tool-call arguments (JSON string ↔ dict), tool error status, names, refusals,
@@ -6,7 +6,7 @@
 - `LangChainChatModel` wraps any ``BaseChatModel`` as a `ChatModel` (``chat``), and
   `AsyncLangChainChatModel` as an `AsyncChatModel` with ``stream``; both bind the agent's
   tools with the model's ``bind_tools``.
-- `window_messages` is the §5 window over LangChain messages, for users of ``trim_messages``:
+- `window_messages` is the model window over LangChain messages, for users of ``trim_messages``:
   it returns the caller's own message objects (and converts only what the window adds).
 
 >>> from langchain_core.messages import AIMessage, HumanMessage
@@ -329,7 +329,7 @@ def from_langchain(messages: Sequence[Any]) -> list[Message]:
 
 
 def window_messages(messages: Sequence[Any], **window_options: Any) -> list[lc.BaseMessage]:
-    """The §5 window (`build_window` with ``window_options``) over LangChain messages.
+    """The model window (`build_window` with ``window_options``) over LangChain messages.
 
     Messages of the window that came from ``messages`` are the caller's own objects; the system
     message made from a ``system=`` string and repairs (a synthetic error result for a call
@@ -417,7 +417,7 @@ class LangChainChatModel:
 
     @property
     def model_name(self) -> str | None:
-        """The wrapped model's name, if it has one (SPEC §20)."""
+        """The wrapped model's name, if it has one."""
         return _model_name(self.chat_model)
 
     def chat(self, messages: Sequence[Message], tools: Sequence[Any]) -> AiMessage:
@@ -439,7 +439,7 @@ class AsyncLangChainChatModel:
 
     @property
     def model_name(self) -> str | None:
-        """The wrapped model's name, if it has one (SPEC §20)."""
+        """The wrapped model's name, if it has one."""
         return _model_name(self.chat_model)
 
     async def chat(self, messages: Sequence[Message], tools: Sequence[Any]) -> AiMessage:

@@ -1,4 +1,4 @@
-"""The agent runners (SPEC §11, §17): turns, tools, approvals, resume, busy protection.
+"""The agent runners: turns, tools, approvals, resume, busy protection.
 
 One turn loop (`agentctx_fast.runner._engine`) serves both: `AgentRunner` drives it blocking,
 `AsyncAgentRunner` on an event loop, with `stream` for events as they happen.

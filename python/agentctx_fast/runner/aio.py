@@ -1,4 +1,4 @@
-"""`AsyncAgentRunner`: the asyncio driver of the turn loop (SPEC §17), with streaming.
+"""`AsyncAgentRunner`: the asyncio driver of the turn loop, with streaming.
 
 >>> import asyncio
 >>> from agentctx_fast import Agent, AiMessage, AsyncInMemoryAgentStore, AsyncScriptedChatModel

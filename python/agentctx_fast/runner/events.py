@@ -1,4 +1,4 @@
-"""What `AsyncAgentRunner.stream` yields while a turn runs (SPEC §17), in order."""
+"""What `AsyncAgentRunner.stream` yields while a turn runs, in order."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`AgentRunner`: the blocking driver of the turn loop (SPEC §11).
+"""`AgentRunner`: the blocking driver of the turn loop.
 
 >>> from agentctx_fast import Agent, AiMessage, InMemoryAgentStore, ScriptedChatModel
 >>> agent = Agent("support", ScriptedChatModel([AiMessage("Hello!")]), instructions="Be kind.")
@@ -101,7 +101,7 @@ class AgentRunner:
         its lease has expired (`AgentConversationBusyError` while it is alive): a stored tool
         result is never run again, an unanswered call runs again only for an idempotent tool
         and otherwise gets an error result: "interrupted: the tool may have run; its outcome
-        is unknown" once its start was recorded, "not run: …" before (SPEC §20). Raises
+        is unknown" once its start was recorded, "not run: …" before. Raises
         `TurnNotFoundError` for an unknown turn and `TurnStateError` for a finished one."""
         agent = _blocking_agent(agent)
         return run_sync(

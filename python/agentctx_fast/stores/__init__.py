@@ -1,4 +1,4 @@
-"""Stores (SPEC §12): chat memories and compression states in memory, SQL or Redis.
+"""Stores: chat memories and compression states in memory, SQL or Redis.
 
 `SqlAgentStore` / `AsyncSqlAgentStore` need SQLAlchemy (and psycopg for PostgreSQL, aiosqlite
 for async SQLite), `RedisAgentStore` / `AsyncRedisAgentStore` need redis-py; they are imported

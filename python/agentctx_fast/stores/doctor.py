@@ -3,7 +3,7 @@
 One logic over the async stores (`AsyncSqlAgentStore`, `AsyncRedisAgentStore`); the CLI drives
 it with `asyncio.run`. Per conversation it reports:
 
-- ``corrupt``: a message, turn or lease record that does not decode (SPEC §20);
+- ``corrupt``: a message, turn or lease record that does not decode;
 - ``protocol``: a tool-protocol violation in the stored history (`validate_tool_protocol` over
   the messages that decode);
 - ``expired-lease``: a running lease past its expiry (its process died);

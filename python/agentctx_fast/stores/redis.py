@@ -541,3 +541,16 @@ def _corrupt_index(conversation_id: str, message_id: str) -> SerializationError:
         f"conversation {conversation_id!r}, message {message_id!r}: its stored index entry is "
         "not 'position version kind'"
     )
+
+
+# `conversation_key` is public here: it names a conversation's keys (the layout above), for
+# operators who inspect them; its home, `_redis_io`, is private.
+__all__ = [
+    "AsyncRedisAgentStore",
+    "AsyncRedisChatMemory",
+    "AsyncRedisCompressionStateStore",
+    "RedisAgentStore",
+    "RedisChatMemory",
+    "RedisCompressionStateStore",
+    "conversation_key",
+]

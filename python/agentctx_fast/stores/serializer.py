@@ -1,4 +1,4 @@
-"""`JsonAgentStoreSerializer`: messages and compression states as tagged UTF-8 JSON (SPEC §12).
+"""`JsonAgentStoreSerializer`: messages and compression states as tagged UTF-8 JSON.
 
 The type is a tag from a closed registry; an unknown tag is an error, never a class to load.
 Every field is checked on the way in, so a corrupt or hostile record is a `SerializationError`

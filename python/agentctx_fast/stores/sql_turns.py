@@ -41,7 +41,7 @@ _SUSPENDED = TurnStatus.SUSPENDED.value
 
 def fence_holds(store: _SqlStoreBase, conversation_id: str, fence: Fence) -> Any:
     """The condition, inside a write's own statement, that ``fence`` holds the conversation's
-    lease (SPEC §20). On PostgreSQL it locks the lease row for the statement (``FOR SHARE``):
+    lease. On PostgreSQL it locks the lease row for the statement (``FOR SHARE``):
     a runner taking the conversation over waits for the write, or the write sees the lease
     taken; SQLite runs one writer at a time. One statement holds no lock while its client is
     away, so a paused process blocks no takeover."""

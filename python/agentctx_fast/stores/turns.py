@@ -1,4 +1,4 @@
-"""Turn records, snapshots and conversation leases: what the runner persists (SPEC §11, §12).
+"""Turn records, snapshots and conversation leases: what the runner persists.
 
 A turn *snapshot* (`AgentTurnSnapshot`) is everything needed to continue a turn in another
 process: status, step count, the ids of the turn's messages (the messages themselves live in
@@ -61,7 +61,7 @@ class LeaseRenewal(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Fence:
-    """The lease a turn's writes are made under (SPEC §20): a store accepts a fenced write
+    """The lease a turn's writes are made under: a store accepts a fenced write
     only while the conversation's lease is still ``turn_id`` held by ``owner``, checked in
     the same script or transaction as the write. ``owner`` is new for every acquisition, so
     the token changes whenever another runner takes the conversation."""
@@ -113,7 +113,7 @@ class AgentTurnSnapshot:
     JSON-serialisable; ``decisions`` are the approval results recorded so far.
 
     ``started_tool_calls``: the ids of the calls of non-idempotent tools recorded as started
-    before they ran (SPEC §20), so that a turn interrupted after that tells the model the tool
+    before they ran, so that a turn interrupted after that tells the model the tool
     may have run, never that it did not. None: a record written before this was kept, about
     which nothing is known (any unanswered call may have run).
     """
