@@ -103,7 +103,7 @@ from agentctx_fast.tokens import (
     TokenEstimator,
     estimator_for_model,
 )
-from agentctx_fast.tools import Tool, ToolResultPage
+from agentctx_fast.tools import Tool, ToolResultPage, tool
 from agentctx_fast.turns import TurnSegments, TurnStatus, segment_turns
 from agentctx_fast.window import (
     AgentContextCompressor,
@@ -221,6 +221,7 @@ __all__ = [
     "openai_tools",
     "segment_turns",
     "to_openai",
+    "tool",
     "validate_tool_protocol",
 ]
 
