@@ -83,6 +83,8 @@ from agentctx_fast.runner import (
 )
 from agentctx_fast.scripted import AsyncScriptedChatModel, ScriptedChatModel, ScriptExhaustedError
 from agentctx_fast.stores import (
+    AgentStore,
+    AsyncAgentStore,
     AsyncInMemoryAgentStore,
     InMemoryAgentStore,
     JsonAgentStoreSerializer,
@@ -128,12 +130,14 @@ __all__ = [
     "AgentFormMessage",
     "AgentMetrics",
     "AgentRunner",
+    "AgentStore",
     "AgentTurn",
     "AgentTurnSnapshot",
     "AgentTurnStore",
     "AiMessage",
     "ApprovalRequired",
     "AsyncAgentRunner",
+    "AsyncAgentStore",
     "AsyncChatMemory",
     "AsyncChatModel",
     "AsyncInMemoryAgentStore",
