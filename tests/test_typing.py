@@ -27,6 +27,7 @@ from agentctx_fast import (
     InMemoryAgentStore, OpenAIChatModel, RedisAgentStore, ScriptedChatModel, SqlAgentStore, Tool,
     tool,
 )
+from agentctx_fast.stores.doctor import diagnose, repair
 
 
 @tool
@@ -59,6 +60,11 @@ def blocking(store: AgentStore) -> list[AgentRunner]:
     ]
 
 
+async def doctor(sql: AsyncSqlAgentStore, redis_store: AsyncRedisAgentStore) -> None:
+    await diagnose(sql)
+    await repair(redis_store)
+
+
 def asynchronous(store: AsyncAgentStore, client: redis.asyncio.Redis) -> list[AsyncAgentRunner]:
     return [
         AsyncAgentRunner(store),
@@ -76,6 +82,7 @@ from agentctx_fast import (
     AgentRunner, AsyncAgentRunner, AsyncInMemoryAgentStore, AsyncOpenAIChatModel,
     AsyncRedisAgentStore, InMemoryAgentStore, OpenAIChatModel,
 )
+from agentctx_fast.stores.doctor import diagnose
 
 
 def wrong(client: openai.OpenAI, async_client: openai.AsyncOpenAI) -> None:
@@ -84,6 +91,7 @@ def wrong(client: openai.OpenAI, async_client: openai.AsyncOpenAI) -> None:
     AsyncRedisAgentStore(6379)
     AsyncOpenAIChatModel(client, "gpt-4o")
     OpenAIChatModel(async_client, "gpt-4o")
+    never_awaited = diagnose(InMemoryAgentStore())
 """
 
 
@@ -140,9 +148,9 @@ def test_the_examples_the_readme_and_the_typed_api_pass_mypy_strict(tmp_path: Pa
     code, errors = mypy_errors(tmp_path, [*files, typed, wrong])
     wrong_errors = [error for error in errors if error.startswith(str(wrong))]
     assert [error for error in errors if error not in wrong_errors] == []
-    # Each line of `wrong` is refused: a store or client of the other kind, or not a client.
+    # Each line of `wrong` is refused: a store or client of the wrong kind, or not a client.
     assert code == 1
-    assert [int(error.split(":")[1]) for error in wrong_errors] == [11, 12, 13, 14, 15]
+    assert [int(error.split(":")[1]) for error in wrong_errors] == [12, 13, 14, 15, 16, 17]
     assert all("[arg-type]" in error for error in wrong_errors), wrong_errors
 
 
