@@ -40,8 +40,12 @@ async def refund(order_id: str, amount: float) -> str:
     return order_id
 
 
+def shout(text: str) -> str:
+    return text.upper()
+
+
 def agents(client: openai.OpenAI, async_client: openai.AsyncOpenAI) -> list[Agent]:
-    tools: list[Tool] = [lookup, refund, Tool.from_function(len, name="length")]
+    tools: list[Tool] = [lookup, refund, Tool.from_function(shout, description="Shout.")]
     return [
         Agent("a", AsyncOpenAIChatModel(async_client, "gpt-4o"), tools=tools),
         Agent("a", OpenAIChatModel(client, "gpt-4o")),
