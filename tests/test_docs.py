@@ -86,6 +86,7 @@ MODULES = [
     "agentctx_fast.stores.turns",
     "agentctx_fast.window",
     "agentctx_fast._core_types",
+    "agentctx_fast._docstrings",
 ]
 
 

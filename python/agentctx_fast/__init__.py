@@ -84,6 +84,8 @@ from agentctx_fast.runner import (
 )
 from agentctx_fast.scripted import AsyncScriptedChatModel, ScriptedChatModel, ScriptExhaustedError
 from agentctx_fast.stores import (
+    AgentStore,
+    AsyncAgentStore,
     AsyncInMemoryAgentStore,
     InMemoryAgentStore,
     JsonAgentStoreSerializer,
@@ -104,7 +106,7 @@ from agentctx_fast.tokens import (
     TokenEstimator,
     estimator_for_model,
 )
-from agentctx_fast.tools import Tool, ToolResultPage
+from agentctx_fast.tools import Tool, ToolResultPage, tool
 from agentctx_fast.turns import TurnSegments, TurnStatus, segment_turns
 from agentctx_fast.window import (
     AgentContextCompressor,
@@ -129,12 +131,14 @@ __all__ = [
     "AgentFormMessage",
     "AgentMetrics",
     "AgentRunner",
+    "AgentStore",
     "AgentTurn",
     "AgentTurnSnapshot",
     "AgentTurnStore",
     "AiMessage",
     "ApprovalRequired",
     "AsyncAgentRunner",
+    "AsyncAgentStore",
     "AsyncChatMemory",
     "AsyncChatModel",
     "AsyncInMemoryAgentStore",
@@ -223,6 +227,7 @@ __all__ = [
     "openai_tools",
     "segment_turns",
     "to_openai",
+    "tool",
     "validate_tool_protocol",
 ]
 

@@ -6,7 +6,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from agentctx_fast.chat_model import ChatModel
+from agentctx_fast.chat_model import AsyncChatModel, ChatModel
 from agentctx_fast.coordinator import CompressionTrigger
 from agentctx_fast.errors import InvalidArgumentError
 from agentctx_fast.messages import AiMessage, Message
@@ -23,6 +23,9 @@ COMPRESSION_ERROR_POLICIES = ("fail", "uncompressed")
 class Agent:
     """A model, its instructions and tools, and the window options for every model call.
 
+    ``chat_model`` is a `ChatModel` or an `AsyncChatModel`: `AsyncAgentRunner` runs both,
+    `AgentRunner` only the blocking one (it refuses the other before writing anything).
+
     With a ``compression_trigger`` (and a ``context_compressor``) the runner keeps the older
     history's summary in the store's compression state, compressing only when the trigger
     fires. ``on_compression_error="uncompressed"`` lets a model call go ahead
@@ -34,7 +37,7 @@ class Agent:
     """
 
     name: str
-    chat_model: ChatModel
+    chat_model: ChatModel | AsyncChatModel
     instructions: str | None = None
     tools: Sequence[Tool] = ()
     max_attached_turns: int = 10

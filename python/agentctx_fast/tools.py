@@ -3,11 +3,30 @@
 >>> def get_order(order_id: str, verbose: bool = False) -> dict:
 ...     '''Look an order up by its id.'''
 ...     return {"id": order_id, "status": "shipped"}
->>> tool = Tool("get_order", get_order)
->>> tool.parameters["required"], tool.description
+>>> lookup = Tool("get_order", get_order)
+>>> lookup.parameters["required"], lookup.description
 (['order_id'], 'Look an order up by its id.')
->>> tool.invoke('{"order_id": "ORD-1"}').text
+>>> lookup.invoke('{"order_id": "ORD-1"}').text
 '{"id": "ORD-1", "status": "shipped"}'
+
+`Tool.from_function` and `@tool` also validate and convert the model's arguments (pydantic):
+
+>>> @tool
+... def add_to_cart(sku: str, qty: int = 1) -> str:
+...     '''Add a product to the cart.
+...
+...     Args:
+...         sku: The product code.
+...         qty: How many.
+...     '''
+...     return f"{qty} x {sku}"
+>>> add_to_cart.name, add_to_cart.parameters["properties"]["qty"]
+('add_to_cart', {'default': 1, 'description': 'How many.', 'type': 'integer'})
+>>> add_to_cart.invoke('{"sku": "A-1", "qty": "3"}').text
+'3 x A-1'
+>>> add_to_cart.invoke('{"sku": "A-1", "qty": "many"}').text
+"invalid arguments for tool add_to_cart: qty: Input should be a valid integer, unable to parse \
+string as an integer (got 'many')"
 """
 
 from __future__ import annotations
@@ -19,7 +38,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 from agentctx_fast.errors import InvalidArgumentError
 
@@ -81,7 +100,12 @@ class Tool:
     signature when None; ``requires_approval`` suspends the turn until the user decides;
     ``idempotent`` says a call may run again when its process died before it returned (a
     resumed turn runs it again; otherwise the turn records the call's start before it runs,
-    and the model is told it was interrupted and may have run)."""
+    and the model is told it was interrupted and may have run).
+
+    ``arguments_validator`` turns the call's parsed JSON arguments into ``fn``'s keyword
+    arguments, raising `ValueError` (whose text the model reads) when they are not valid;
+    `Tool.from_function` sets one built by pydantic. Without one, the arguments are passed as
+    they were parsed."""
 
     name: str
     fn: Callable[..., Any]
@@ -89,6 +113,43 @@ class Tool:
     parameters: Mapping[str, Any] | None = field(default=None)
     requires_approval: bool = False
     idempotent: bool = False
+    arguments_validator: Callable[[dict[str, Any]], Mapping[str, Any]] | None = None
+
+    @classmethod
+    def from_function(
+        cls,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        requires_approval: bool = False,
+        idempotent: bool = False,
+    ) -> Tool:
+        """A tool named after ``fn``, described by its docstring (the text before its
+        sections; each parameter by its ``Args:`` or ``:param:`` entry), whose JSON schema and
+        argument validation come from its annotations through pydantic (models, ``Literal``,
+        enums, ``Annotated[..., Field(description=...)]``). The model's arguments are
+        validated and converted before each call; a failure is an error result naming the
+        field, which the model reads. Needs pydantic (``pip install 'agentctx-fast[tools]'``).
+        """
+        if name is None:
+            name = getattr(fn, "__name__", None)
+            if not isinstance(name, str):
+                raise InvalidArgumentError(
+                    f"tool from {type(fn).__name__}: it has no __name__; pass name="
+                )
+        from agentctx_fast._function_tools import describe_function
+
+        documented, parameters, validator = describe_function(fn, name)
+        return cls(
+            name,
+            fn,
+            documented if description is None else description,
+            parameters,
+            requires_approval=requires_approval,
+            idempotent=idempotent,
+            arguments_validator=validator,
+        )
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _TOOL_NAME.fullmatch(self.name):
@@ -103,6 +164,8 @@ class Tool:
             raise InvalidArgumentError(f"tool {self.name!r}: requires_approval must be a bool")
         if not isinstance(self.idempotent, bool):
             raise InvalidArgumentError(f"tool {self.name!r}: idempotent must be a bool")
+        if self.arguments_validator is not None and not callable(self.arguments_validator):
+            raise InvalidArgumentError(f"tool {self.name!r}: arguments_validator must be callable")
         if self.parameters is None:
             object.__setattr__(self, "parameters", schema_of(self.fn))
         elif not isinstance(self.parameters, Mapping):
@@ -124,8 +187,11 @@ class Tool:
         parsed = self._parse(arguments)
         if isinstance(parsed, ToolOutcome):
             return parsed
+        call = self._validated(parsed)
+        if isinstance(call, ToolOutcome):
+            return call
         try:
-            result = self.fn(**parsed)
+            result = self.fn(**call)
         except Exception as error:  # a tool's failure is a result the model can react to
             return self._failed(error, parsed)
         return self._render(result, parsed)
@@ -135,11 +201,39 @@ class Tool:
         parsed = self._parse(arguments)
         if isinstance(parsed, ToolOutcome):
             return parsed
+        call = self._validated(parsed)
+        if isinstance(call, ToolOutcome):
+            return call
         try:
-            result = await self.fn(**parsed)
+            result = await self.fn(**call)
         except Exception as error:  # a tool's failure is a result the model can react to
             return self._failed(error, parsed)
         return self._render(result, parsed)
+
+    def invalid_arguments(self, arguments: str) -> ToolOutcome | None:
+        """The error outcome of a call whose ``arguments`` would not reach ``fn`` (not a JSON
+        object, or refused by the validator), or None: a call the user is asked to approve
+        is first checked with this, so nobody approves a call that cannot run."""
+        parsed = self._parse(arguments)
+        if isinstance(parsed, ToolOutcome):
+            return parsed
+        call = self._validated(parsed)
+        return call if isinstance(call, ToolOutcome) else None
+
+    def _validated(self, parsed: dict[str, Any]) -> Mapping[str, Any] | ToolOutcome:
+        """The keyword arguments of the call, or the error outcome the model reads."""
+        if self.arguments_validator is None:
+            return parsed
+        try:
+            return self.arguments_validator(parsed)
+        except ValueError as error:
+            return ToolOutcome(
+                f"invalid arguments for tool {self.name}: {error}",
+                is_error=True,
+                page_request=_page_request(parsed),
+            )
+        except Exception as error:  # a validator's own failure: a result, as a tool's is
+            return self._failed(error, parsed)
 
     def _parse(self, arguments: str) -> dict[str, Any] | ToolOutcome:
         try:
@@ -190,6 +284,45 @@ class Tool:
             )
         except (TypeError, ValueError, RecursionError) as error:
             return _unserialisable(self.name, error, page_request)
+
+
+@overload
+def tool(fn: Callable[..., Any], /) -> Tool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    requires_approval: bool = False,
+    idempotent: bool = False,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    requires_approval: bool = False,
+    idempotent: bool = False,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """`Tool.from_function` as a decorator, bare (``@tool``) or with options
+    (``@tool(name="lookup", requires_approval=True)``): the decorated name is the `Tool`; its
+    function stays reachable as ``.fn``."""
+
+    def make(function: Callable[..., Any]) -> Tool:
+        return Tool.from_function(
+            function,
+            name=name,
+            description=description,
+            requires_approval=requires_approval,
+            idempotent=idempotent,
+        )
+
+    return make if fn is None else make(fn)
 
 
 def is_async_callable(fn: object) -> bool:

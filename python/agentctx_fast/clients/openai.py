@@ -16,11 +16,14 @@ import inspect
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentctx_fast.errors import InvalidArgumentError, MissingDependencyError, ModelCallError
 from agentctx_fast.messages import AiMessage, Message, ToolCall, Usage
 from agentctx_fast.openai import openai_tools, to_openai
+
+if TYPE_CHECKING:  # the openai extra: typed for users, imported when a model is made
+    import openai
 
 __all__ = ["AsyncOpenAIChatModel", "OpenAIChatModel"]
 
@@ -187,7 +190,7 @@ class OpenAIChatModel:
     >>> model = OpenAIChatModel(openai.OpenAI(), "gpt-4o-mini", temperature=0)  # doctest: +SKIP
     """
 
-    def __init__(self, client: Any, model: str, /, **request_options: Any) -> None:
+    def __init__(self, client: openai.OpenAI, model: str, /, **request_options: Any) -> None:
         _require_openai()
         _check_options(client, model, request_options)
         self.client = client
@@ -210,7 +213,7 @@ class OpenAIChatModel:
 class AsyncOpenAIChatModel:
     """An `AsyncChatModel` (and streaming model) over an ``openai.AsyncOpenAI`` client."""
 
-    def __init__(self, client: Any, model: str, /, **request_options: Any) -> None:
+    def __init__(self, client: openai.AsyncOpenAI, model: str, /, **request_options: Any) -> None:
         _require_openai()
         _check_options(client, model, request_options)
         self.client = client

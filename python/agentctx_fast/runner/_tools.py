@@ -252,7 +252,8 @@ def _plan(
     if form is not None and form.status == "pending":
         return form
     if tool is not None and tool.requires_approval and decision is None:
-        return "ask"
+        invalid = tool.invalid_arguments(call.arguments)  # nobody approves a call that cannot run
+        return "ask" if invalid is None else invalid
     if tool is None:
         return ToolOutcome(f"unknown tool {call.name!r}", is_error=True)
     if decision is False:

@@ -32,6 +32,7 @@ from agentctx_fast.runner._leases import TaskLeaseKeeper
 from agentctx_fast.runner._state import check_agent, check_history
 from agentctx_fast.runner.events import StreamEvent, TurnEnded
 from agentctx_fast.stores._bridge import AwaitableAgentTurnStore
+from agentctx_fast.stores.base import AsyncAgentStore
 from agentctx_fast.stores.turns import AsyncAgentTurnStore, InMemoryAgentTurnStore
 
 try:  # asyncio's own (private) switch of the current task, which an eager task needs
@@ -58,7 +59,7 @@ class AsyncAgentRunner:
 
     def __init__(
         self,
-        store: Any = None,
+        store: AsyncAgentStore | None = None,
         chat_memory_provider: AsyncChatMemoryProvider | None = None,
         *,
         metrics: AgentMetrics | None = None,
@@ -73,7 +74,7 @@ class AsyncAgentRunner:
         memories = None if provider is None else _memories(provider)
         states = awaitable_state_store(
             store.compression_state_store()
-            if callable(getattr(store, "compression_state_store", None))
+            if store is not None and callable(getattr(store, "compression_state_store", None))
             else InMemoryCompressionStateStore()
         )
         self._engine = TurnEngine(

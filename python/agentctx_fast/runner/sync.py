@@ -25,6 +25,7 @@ from agentctx_fast.runner._io import BlockingTurnIO
 from agentctx_fast.runner._leases import ThreadLeaseKeeper
 from agentctx_fast.runner._state import check_agent, check_history
 from agentctx_fast.stores._bridge import awaitable_turn_store
+from agentctx_fast.stores.base import AgentStore
 from agentctx_fast.stores.turns import AgentTurnStore, InMemoryAgentTurnStore
 from agentctx_fast.tools import is_async_callable
 
@@ -41,7 +42,7 @@ class AgentRunner:
 
     def __init__(
         self,
-        store: Any = None,
+        store: AgentStore | None = None,
         chat_memory_provider: ChatMemoryProvider | None = None,
         *,
         metrics: AgentMetrics | None = None,
@@ -55,7 +56,7 @@ class AgentRunner:
         memories = None if provider is None else _memories(provider)
         states = awaitable_state_store(
             store.compression_state_store()
-            if callable(getattr(store, "compression_state_store", None))
+            if store is not None and callable(getattr(store, "compression_state_store", None))
             else InMemoryCompressionStateStore()
         )
         self._engine = TurnEngine(memories, turns, states, self._keeper, seconds, clock, metrics)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from agentctx_fast.stores.base import AgentStore, AsyncAgentStore
 from agentctx_fast.stores.memory import AsyncInMemoryAgentStore, InMemoryAgentStore
 from agentctx_fast.stores.serializer import AgentStoreSerializer, JsonAgentStoreSerializer
 
@@ -19,7 +20,9 @@ if TYPE_CHECKING:
     from agentctx_fast.stores.sql import AsyncSqlAgentStore, SqlAgentStore
 
 __all__ = [
+    "AgentStore",
     "AgentStoreSerializer",
+    "AsyncAgentStore",
     "AsyncInMemoryAgentStore",
     "AsyncRedisAgentStore",
     "AsyncSqlAgentStore",

@@ -411,6 +411,7 @@ async def _reply(reply: Any) -> Any:
 
 
 __all__ = [
+    "AsyncRedisCluster",
     "RedisCluster",
     "RedisPort",
     "conversation_key",

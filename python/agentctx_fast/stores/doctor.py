@@ -33,7 +33,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentctx_fast.errors import (
     AgentCtxError,
@@ -60,6 +60,12 @@ from agentctx_fast.stores.turns import (
 from agentctx_fast.turns import TurnStatus
 
 __all__ = ["Finding", "QuarantinedRecord", "diagnose", "quarantined", "repair"]
+
+if TYPE_CHECKING:  # each store's extra is needed only to use that store
+    from agentctx_fast.stores.redis import AsyncRedisAgentStore
+    from agentctx_fast.stores.sql import AsyncSqlAgentStore
+
+    DoctorStore = AsyncSqlAgentStore | AsyncRedisAgentStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +106,7 @@ def _records(store: Any) -> Any:
 
 
 async def diagnose(
-    store: Any, conversation_ids: Sequence[str] | None = None, *, now: float | None = None
+    store: DoctorStore, conversation_ids: Sequence[str] | None = None, *, now: float | None = None
 ) -> list[Finding]:
     """Every problem of ``conversation_ids`` (all the store's conversations when None)."""
     records = _records(store)
@@ -241,7 +247,7 @@ def _transitions(
 
 
 async def repair(
-    store: Any, conversation_ids: Sequence[str] | None = None, *, now: float | None = None
+    store: DoctorStore, conversation_ids: Sequence[str] | None = None, *, now: float | None = None
 ) -> tuple[list[str], list[Finding]]:
     """Repair what `diagnose` finds repairable; returns one line per repair (``repaired: …``,
     or ``not repaired: …`` with the reason) and the findings left after it. Corrupt records go
@@ -321,7 +327,7 @@ async def _stand_in(
     return bool(await store.turn_store().save_turn(snapshot, 0))
 
 
-async def quarantined(store: Any, conversation_id: str) -> list[QuarantinedRecord]:
+async def quarantined(store: DoctorStore, conversation_id: str) -> list[QuarantinedRecord]:
     """The records `repair` moved out of ``conversation_id``, oldest first."""
     result: list[QuarantinedRecord] = await _records(store).quarantined(conversation_id)
     return result

@@ -55,6 +55,7 @@ from agentctx_fast.stores._loader import (
 )
 from agentctx_fast.stores._records import UndecodableRecord
 from agentctx_fast.stores._redis_io import (
+    AsyncRedisCluster,
     RedisCluster,
     RedisPort,
     conversation_key,
@@ -288,7 +289,7 @@ class AsyncRedisAgentStore(_RedisStoreBase):
 
     def __init__(
         self,
-        client_or_url: Any,
+        client_or_url: redis.asyncio.Redis | AsyncRedisCluster | str,
         key_prefix: str = "agent:",
         serializer: AgentStoreSerializer | None = None,
         *,
@@ -296,9 +297,6 @@ class AsyncRedisAgentStore(_RedisStoreBase):
         message_cache_bytes: int = DEFAULT_MESSAGE_CACHE_BYTES,
     ) -> None:
         check_key_prefix(key_prefix)
-        import redis.asyncio as aioredis
-        from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-
         made: list[float | None] = []
 
         def from_url(url: str) -> Any:
@@ -307,7 +305,7 @@ class AsyncRedisAgentStore(_RedisStoreBase):
             return client
 
         client, owns = _client_argument(
-            client_or_url, (aioredis.Redis, AsyncRedisCluster), from_url
+            client_or_url, (redis.asyncio.Redis, AsyncRedisCluster), from_url
         )
         super().__init__(
             client,
@@ -318,6 +316,7 @@ class AsyncRedisAgentStore(_RedisStoreBase):
             message_cache_bytes,
             made[0] if made else None,
         )
+        self.client: redis.asyncio.Redis | AsyncRedisCluster = client
         self._turn_store: AsyncRedisAgentTurnStore | None = None
 
     def chat_memory(self, conversation_id: str) -> AsyncRedisChatMemory:
