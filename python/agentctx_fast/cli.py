@@ -113,8 +113,6 @@ def _store_for(url: str) -> Any:
         return RedisAgentStore(url)
     from agentctx_fast.stores.sql import SqlAgentStore
 
-    if url.startswith(("postgresql://", "postgres://")):
-        url = "postgresql+psycopg://" + url.split("://", 1)[1]
     store = SqlAgentStore(url)
     store.schema().initialize()
     return store
