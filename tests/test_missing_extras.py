@@ -137,4 +137,3 @@ def test_star_import_works_without_the_store_extras() -> None:
         "sqlalchemy is not installed; install the extra: pip install 'agentctx-fast[sql]'",
         "redis is not installed; install the extra: pip install 'agentctx-fast[redis]'",
     ]
-
