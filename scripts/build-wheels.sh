@@ -15,7 +15,8 @@ fail() {
 }
 command -v cargo >/dev/null ||
     fail "cargo not found: the native wheel needs a Rust toolchain (install it with rustup)"
-python3 -m pip install --quiet --disable-pip-version-check -r scripts/build-requirements.txt ||
+PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check \
+    -r scripts/build-requirements.txt ||
     fail "could not install the build tools into $(python3 -c 'import sys; print(sys.prefix)');" \
         "install them yourself: python3 -m pip install -r scripts/build-requirements.txt"
 if [[ "$(uname -s)" == "Linux" ]]; then
