@@ -41,7 +41,8 @@ UI-only messages ("kind": "action" or "form") that stay in the history and never
 model. --json prints the window as Chat Completions request messages (the messages= list);
 add --ids to keep each message's "id" (a storage form, not API input). A window ending with
 tool calls that have no result is not a request a model API accepts: --json refuses it (exit
-status 2, naming the calls) unless --close-pending adds an error result to each ("not run").
+status 2, naming the calls) unless --close-pending adds an error result to each ("not run");
+--json --ids, a storage form, prints it as it is.
 A reader closing the output early (agentctx ... | head) ends the command with status 141.
 """
 
