@@ -5,13 +5,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/servers.sh
-python3 -m pip install --quiet --upgrade "pip>=23" "maturin>=1.5,<2"
+python3 -m pip install --quiet --upgrade "pip>=23"
+python3 -m pip install --quiet -r scripts/build-requirements.txt  # maturin, ziglang, auditwheel
 # An extension built for one interpreter by an older checkout would shadow the abi3 one.
 rm -f python/agentctx_fast/_native.cpython-*.so
 if [[ "$(uname -s)" == "Linux" ]]; then
     # The extension is built as the native wheel is (zig links it against glibc 2.17, see
     # scripts/build-wheels.sh), in the same cargo target, so building the wheel reuses it.
-    python3 -m pip install --quiet "ziglang>=0.13,<0.14" "auditwheel>=6"
     MATURIN_PEP517_ARGS="--zig --compatibility manylinux2014" \
         python3 -m pip install --quiet --no-build-isolation -e ".[dev]"
 else

@@ -1,8 +1,10 @@
-"""Smoke test of an installed wheel: the backend it reports, a window, a SQLite store round
-trip. Run from outside the source tree: python3 smoke_test.py EXPECTED_BACKEND"""
+"""Smoke test of an installed wheel: the backend it reports, its version and license, a window,
+a SQLite store round trip. Run from outside the source tree:
+python3 smoke_test.py EXPECTED_BACKEND EXPECTED_VERSION"""
 
 from __future__ import annotations
 
+import importlib.metadata
 import sys
 import time
 
@@ -18,9 +20,17 @@ from agentctx_fast import (
     build_window,
 )
 
-expected = sys.argv[1]
+expected, expected_version = sys.argv[1], sys.argv[2]
 if agentctx_fast.backend != expected:
     sys.exit(f"backend is {agentctx_fast.backend!r}, expected {expected!r}")
+if agentctx_fast.__version__ != expected_version:
+    sys.exit(f"__version__ is {agentctx_fast.__version__!r}, expected {expected_version!r}")
+distribution = importlib.metadata.distribution("agentctx-fast")
+licenses = [f for f in distribution.files or () if f.name == "LICENSE"]
+if len(licenses) != 1 or not licenses[0].read_text().startswith("MIT License\n"):
+    sys.exit(f"the installed wheel has no MIT LICENSE file: {licenses}")
+if distribution.metadata["License-Expression"] != "MIT":
+    sys.exit(f"License-Expression is {distribution.metadata['License-Expression']!r}")
 history = [
     UserMessage("Where is ORD-2024-001?", message_id="u1"),
     AiMessage(tool_calls=(ToolCall("call_0", "get_order", '{"id": 1}'),), message_id="a1"),
@@ -56,6 +66,7 @@ else:
     else:
         sys.exit("BpeTokenEstimator on the pure wheel without tiktoken did not fail")
 print(
-    f"python {sys.version.split()[0]}: backend {agentctx_fast.backend}, "
+    f"python {sys.version.split()[0]}: agentctx_fast {agentctx_fast.__version__} (MIT), "
+    f"backend {agentctx_fast.backend}, "
     f"window of {len(window.messages)} messages, SQLite round trip ok{first_use}"
 )

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from openai.types.chat import ChatCompletionMessageParam
 
 from agentctx_fast import AgentActionMessage, AgentFormMessage, build_window, to_openai
-from agentctx_fast.cli import ConversationFileError, main, read_conversation
+from agentctx_fast.cli import PENDING_TEXT, ConversationFileError, main, read_conversation
 from agentctx_fast.tokens import estimator_for_model
 from openai_schema import request_errors, type_errors
 
@@ -98,14 +98,95 @@ def test_summary_line_matches_build_window(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_json_is_the_request_messages_of_the_window(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["window", str(EXAMPLE), "--json"]) == 0
+    """The example ends with a call still running: ``--close-pending`` answers it "not run"."""
+    assert main(["window", str(EXAMPLE), "--json", "--close-pending"]) == 0
     captured = capsys.readouterr()
     assert captured.err == ""
     printed = json.loads(captured.out)
     window = build_window(read_conversation(EXAMPLE))
-    assert printed == to_openai(window.messages)
+    assert printed[:-1] == to_openai(window.messages)
+    assert printed[-1] == {"role": "tool", "tool_call_id": "call_0", "content": PENDING_TEXT}
     assert type_errors(printed, list[ChatCompletionMessageParam]) == []
+    assert request_errors({"model": "gpt-4o", "messages": printed}) is None
     assert all("id" not in entry for entry in printed)
+
+
+def _pending_file(tmp_path: Path) -> Path:
+    """The example with a last turn of three calls, only the second of them answered; the
+    earlier turns reuse the call ids (ids are unique within a turn only)."""
+    entries = json.loads(EXAMPLE.read_text(encoding="utf-8"))
+    calls = [
+        {"id": f"call_{i}", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        for i in range(3)
+    ]
+    path = tmp_path / "pending.json"
+    last = [
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        {"role": "tool", "tool_call_id": "call_1", "content": "done"},
+    ]
+    path.write_text(json.dumps([*entries[:-1], *last]), encoding="utf-8")
+    return path
+
+
+def test_json_refuses_a_window_with_calls_left_without_results(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    line = _error_line(capsys, str(EXAMPLE), "--json")
+    assert line.startswith(f"agentctx: {EXAMPLE}: ") and "(call_0)" in line
+    assert "--close-pending" in line
+    line = _error_line(capsys, str(_pending_file(tmp_path)), "--json")
+    assert "(call_0, call_2)" in line
+
+
+def test_close_pending_answers_each_open_call_as_not_run(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = _pending_file(tmp_path)
+    assert main(["window", str(path), "--json", "--close-pending"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert request_errors({"model": "gpt-4o", "messages": printed}) is None
+    assert printed[-3:] == [
+        {"role": "tool", "tool_call_id": "call_1", "content": "done"},
+        {"role": "tool", "tool_call_id": "call_0", "content": PENDING_TEXT},
+        {"role": "tool", "tool_call_id": "call_2", "content": PENDING_TEXT},
+    ]
+    assert main(["window", str(path), "--close-pending"]) == 0  # the table shows them too
+    out = capsys.readouterr().out
+    assert "closed pending call call_0 as not run" in out
+    assert "closed pending call call_2 as not run" in out
+
+
+def test_a_closed_pipe_ends_the_command_quietly(tmp_path: Path) -> None:
+    """``agentctx … | head``: the reader is gone before anything is written (deterministic:
+    the pipe's read end is closed first), small output and output past the pipe's buffer."""
+    big = tmp_path / "big.json"
+    turns = [
+        [{"role": "user", "content": f"question {i} " * 40}, {"role": "assistant", "content": "a"}]
+        for i in range(400)
+    ]
+    big.write_text(json.dumps([entry for turn in turns for entry in turn]), encoding="utf-8")
+    for args in (
+        ["window", str(EXAMPLE)],
+        ["window", str(big), "--json", "--max-turns", "1000", "--max-messages", "1000"],
+        ["demo", "--db", str(tmp_path / "demo.db")],
+    ):
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        try:
+            result = subprocess.run(
+                [sys.executable, "-m", "agentctx_fast", *args],
+                stdout=write_end,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=120,
+                cwd=ROOT,
+                env=os.environ.copy(),
+                check=False,
+            )
+        finally:
+            os.close(write_end)
+        assert result.returncode == 141, (args, result.stderr)
+        assert result.stderr == "", args
 
 
 def test_json_of_a_closed_conversation_is_accepted_as_api_input(

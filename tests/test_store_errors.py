@@ -17,14 +17,22 @@ import pytest
 import sqlalchemy as sa
 
 from agentctx_fast import (
+    Agent,
     AgentCtxError,
+    AgentRunner,
+    AiMessage,
+    AsyncAgentRunner,
+    AsyncScriptedChatModel,
     SchemaNotInitializedError,
+    ScriptedChatModel,
     StoreError,
     StoreUnavailableError,
+    TurnStatus,
     UserMessage,
 )
 from agentctx_fast.stores.redis import AsyncRedisAgentStore, RedisAgentStore
 from agentctx_fast.stores.sql import AsyncSqlAgentStore, SqlAgentStore
+from agentctx_fast.stores.turns import AgentTurnSnapshot
 from store_fixtures import store_url
 
 MODES = ("blocking", "async")
@@ -79,14 +87,38 @@ def _sql_store(kind: str, mode: str, request: pytest.FixtureRequest, prefix: str
 
 
 def _store_calls(store: Any) -> list[Callable[[], Any]]:
+    """Every operation of a memory and of a turn store, and a runner's turn."""
     memory = store.chat_memory("c1")
     turns = store.turn_store()
+    message = UserMessage("hi", message_id="u1")
+    if isinstance(store, AsyncSqlAgentStore):
+        agent = Agent("a", AsyncScriptedChatModel([AiMessage("ok")]))
+        runner: Any = AsyncAgentRunner(store)
+    else:
+        agent = Agent("a", ScriptedChatModel([AiMessage("ok")]))
+        runner = AgentRunner(store)
     return [
-        lambda: memory.add_message_if_absent(UserMessage("hi", message_id="u1")),
+        lambda: memory.add_message_if_absent(message),
+        lambda: memory.add_messages_if_absent([message]),
+        lambda: memory.add_message(message),
         lambda: memory.get_messages(),
+        lambda: memory.get_messages(2, offset=1),
+        lambda: memory.get_model_messages(5),
+        lambda: memory.get_message("u1"),
+        lambda: memory.update_message(message, 1),
+        lambda: memory.message_count(),
+        lambda: memory.clear(),
         lambda: store.compression_state_store().load("c1"),
         lambda: turns.load_turn("c1", "t1"),
+        lambda: turns.save_turn(AgentTurnSnapshot("c1", "t1", "a", TurnStatus.RUNNING), 0),
+        lambda: turns.open_turn("c1"),
         lambda: turns.acquire_conversation("c1", "t1", "me", 30.0, 1.0),
+        lambda: turns.renew_lease("c1", "t1", "me", 30.0, 1.0),
+        lambda: turns.suspend_conversation("c1", "t1", "me"),
+        lambda: turns.reacquire_conversation("c1", "t1", "me", 30.0, 1.0),
+        lambda: turns.request_cancel("c1", "t1", 1.0),
+        lambda: turns.release_conversation("c1", "t1", "me", 1.0),
+        lambda: runner.run(agent, "c1", "hi"),
     ]
 
 
@@ -102,7 +134,7 @@ def test_missing_tables_raise_schema_not_initialized(
 
     store = asyncio.run(made()) if mode == "async" else make()
     errors = _each_call(store, _store_calls, mode)
-    assert len(errors) == 5
+    assert len(errors) == 21
     for error in errors:
         assert isinstance(error, SchemaNotInitializedError), repr(error)
         assert not isinstance(error, StoreUnavailableError)

@@ -8,6 +8,7 @@ True
 from typing import TYPE_CHECKING
 
 from agentctx_fast._backend import backend
+from agentctx_fast._version import __version__ as __version__
 from agentctx_fast.agent import Agent, AgentTurn
 from agentctx_fast.calibration import CalibratedTokenEstimator
 from agentctx_fast.chat_model import AsyncChatModel, ChatModel, StreamingChatModel

@@ -7,13 +7,16 @@ a customer-support conversation with tools, an approval and a resumed turn on th
 SQLite store (or a Redis or PostgreSQL store) and prints every model window. ``agentctx schema
 --url URL`` prints the SQL store's DDL for the URL's dialect; ``agentctx doctor --store URL``
 checks a store's records (`agentctx_fast.stores.doctor`). Bad input ends with one line on
-standard error and exit status 2, never a traceback.
+standard error and exit status 2, never a traceback. A reader that closes the output early
+(``agentctx … | head``) ends the command quietly with status 141, as a command killed by
+SIGPIPE does, so a pipeline under ``set -o pipefail`` sees the output was cut short.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,9 +25,11 @@ from typing import Any
 from agentctx_fast._backend import backend
 from agentctx_fast._conversation_file import ConversationFileError, read_conversation
 from agentctx_fast.errors import AgentCtxError
-from agentctx_fast.messages import AiMessage, Message, SystemMessage
+from agentctx_fast.messages import AiMessage, Message, SystemMessage, ToolMessage
 from agentctx_fast.openai import to_openai
+from agentctx_fast.protocol import close_unanswered_calls, unanswered_calls
 from agentctx_fast.tokens import DEFAULT_ESTIMATOR, TokenEstimator, estimator_for_model
+from agentctx_fast.turns import segment_turns
 from agentctx_fast.window import ContextWindow, build_window
 
 __all__ = ["ConversationFileError", "main", "read_conversation"]
@@ -34,8 +39,16 @@ FILE holds OpenAI chat-format messages: a JSON array, JSONL (one message a line)
 object with a "messages" array; "-" reads standard input. Entries with "role": "ui" are
 UI-only messages ("kind": "action" or "form") that stay in the history and never reach the
 model. --json prints the window as Chat Completions request messages (the messages= list);
-add --ids to keep each message's "id" (a storage form, not API input).
+add --ids to keep each message's "id" (a storage form, not API input). A window ending with
+tool calls that have no result is not a request a model API accepts: --json refuses it (exit
+status 2, naming the calls) unless --close-pending adds an error result to each ("not run");
+--json --ids, a storage form, prints it as it is.
+A reader closing the output early (agentctx ... | head) ends the command with status 141.
 """
+
+PENDING_TEXT = "not run: the conversation has no result for this call"
+"""The result ``--close-pending`` gives each call left without one."""
+
 
 def _excerpt(message: Message, width: int = 60) -> str:
     text = getattr(message, "text", None) or ""
@@ -62,9 +75,11 @@ def _role(message: Message) -> str:
 _ROLES = {"UserMessage": "user", "AiMessage": "assistant", "ToolMessage": "tool"}
 
 
-def _print_table(window: ContextWindow, estimator: TokenEstimator) -> None:
+def _print_table(
+    window: ContextWindow, closed: list[ToolMessage], estimator: TokenEstimator
+) -> None:
     print(f"{'role':<10} {'id':<24} {'tokens':>6}  text")
-    for m in window.messages:
+    for m in [*window.messages, *closed]:
         tokens = estimator.estimate([m])
         print(f"{_role(m):<10} {m.message_id[:24]:<24} {tokens:>6}  {_excerpt(m)}")
     print(
@@ -75,6 +90,8 @@ def _print_table(window: ContextWindow, estimator: TokenEstimator) -> None:
     )
     for repair in window.repairs:
         print(f"   repaired {repair.kind} at {repair.message_id} ({repair.tool_call_id})")
+    for m in closed:
+        print(f"   closed pending call {m.tool_call_id} as not run (--close-pending)")
 
 
 def _window_command(args: argparse.Namespace) -> int:
@@ -90,11 +107,26 @@ def _window_command(args: argparse.Namespace) -> int:
         max_attached_tokens=args.max_tokens,
         token_estimator=None if args.model is None else estimator,
     )
+    # Only the current turn can have calls without results: the window repairs the others.
+    starts = segment_turns(window.messages).starts
+    current = window.messages[int(starts[-1]) if len(starts) else 0 :]
+    pending = [call_id for call_id, _ in unanswered_calls(current)]
+    closed: list[ToolMessage] = []
+    if pending and args.close_pending:
+        closed = close_unanswered_calls(current, lambda _: PENDING_TEXT, id_prefix="pending")
+    elif pending and args.json and not args.ids:
+        print(
+            f"agentctx: {args.file}: the window ends with tool calls that have no result "
+            f"({', '.join(pending)}), which a model API refuses; add their results to the "
+            "conversation, or pass --close-pending to close them as not run",
+            file=sys.stderr,
+        )
+        return 2
     if args.json:
-        entries = to_openai(window.messages, include_ids=args.ids)
+        entries = to_openai([*window.messages, *closed], include_ids=args.ids)
         print(json.dumps(entries, ensure_ascii=False, indent=2))
     else:
-        _print_table(window, estimator)
+        _print_table(window, closed, estimator)
     if args.max_tokens is not None and window.estimated_tokens > args.max_tokens:
         # Only the system message and the current turn are left (rule 3 keeps them whole).
         print(
@@ -113,8 +145,6 @@ def _store_for(url: str) -> Any:
         return RedisAgentStore(url)
     from agentctx_fast.stores.sql import SqlAgentStore
 
-    if url.startswith(("postgresql://", "postgres://")):
-        url = "postgresql+psycopg://" + url.split("://", 1)[1]
     store = SqlAgentStore(url)
     store.schema().initialize()
     return store
@@ -197,6 +227,11 @@ def _parser() -> argparse.ArgumentParser:
     window.add_argument(
         "--ids", action="store_true", help='with --json, add each message\'s "id" (not API input)'
     )
+    window.add_argument(
+        "--close-pending", action="store_true",
+        help="give each tool call left without a result an error result saying it did not run "
+        "(without it, --json refuses such a window)",
+    )
     window.set_defaults(run=_window_command)
     demo = commands.add_parser(
         "demo",
@@ -257,7 +292,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``agentctx`` command; returns the exit status (2 for bad input)."""
     args = _parser().parse_args(argv)
     try:
-        return int(args.run(args))
+        status = int(args.run(args))
+        sys.stdout.flush()  # a reader that closed the pipe shows here, not at exit
+        return status
+    except BrokenPipeError:
+        # The documented way (Python's signal module docs): what is still buffered goes to
+        # devnull at exit, so no "Exception ignored" message follows.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     except ConversationFileError as error:
         print(f"agentctx: {error}", file=sys.stderr)
     except (AgentCtxError, OSError) as error:

@@ -22,11 +22,9 @@ def open_store(url: str, prefix: str | None, cluster: bool = False) -> Any:
             return _redis_store(url, cluster, options)
         if cluster:
             raise InvalidArgumentError("--cluster needs a redis:// URL")
-        if url.startswith(("sqlite:", "postgresql:", "postgresql+", "postgres:")):
+        if url.split(":", 1)[0].split("+", 1)[0] in ("sqlite", "postgresql", "postgres"):
             from agentctx_fast.stores.sql import AsyncSqlAgentStore
 
-            if url.startswith("postgres:"):
-                url = "postgresql:" + url.removeprefix("postgres:")
             if prefix is not None:
                 options["table_prefix"] = prefix
             return AsyncSqlAgentStore(url, **options)

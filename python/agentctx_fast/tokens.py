@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 from agentctx_fast._backend import backend, core, native
 from agentctx_fast._cache import GenerationCache
+from agentctx_fast._extras import missing_dependency
 from agentctx_fast._reference.message_tokens import message_tokens_one
 from agentctx_fast._reference.tokens import ENCODINGS as _ENCODINGS
 from agentctx_fast._reference.tokens import check_encoding as _check_encoding
@@ -211,8 +212,10 @@ def _local_tiktoken(name: str) -> tiktoken.Encoding:
 
 
 def _load_encoding(encoding: Any) -> tiktoken.Encoding:
-    import tiktoken
-
+    try:
+        import tiktoken
+    except ImportError as error:
+        raise missing_dependency("tiktoken", error) from error
     if isinstance(encoding, tiktoken.Encoding):
         return encoding
     if not isinstance(encoding, str):

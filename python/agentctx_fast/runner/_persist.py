@@ -10,9 +10,10 @@ from agentctx_fast import metrics as m
 from agentctx_fast.agent import Agent, AgentTurn
 from agentctx_fast.errors import LeaseLostError, StoreBusyError, StoreError, TurnStateError
 from agentctx_fast.memory import AsyncChatMemory
-from agentctx_fast.messages import AiMessage, Message, ToolMessage
+from agentctx_fast.messages import AiMessage, Message
+from agentctx_fast.protocol import close_unanswered_calls
 from agentctx_fast.runner._io import AsyncTurnIO, BlockingTurnIO
-from agentctx_fast.runner._reads import read_history, unanswered_calls
+from agentctx_fast.runner._reads import read_history
 from agentctx_fast.runner._state import (
     MAY_HAVE_RUN_TEXT,
     TurnIO,
@@ -137,17 +138,14 @@ class Persistence(ToolSteps):
     async def _close_calls(self, run: TurnRun, text: str) -> None:
         """Answer every call left without a result: ``text`` ("not run: …") for a call known
         not to have started, "may have run" for one that may have (SPEC §20)."""
-        closing: list[Message] = [
-            ToolMessage(
-                call_id,
-                MAY_HAVE_RUN_TEXT if may_have_run(run, call_id) else text,
-                tool_name=tool_name,
-                is_error=True,
-                message_id=f"{run.turn_id}:closed:{index}",
+        closing: list[Message] = list(
+            close_unanswered_calls(
+                run.messages,
+                lambda call_id: MAY_HAVE_RUN_TEXT if may_have_run(run, call_id) else text,
+                id_prefix=run.turn_id,
                 turn_id=run.turn_id,
             )
-            for index, (call_id, tool_name) in enumerate(unanswered_calls(run.messages))
-        ]
+        )
         await self._append_all(run, closing)  # one write: the protocol is whole or unchanged
 
     def _lost(self, run: TurnRun) -> LeaseLostError:

@@ -115,18 +115,6 @@ def _least_size(turn: Sequence[Message], compactable: bool) -> int:
     return min(size, 2) if compactable and call_ids else size
 
 
-def unanswered_calls(messages: Sequence[Message]) -> list[tuple[str, str]]:
-    """``(tool_call_id, tool_name)`` of the calls in ``messages`` that have no result, in order."""
-    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
-    return [
-        (call.id, call.name)
-        for m in messages
-        if isinstance(m, AiMessage)
-        for call in m.tool_calls
-        if call.id not in answered
-    ]
-
-
 class HistoryReads(EngineState):
     """Reads a conversation's memory and turn records for the loop (a part of `TurnEngine`)."""
 

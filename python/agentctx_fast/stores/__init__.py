@@ -3,14 +3,18 @@
 `SqlAgentStore` / `AsyncSqlAgentStore` need SQLAlchemy (and psycopg for PostgreSQL, aiosqlite
 for async SQLite), `RedisAgentStore` / `AsyncRedisAgentStore` need redis-py; they are imported
 on first use, so the in-memory stores work without either, and a missing package raises
-`MissingDependencyError` naming the extra to install.
+`MissingDependencyError` naming the extra to install (where the store is made, when the name
+was imported from this package: ``from agentctx_fast import *`` works without the extras).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from agentctx_fast._extras import stand_in
+from agentctx_fast.errors import MissingDependencyError
 from agentctx_fast.stores.base import AgentStore, AsyncAgentStore
 from agentctx_fast.stores.memory import AsyncInMemoryAgentStore, InMemoryAgentStore
 from agentctx_fast.stores.serializer import AgentStoreSerializer, JsonAgentStoreSerializer
@@ -42,7 +46,14 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
+    if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    return _load(name)
+
+
+@functools.cache
+def _load(name: str) -> Any:
+    try:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    except MissingDependencyError as error:
+        return stand_in(name, error)

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from agentctx_fast._extras import missing_dependency
 from agentctx_fast.errors import (
     AgentCtxError,
     LeaseLostError,
@@ -29,7 +30,6 @@ from agentctx_fast.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from agentctx_fast.stores._extras import missing_dependency
 
 try:
     import redis

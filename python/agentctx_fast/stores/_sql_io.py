@@ -35,6 +35,7 @@ from contextlib import (
 )
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from agentctx_fast._extras import missing_dependency, require
 from agentctx_fast._sync import run_sync
 from agentctx_fast._tasks import wait_uncut
 from agentctx_fast.errors import (
@@ -44,7 +45,6 @@ from agentctx_fast.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from agentctx_fast.stores._extras import missing_dependency, require
 
 try:
     import sqlalchemy as sa
@@ -784,17 +784,41 @@ class _Trip:
         self.cancelled = False
 
 
+def database_url(url: str, asyncio_mode: bool = False) -> sa.engine.URL:
+    """``url`` parsed, with ``postgres://`` read as ``postgresql://`` (the spelling libpq and
+    many hosting services give) and PostgreSQL on psycopg, the driver the ``postgresql`` extra
+    installs, unless the URL names another."""
+    parsed = sa.engine.make_url(url)
+    backend, _, driver = parsed.drivername.partition("+")
+    if backend == "postgres":
+        parsed = parsed.set(drivername="postgresql" + ("+" + driver if driver else ""))
+    # psycopg2 has no asyncio mode: the async store runs that URL on psycopg too.
+    if parsed.drivername == "postgresql" or (
+        asyncio_mode and parsed.drivername == "postgresql+psycopg2"
+    ):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def _connectable_url(url: str, asyncio_mode: bool) -> sa.engine.URL:
+    """`database_url`, its driver checked: a missing psycopg names the ``postgresql`` extra."""
+    parsed = database_url(url, asyncio_mode)
+    if parsed.drivername == "postgresql+psycopg":
+        require("psycopg", "postgresql")
+    return parsed
+
+
 def blocking_engine(url: str) -> Engine:
     """The engine a blocking store creates for ``url``."""
-    parsed = sa.engine.make_url(url)
+    parsed = _connectable_url(url, asyncio_mode=False)
     if parsed.get_backend_name() != "sqlite":
-        return sa.create_engine(url, **POOL_OPTIONS)
+        return sa.create_engine(parsed, **POOL_OPTIONS)
     if parsed.database in (None, "", ":memory:"):
         # One shared connection, or every connection would see its own empty database.
         return sa.create_engine(
-            url, poolclass=StaticPool, connect_args={"check_same_thread": False}
+            parsed, poolclass=StaticPool, connect_args={"check_same_thread": False}
         )
-    engine = sa.create_engine(url, connect_args=_busy_timeout(parsed))
+    engine = sa.create_engine(parsed, connect_args=_busy_timeout(parsed))
     sa.event.listen(engine, "connect", _sqlite_pragmas)
     return engine
 
@@ -805,7 +829,7 @@ def async_engine(url: str) -> AsyncEngine:
     require("sqlalchemy.ext.asyncio", "sql")
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    parsed = sa.engine.make_url(url)
+    parsed = _connectable_url(url, asyncio_mode=True)
     backend = parsed.get_backend_name()
     if backend == "sqlite":
         require("aiosqlite", "sql")
@@ -829,9 +853,6 @@ def async_engine(url: str) -> AsyncEngine:
         sa.event.listen(engine.sync_engine, "begin", _aiosqlite.begin_immediate)
         return engine
     if backend == "postgresql":
-        require("psycopg", "postgresql")
-        if parsed.drivername in ("postgresql", "postgresql+psycopg2"):
-            parsed = parsed.set(drivername="postgresql+psycopg")
         return create_async_engine(parsed, **POOL_OPTIONS)
     return create_async_engine(parsed)
 

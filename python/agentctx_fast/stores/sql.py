@@ -20,8 +20,6 @@ from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.schema import CreateIndex, CreateTable
-
 from agentctx_fast._ids import check_identifier
 from agentctx_fast._sync import run_sync
 from agentctx_fast.coordinator import AgentContextCompressionState, check_expected_version
@@ -63,6 +61,7 @@ from agentctx_fast.stores._sql_io import (
     async_engine,
     blocking_engine,
     check_dialect,
+    database_url,
     sa,
     sa_exc,
 )
@@ -251,9 +250,9 @@ def _create(connection: Any, *, tables: Sequence[sa.Table], key: int) -> None:
     if connection.dialect.name == "postgresql":
         connection.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
     for table in tables:
-        connection.execute(CreateTable(table, if_not_exists=True))
+        connection.execute(sa.schema.CreateTable(table, if_not_exists=True))
         for index in sorted(table.indexes, key=lambda index: str(index.name)):
-            connection.execute(CreateIndex(index, if_not_exists=True))
+            connection.execute(sa.schema.CreateIndex(index, if_not_exists=True))
 
 
 async def _drop(store: _SqlStoreBase) -> None:
@@ -657,16 +656,16 @@ def schema_ddl(url: str, table_prefix: str = "agent_") -> str:
     """
     check_table_prefix(table_prefix)
     try:
-        dialect = sa.engine.make_url(url).get_dialect()()
+        dialect = database_url(url).get_dialect()()
     except (sa_exc.ArgumentError, ImportError) as error:
         raise InvalidArgumentError(f"cannot use database URL: {error}") from error
     name = check_dialect(dialect.name)
     tables = _Tables(table_prefix, name)
     statements: list[str] = []
     for table in tables.metadata.sorted_tables:
-        statements.append(_statement(CreateTable(table).compile(dialect=dialect)))
+        statements.append(_statement(sa.schema.CreateTable(table).compile(dialect=dialect)))
         for index in sorted(table.indexes, key=lambda index: str(index.name)):
-            statements.append(_statement(CreateIndex(index).compile(dialect=dialect)))
+            statements.append(_statement(sa.schema.CreateIndex(index).compile(dialect=dialect)))
     return "\n\n".join(statements) + "\n"
 
 
