@@ -19,7 +19,7 @@ from agentctx_fast import (
 )
 from agentctx_fast.coordinator import AgentContextCompressionState
 from agentctx_fast.stores.turns import AgentTurnSnapshot
-from store_fixtures import ASYNC_STORE_KINDS, STORE_KINDS, make_store, new_conversation_id
+from store_fixtures import ASYNC_STORE_KINDS, STORE_KINDS, new_conversation_id
 
 LONG = 3600.0
 
@@ -46,7 +46,9 @@ def _fill(store: Any, conversation_id: str, *, turns: int = 1) -> None:
     for i in range(turns):
         snapshot = AgentTurnSnapshot(conversation_id, f"t{i}", "agent", TurnStatus.COMPLETED)
         assert turn_store.save_turn(snapshot, 0)
-    assert turn_store.acquire_conversation(conversation_id, "t-open", "me", LONG, time.time()) is None
+    assert (
+        turn_store.acquire_conversation(conversation_id, "t-open", "me", LONG, time.time()) is None
+    )
     assert turn_store.suspend_conversation(conversation_id, "t-open", "me")
 
 
@@ -85,9 +87,7 @@ def _raw_footprint(store: Any, kind: str, conversation_id: str) -> dict[str, int
         counts: dict[str, int] = {}
         with store.engine.connect() as connection:
             for table in {t.name: t for t in tables}.values():
-                query = sa.select(sa.func.count()).where(
-                    table.c.conversation_id == conversation_id
-                )
+                query = sa.select(sa.func.count()).where(table.c.conversation_id == conversation_id)
                 counts[table.name] = int(connection.execute(query).scalar_one())
         return {name: count for name, count in counts.items() if count}
     footprint: dict[str, int] = {}
@@ -102,9 +102,7 @@ def _raw_footprint(store: Any, kind: str, conversation_id: str) -> dict[str, int
     return footprint
 
 
-def test_delete_removes_every_record_of_the_conversation_only(
-    store: Any, store_kind: str
-) -> None:
+def test_delete_removes_every_record_of_the_conversation_only(store: Any, store_kind: str) -> None:
     kind = _base(store_kind)
     gone, kept = new_conversation_id(), new_conversation_id()
     for conversation_id in (gone, kept):

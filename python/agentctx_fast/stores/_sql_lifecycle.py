@@ -34,6 +34,7 @@ _RUNNING = TurnStatus.RUNNING.value
 
 
 def _insert(store: _SqlStoreBase, table: sa.Table) -> Any:
+    insert: Any
     if store._dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import insert
     else:
@@ -100,7 +101,7 @@ async def delete_conversation(
     def work(connection: Connection) -> None:
         inserted, held = _hold_leases(store, connection, [conversation_id])
         lease = held.get(conversation_id)
-        if not force and _running(conversation_id, lease, now):
+        if lease is not None and not force and _running(conversation_id, lease, now):
             turn_id = str(lease.turn_id)
             open_turn = ConversationLease(conversation_id, turn_id, TurnStatus.RUNNING, None, None)
             raise busy_error(conversation_id, open_turn)
@@ -156,8 +157,9 @@ def _idle(store: _SqlStoreBase, cutoff: float, after: str | None, batch_size: in
     t = store._tables
     activity = sa.union_all(
         *(
-            sa.select(table.c.conversation_id, sa.func.max(table.c.written_at).label("at"))
-            .group_by(table.c.conversation_id)
+            sa.select(
+                table.c.conversation_id, sa.func.max(table.c.written_at).label("at")
+            ).group_by(table.c.conversation_id)
             for table in (t.messages, t.turns)
         )
     ).subquery()
@@ -178,28 +180,25 @@ async def purge(
     """Delete the conversations idle since ``cutoff``, ``batch_size`` at a time (one
     transaction a batch, one ``DELETE`` a table), but those a turn runs in under a live
     lease; then prune finished turn records beyond ``keep_turn_records`` per conversation."""
-    removed = 0
+    removed: list[int] = []
     after: str | None = None
     while True:
-        rows = await store._port.rows("finding idle conversations", _idle(store, cutoff, after, batch_size))
-        batch = [str(row[0]) for row in rows]
+        query = _idle(store, cutoff, after, batch_size)
+        batch = [str(row[0]) for row in await store._port.rows("finding idle conversations", query)]
         if not batch:
             break
-        after = batch[-1]
-        done: list[int] = []
-        await store._port.run(
-            "purging conversations",
-            lambda connection, batch=batch: done.append(  # type: ignore[misc]
-                _purge_batch(store, connection, batch, cutoff, now)
-            ),
-        )
-        removed += done[0]
+        after = batch[-1]  # the ones skipped stay behind: the next batch starts after them
+
+        def work(connection: Connection, batch: list[str] = batch) -> None:
+            removed.append(_purge_batch(store, connection, batch, cutoff, now))
+
+        await store._port.run("purging conversations", work)
         if len(batch) < batch_size:
             break
     pruned = 0
     if keep_turn_records is not None:
         pruned = await _prune_turns(store, keep_turn_records, batch_size)
-    return Purged(removed, pruned)
+    return Purged(sum(removed), pruned)
 
 
 def _purge_batch(
@@ -230,9 +229,7 @@ def _purge_batch(
 
 def _running_or_corrupt(lease: Any, now: float) -> bool:
     """A purge keeps a running lease that is live, or whose expiry is missing."""
-    return bool(
-        lease.status == _RUNNING and (lease.expires_at is None or lease.expires_at > now)
-    )
+    return bool(lease.status == _RUNNING and (lease.expires_at is None or lease.expires_at > now))
 
 
 async def _prune_turns(store: _SqlStoreBase, keep: int, batch_size: int) -> int:

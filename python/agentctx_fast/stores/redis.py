@@ -29,11 +29,10 @@ same keys, so one reads what the other wrote.
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
-
-import time
 
 from agentctx_fast._ids import check_identifier
 from agentctx_fast._sync import run_sync

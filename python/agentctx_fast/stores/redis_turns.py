@@ -1,7 +1,8 @@
 """Turn snapshots and conversation leases in Redis: every decision is one Lua script.
 
 Keys under prefix ``p`` for conversation ``c`` and turn ``t``: ``p turn:{c}:t`` (hash: version,
-data), ``p turns:{c}`` (set: the ids of its turns, for `delete_conversation`) and ``p lease:{c}`` (hash: turn_id, status, owner, expires_at, cancel_requested), tagged
+data), ``p turns:{c}`` (set: the ids of its turns, for `delete_conversation`) and
+``p lease:{c}`` (hash: turn_id, status, owner, expires_at, cancel_requested), tagged
 like the conversation's messages (`agentctx_fast.stores._redis_io.conversation_tag`), so on a
 cluster they live in its slot. Times are the caller's wall-clock seconds.
 """
@@ -277,7 +278,8 @@ class AsyncRedisAgentTurnStore:
         version = "" if expected_version is None else str(expected_version)
         args = [turn_id, owner, repr(now + lease_seconds), version]
         keys = [self._lease_key(conversation_id), self._turn_key(conversation_id, turn_id)]
-        return bool(await self._run("resuming a turn", _REACQUIRE, keys, args, conversation_id) == 1)
+        action = "resuming a turn"
+        return bool(await self._run(action, _REACQUIRE, keys, args, conversation_id) == 1)
 
     async def request_cancel(self, conversation_id: str, turn_id: str, now: float) -> bool:
         check_turn_ids(conversation_id, turn_id)

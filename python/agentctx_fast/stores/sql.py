@@ -16,9 +16,9 @@ from __future__ import annotations
 import copy
 import time
 import zlib
-from datetime import datetime
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -45,8 +45,8 @@ from agentctx_fast.memory import (
     first_of_each,
 )
 from agentctx_fast.messages import Message
-from agentctx_fast.stores._bridge import BlockingCompressionStateStore
 from agentctx_fast.stores import _sql_lifecycle
+from agentctx_fast.stores._bridge import BlockingCompressionStateStore
 from agentctx_fast.stores._common import (
     check_conversation_id,
     check_table_prefix,
