@@ -202,3 +202,61 @@ def test_list_conversations_checks_its_arguments(store: Any) -> None:
             store.list_conversations(**bad)
     with pytest.raises(InvalidArgumentError):
         store.delete_conversation("")
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "async-postgresql"])
+def test_a_turn_taking_the_conversation_while_it_is_deleted_is_waited_for(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    """The lease check and the deletes are one step: a turn whose lease is being written (its
+    transaction still open) makes the delete wait for it, then refuse; a check read before
+    the deletes would find no lease and delete the turn's conversation under it."""
+    import threading
+
+    import sqlalchemy as sa
+
+    from store_fixtures import make_store
+
+    store = make_store(kind, request)
+    conversation_id = new_conversation_id()
+    store.chat_memory(conversation_id).add_message(UserMessage("hi", message_id="u1"))
+    leases = store._tables.leases
+    outcome: list[BaseException | bool] = []
+
+    def delete() -> None:
+        try:
+            outcome.append(store.delete_conversation(conversation_id))
+        except BaseException as error:  # reported below
+            outcome.append(error)
+
+    def delete_waits_on_a_lock(watcher: Any) -> bool:
+        query = sa.text(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND datname = current_database()"
+        )
+        waiting = int(watcher.execute(query).scalar_one()) > 0
+        watcher.commit()  # the activity view is a snapshot per transaction
+        return waiting
+
+    try:
+        with store.engine.connect() as turn, store.engine.connect() as watcher:
+            taking = turn.begin()
+            turn.execute(
+                leases.insert().values(
+                    conversation_id=conversation_id, turn_id="t1", status="running",
+                    owner="runner-a", expires_at=time.time() + LONG, cancel_requested=False,
+                )
+            )  # fmt: skip
+            deleting = threading.Thread(target=delete)
+            deleting.start()
+            deadline = time.monotonic() + 30
+            while deleting.is_alive() and not delete_waits_on_a_lock(watcher):
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            assert deleting.is_alive()  # it waits for the turn's transaction …
+            taking.commit()
+        deleting.join(60)
+        assert isinstance(outcome[0], AgentConversationBusyError)  # … then finds it running
+        assert store.chat_memory(conversation_id).message_count() == 1
+    finally:
+        store.close()

@@ -95,20 +95,19 @@ def test_each_write_renews_the_whole_conversation(expiring_store: Any, write: st
     _renewed(store, renewed)
 
 
-def test_without_ttl_nothing_expires(request: pytest.FixtureRequest) -> None:
-    store = make_store("redis", request)
+def test_ttl_seconds_is_checked_and_none_keeps_keys_for_ever(
+    request: pytest.FixtureRequest,
+) -> None:
+    for bad in (0, -1.0, float("nan"), "60", True):
+        with pytest.raises(InvalidArgumentError):
+            make_store("redis", request, ttl_seconds=bad)
+    store = make_store("redis", request, ttl_seconds=None)
     try:
         conversation_id = new_conversation_id()
         store.chat_memory(conversation_id).add_message(UserMessage("hi", message_id="u1"))
         assert store.client.pttl(store._key("conv", conversation_id) + ":r") == -1
     finally:
         store.close()
-
-
-def test_ttl_seconds_is_checked(request: pytest.FixtureRequest) -> None:
-    for bad in (0, -1.0, float("nan"), "60", True):
-        with pytest.raises(InvalidArgumentError):
-            make_store("redis", request, ttl_seconds=bad)
 
 
 # -- SQL purge ----------------------------------------------------------------------------

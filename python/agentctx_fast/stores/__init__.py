@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from agentctx_fast.stores._lifecycle import Purged
 from agentctx_fast.stores.memory import AsyncInMemoryAgentStore, InMemoryAgentStore
 from agentctx_fast.stores.serializer import AgentStoreSerializer, JsonAgentStoreSerializer
 
@@ -25,6 +26,7 @@ __all__ = [
     "AsyncSqlAgentStore",
     "InMemoryAgentStore",
     "JsonAgentStoreSerializer",
+    "Purged",
     "RedisAgentStore",
     "SqlAgentStore",
 ]

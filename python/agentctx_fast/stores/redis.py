@@ -236,7 +236,7 @@ class _RedisStoreBase:
         expiry = self._expiry_ms
         if expiry is None:
             return await self._port.script(action, lua, keys, args)
-        renewed = conversation_keys(self, conversation_id)
+        renewed = [key for key in conversation_keys(self, conversation_id) if key not in keys]
         return await self._port.script(
             action, expiring(lua), [*keys, *renewed], [*args, len(renewed), expiry]
         )
