@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agentctx_fast.errors import AgentConversationBusyError, SerializationError, StoreError
+from agentctx_fast.errors import SerializationError, StoreError
 from agentctx_fast.stores._lifecycle import page_of
 from agentctx_fast.stores._redis_io import conversation_tag, text
+from agentctx_fast.stores.turns import ConversationLease, busy_error
+from agentctx_fast.turns import TurnStatus
 
 if TYPE_CHECKING:
     from agentctx_fast.stores.redis import _RedisStoreBase
@@ -75,12 +77,8 @@ async def delete_conversation(
     if code == 1:
         return int(reply[1]) > 0
     if code == 0:
-        turn_id = text(reply[1])
-        raise AgentConversationBusyError(
-            f"conversation {conversation_id!r} has a running turn {turn_id!r} with a live "
-            "lease; cancel it first, or delete with force=True",
-            turn_id,
-        )
+        lease = ConversationLease(conversation_id, text(reply[1]), TurnStatus.RUNNING, None, None)
+        raise busy_error(conversation_id, lease)
     if code == -1:
         raise SerializationError(
             f"conversation {conversation_id!r}, lease: a running lease whose expiry is not a "
