@@ -71,11 +71,15 @@ def test_each_write_renews_the_whole_conversation(expiring_store: Any, write: st
     memory.add_message(first)
     state = AgentContextCompressionState(conversation_id)
     assert store.compression_state_store().save(state, 0)
+    finished = AgentTurnSnapshot(conversation_id, "t0", "agent", TurnStatus.COMPLETED)
+    assert turns.save_turn(finished, 0)
     turns.acquire_conversation(conversation_id, "t1", "me", LONG, time.time())
     snapshot = AgentTurnSnapshot(conversation_id, "t1", "agent", TurnStatus.RUNNING)
     assert turns.save_turn(snapshot, 0)
-    conversation_keys = _keys(store, conversation_id)
-    _shorten(store, [*conversation_keys, store._key("turn", conversation_id, "t1")])
+    # the conversation's keys and the record of the turn its lease names
+    renewed = [*_keys(store, conversation_id), store._key("turn", conversation_id, "t1")]
+    finished_key = store._key("turn", conversation_id, "t0")
+    _shorten(store, [*renewed, finished_key])
 
     if write == "append":
         memory.add_message(AiMessage("hello", message_id="a1"))
@@ -91,8 +95,8 @@ def test_each_write_renews_the_whole_conversation(expiring_store: Any, write: st
         turns.renew_lease(conversation_id, "t1", "me", LONG, time.time())
     else:
         memory.fenced(Fence("t1", "me")).add_message(AiMessage("a", message_id="a1"))
-    renewed = conversation_keys + ([store._key("turn", conversation_id, "t1")] * (write == "turn"))
     _renewed(store, renewed)
+    assert 0 < store.client.pttl(finished_key) <= SHORT_MS  # a finished turn: its own writes
 
 
 def test_ttl_seconds_is_checked_and_none_keeps_keys_for_ever(

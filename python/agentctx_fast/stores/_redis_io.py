@@ -99,13 +99,15 @@ def write_script(lua: str) -> tuple[str, str]:
 
 
 # The prelude and epilogue of a write script on a store with an idle expiry (`expiring`): the
-# caller appends the conversation's keys to renew after the script's own keys, then their
-# count and the expiry (ms) after its arguments; they are taken off before the script runs,
-# so it sees KEYS and ARGV as it always does (the fence's prelude included).
+# caller appends the conversation's keys to renew after the script's own keys (its lease key
+# last), then the head of its turn keys, their count and the expiry (ms) after its arguments;
+# they are taken off before the script runs, so it sees KEYS and ARGV as it always does (the
+# fence's prelude included). The record of the turn the lease names is renewed too.
 _EXPIRING_HEAD = """
 local EXPIRY = table.remove(ARGV)
 local RENEWED = {}
 for i = 1, tonumber(table.remove(ARGV)) do RENEWED[i] = table.remove(KEYS) end
+local TURN_HEAD = table.remove(ARGV)
 local function body()
 """
 _EXPIRING_TAIL = """
@@ -113,6 +115,8 @@ end
 local result = body()
 for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], EXPIRY) end
 for i = 1, #RENEWED do redis.call('PEXPIRE', RENEWED[i], EXPIRY) end
+local open = redis.call('HGET', RENEWED[1], 'turn_id')
+if open then redis.call('PEXPIRE', TURN_HEAD .. open, EXPIRY) end
 return result
 """
 _EXPIRING: dict[str, str] = {}

@@ -17,9 +17,9 @@ compare-and-set stay Lua scripts, decided on the server; an update rewrites its 
 With ``ttl_seconds``, every write script also renews (``PEXPIRE``, in the same script) the idle
 expiry of its own keys and of every key of the conversation but the other turn records: a
 conversation nobody writes to for ``ttl_seconds`` disappears whole. A turn record is renewed
-by its own writes only (renewing each on every append would cost a command per turn ever
-run): a finished turn's record expires ``ttl_seconds`` after it ended, an open one is written
-at each step.
+by its own writes and, while the lease names it, by every write (renewing each on every
+append would cost a command per turn ever run): a finished turn's record expires
+``ttl_seconds`` after it ended.
 
 The rules are written once, as coroutines over a `RedisPort`: `AsyncRedisAgentStore` awaits
 redis.asyncio, and `RedisAgentStore` drives the same code over a blocking client. Both write the
@@ -236,9 +236,15 @@ class _RedisStoreBase:
         expiry = self._expiry_ms
         if expiry is None:
             return await self._port.script(action, lua, keys, args)
-        renewed = [key for key in conversation_keys(self, conversation_id) if key not in keys]
+        lease = self._key("lease", conversation_id)
+        named = {*keys, lease}
+        renewed = [key for key in conversation_keys(self, conversation_id) if key not in named]
+        turn_head = self._key("turn", conversation_id) + ":"
         return await self._port.script(
-            action, expiring(lua), [*keys, *renewed], [*args, len(renewed), expiry]
+            action,
+            expiring(lua),
+            [*keys, *renewed, lease],
+            [*args, turn_head, len(renewed) + 1, expiry],
         )
 
     async def _delete_conversation(self, conversation_id: str, force: bool) -> bool:
