@@ -292,11 +292,13 @@ def _add_missing_columns(connection: Any, tables: Sequence[sa.Table]) -> None:
             if column.name in present or not column.nullable:
                 continue
             kind = column.type.compile(dialect=connection.dialect)
-            connection.execute(
-                sa.text(
-                    f"ALTER TABLE {quote(table.name)} ADD COLUMN {quote(column.name)} {kind}"
-                )
-            )
+            alter = f"ALTER TABLE {quote(table.name)} ADD COLUMN {quote(column.name)} {kind}"
+            try:
+                connection.execute(sa.text(alter))
+            except sa_exc.OperationalError as error:
+                # SQLite: another initializer added it since the look (PostgreSQL's take turns)
+                if "duplicate column" not in str(error):
+                    raise
 
 
 async def _drop(store: _SqlStoreBase) -> None:
