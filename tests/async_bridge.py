@@ -115,6 +115,19 @@ class BridgedStore:
     def turn_store(self) -> Any:
         return _Bridged(self._loop, self.inner.turn_store())
 
+    def delete_conversation(self, conversation_id: str, *, force: bool = False) -> bool:
+        result: bool = self._loop.run(self.inner.delete_conversation(conversation_id, force=force))
+        return result
+
+    def list_conversations(
+        self, prefix: str | None = None, limit: int = 100, after: str | None = None
+    ) -> list[str]:
+        result: list[str] = self._loop.run(self.inner.list_conversations(prefix, limit, after))
+        return result
+
+    def purge(self, older_than: Any, **options: Any) -> Any:
+        return self._loop.run(self.inner.purge(older_than, **options))
+
     def close(self) -> None:
         try:
             self._loop.run(self.inner.aclose())

@@ -88,7 +88,7 @@ def _bridged(kind: str, request: pytest.FixtureRequest, **options: Any) -> Any:
     same database for tests that read or corrupt records directly."""
     from async_bridge import BridgedStore
 
-    twin = None if kind == "memory" else make_store(kind, request)
+    twin = None if kind == "memory" else make_store(kind, request, **options)
     url = store_url(kind, request)
 
     async def factory() -> Any:

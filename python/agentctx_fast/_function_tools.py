@@ -17,8 +17,8 @@ from collections.abc import Callable
 from typing import Any, Literal, NotRequired, cast
 
 from agentctx_fast._docstrings import split_docstring
+from agentctx_fast._extras import missing_dependency
 from agentctx_fast.errors import InvalidArgumentError
-from agentctx_fast.stores._extras import missing_dependency
 
 try:
     import pydantic

@@ -168,6 +168,16 @@ class InMemoryCompressionStateStore:
             self._states[state.conversation_id] = replace(state, version=expected_version + 1)
             return True
 
+    def discard(self, conversation_id: str) -> bool:
+        """Forget the conversation's state; True when there was one."""
+        with self._lock:
+            return self._states.pop(conversation_id, None) is not None
+
+    def conversations(self) -> set[str]:
+        """The conversations with a state."""
+        with self._lock:
+            return set(self._states)
+
 
 @dataclass(frozen=True, slots=True)
 class CompressionTriggerInput:

@@ -134,7 +134,8 @@ class ChatMemory(ABC):
 
     @abstractmethod
     def clear(self) -> None:
-        """Remove every message. Exists for applications; the library never calls it."""
+        """Remove every message, and a store's compression state built from them (its summary
+        quotes them). Exists for applications; the library never calls it."""
 
     def add_message(self, message: Message) -> None:
         """Append ``message``; `DuplicateMessageError` if its id is already stored."""
@@ -190,7 +191,7 @@ class AsyncChatMemory(ABC):
 
     @abstractmethod
     async def clear(self) -> None:
-        """Remove every message. Exists for applications; the library never calls it."""
+        """Remove every message and a store's compression state built from them."""
 
     async def add_message(self, message: Message) -> None:
         """Append ``message``; `DuplicateMessageError` if its id is already stored."""
@@ -403,6 +404,10 @@ class InMemoryChatMemory(ChatMemory):
 
     def clear(self) -> None:
         with self._lock:
-            self._messages.clear()
-            self._positions.clear()
-            self._visible.clear()
+            self._clear()
+
+    def _clear(self) -> None:
+        """Forget every message (the caller holds the lock)."""
+        self._messages.clear()
+        self._positions.clear()
+        self._visible.clear()

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentctx_fast._extras import stand_in
 from agentctx_fast.errors import MissingDependencyError
+from agentctx_fast.stores._lifecycle import Purged
 from agentctx_fast.stores.base import AgentStore, AsyncAgentStore
 from agentctx_fast.stores.memory import AsyncInMemoryAgentStore, InMemoryAgentStore
 from agentctx_fast.stores.serializer import AgentStoreSerializer, JsonAgentStoreSerializer
@@ -32,6 +33,7 @@ __all__ = [
     "AsyncSqlAgentStore",
     "InMemoryAgentStore",
     "JsonAgentStoreSerializer",
+    "Purged",
     "RedisAgentStore",
     "SqlAgentStore",
 ]

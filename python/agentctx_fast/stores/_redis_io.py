@@ -99,6 +99,39 @@ def write_script(lua: str) -> tuple[str, str]:
     return "local ARGC = #ARGV\nlocal FENCED = false\n" + lua, _FENCE + lua
 
 
+# The prelude and epilogue of a write script on a store with an idle expiry (`expiring`): the
+# caller appends the conversation's keys to renew after the script's own keys (its lease key
+# last), then the head of its turn keys, their count and the expiry (ms) after its arguments;
+# they are taken off before the script runs, so it sees KEYS and ARGV as it always does (the
+# fence's prelude included). The record of the turn the lease names is renewed too.
+_EXPIRING_HEAD = """
+local EXPIRY = table.remove(ARGV)
+local RENEWED = {}
+for i = 1, tonumber(table.remove(ARGV)) do RENEWED[i] = table.remove(KEYS) end
+local TURN_HEAD = table.remove(ARGV)
+local function body()
+"""
+_EXPIRING_TAIL = """
+end
+local result = body()
+for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], EXPIRY) end
+for i = 1, #RENEWED do redis.call('PEXPIRE', RENEWED[i], EXPIRY) end
+local open = redis.call('HGET', RENEWED[1], 'turn_id')
+if open then redis.call('PEXPIRE', TURN_HEAD .. open, EXPIRY) end
+return result
+"""
+_EXPIRING: dict[str, str] = {}
+
+
+def expiring(lua: str) -> str:
+    """``lua`` renewing, in the same script, the idle expiry of its own keys and of the
+    conversation keys passed after them (see `_EXPIRING_HEAD`): no extra round trip."""
+    made = _EXPIRING.get(lua)
+    if made is None:
+        made = _EXPIRING[lua] = _EXPIRING_HEAD + lua + _EXPIRING_TAIL
+    return made
+
+
 def _typed(error: BaseException, action: str) -> AgentCtxError:
     """The typed error of a Redis error, the one place they are told apart: `LeaseLostError`
     for a fenced write refused, `StoreUnavailableError` only when a later retry may succeed
@@ -215,6 +248,18 @@ class RedisPort:
             if not self._initialized:
                 await self._initialize()
             return await self._call(action, getattr(self.client, name)(*args))
+        except _ERRORS as error:
+            raise _typed(error, action) from error
+
+    async def scan(self, action: str, match: str) -> list[Any]:
+        """Every key matching ``match`` (``SCAN``; on a cluster, of every master)."""
+        try:
+            if not self._initialized:
+                await self._initialize()
+            found = self.client.scan_iter(match=match, count=1000)
+            if self._blocking:
+                return list(found)
+            return [key async for key in found]
         except _ERRORS as error:
             raise _typed(error, action) from error
 
@@ -416,6 +461,7 @@ __all__ = [
     "RedisPort",
     "conversation_key",
     "conversation_tag",
+    "expiring",
     "own_async_client",
     "own_client",
     "raw",

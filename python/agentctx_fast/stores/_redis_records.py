@@ -171,8 +171,8 @@ class RedisRecords:
             keys = [*self._message_keys(conversation_id), quarantine]
             marker = f"\x00quarantined {uuid.uuid4().hex}"
             args: list[Any] = [record.key, record.data, label, problem, marker]
-            moved = await self._port.script(
-                "quarantining a message record", _QUARANTINE_MESSAGE, keys, args
+            moved = await self._store._script(
+                "quarantining a message record", _QUARANTINE_MESSAGE, keys, args, conversation_id
             )
             return bool(moved == 1)
         if record.kind == "turn":
@@ -183,8 +183,12 @@ class RedisRecords:
             key = self._store._key("lease", conversation_id)
             checks = [item for pair in record.key.items() for item in pair]
         args = ["", record.data, label, problem, *checks]
-        moved = await self._port.script(
-            f"quarantining a {record.kind} record", _QUARANTINE_HASH, [key, quarantine], args
+        moved = await self._store._script(
+            f"quarantining a {record.kind} record",
+            _QUARANTINE_HASH,
+            [key, quarantine],
+            args,
+            conversation_id,
         )
         return bool(moved == 1)
 

@@ -4,6 +4,7 @@ for tests and single processes."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -20,17 +21,31 @@ from agentctx_fast.memory import (
 from agentctx_fast.messages import Message
 from agentctx_fast.stores._bridge import AwaitableAgentTurnStore, AwaitableCompressionStateStore
 from agentctx_fast.stores._common import check_conversation_id
-from agentctx_fast.stores.turns import Fence, InMemoryAgentTurnStore
+from agentctx_fast.stores._lifecycle import check_listing, page_of
+from agentctx_fast.stores.turns import Fence, InMemoryAgentTurnStore, busy_error
+from agentctx_fast.turns import TurnStatus
 
 
 class StoreChatMemory(InMemoryChatMemory):
     """A conversation's memory in an `InMemoryAgentStore`: it can fence its writes with the
     store's leases."""
 
-    def __init__(self, turns: InMemoryAgentTurnStore, conversation_id: str) -> None:
+    def __init__(
+        self,
+        turns: InMemoryAgentTurnStore,
+        states: InMemoryCompressionStateStore,
+        conversation_id: str,
+    ) -> None:
         super().__init__()
         self._turns = turns
+        self._states = states
         self.conversation_id = conversation_id
+
+    def clear(self) -> None:
+        """The messages and the compression state built from them."""
+        with self._lock:
+            super()._clear()
+            self._states.discard(self.conversation_id)
 
     def fenced(self, fence: Fence) -> ChatMemory:
         return _FencedChatMemory(self, fence)
@@ -108,7 +123,7 @@ class InMemoryAgentStore:
         with self._lock:
             memory = self._memories.get(conversation_id)
             if memory is None:
-                memory = StoreChatMemory(self._turns, conversation_id)
+                memory = StoreChatMemory(self._turns, self._states, conversation_id)
                 self._memories[conversation_id] = memory
             return memory
 
@@ -123,6 +138,43 @@ class InMemoryAgentStore:
     def turn_store(self) -> InMemoryAgentTurnStore:
         """Turn snapshots and conversation leases (protects the threads of this process)."""
         return self._turns
+
+    def delete_conversation(self, conversation_id: str, *, force: bool = False) -> bool:
+        """Remove everything of the conversation (messages, turn records, lease, compression
+        state); True when there was anything. Raises `AgentConversationBusyError` while a turn
+        is running under a live lease, unless ``force``: checked and done under the turn
+        store's lock, so no turn starts in between."""
+        check_conversation_id(conversation_id)
+        with self._turns.fenced(conversation_id, None):
+            lease = self._turns._leases.get(conversation_id)
+            if (
+                not force
+                and lease is not None
+                and lease.status is TurnStatus.RUNNING
+                and not lease.expired(time.time())
+            ):
+                raise busy_error(conversation_id, lease)
+            found = self._turns.discard(conversation_id)
+            found = self._states.discard(conversation_id) or found
+            with self._lock:
+                memory = self._memories.get(conversation_id)
+            if memory is not None:
+                with memory._lock:
+                    found = bool(memory._messages) or found
+                    memory._clear()
+            return found
+
+    def list_conversations(
+        self, prefix: str | None = None, limit: int = 100, after: str | None = None
+    ) -> list[str]:
+        """Up to ``limit`` ids of conversations holding anything, starting with ``prefix``,
+        after ``after``, in code-point order."""
+        prefix, limit, after = check_listing(prefix, limit, after)
+        with self._lock:
+            memories = list(self._memories.items())
+        ids = {cid for cid, memory in memories if memory.message_count()}
+        ids |= self._turns.conversations() | self._states.conversations()
+        return page_of(ids, prefix, limit, after)
 
     def close(self) -> None:
         """Nothing to release; present so every store closes the same way."""
@@ -162,6 +214,16 @@ class AsyncInMemoryAgentStore:
     def turn_store(self) -> AwaitableAgentTurnStore:
         """Turn snapshots and conversation leases (protects the tasks of this process)."""
         return self._turns
+
+    async def delete_conversation(self, conversation_id: str, *, force: bool = False) -> bool:
+        """Remove everything of the conversation (see `InMemoryAgentStore.delete_conversation`)."""
+        return self._store.delete_conversation(conversation_id, force=force)
+
+    async def list_conversations(
+        self, prefix: str | None = None, limit: int = 100, after: str | None = None
+    ) -> list[str]:
+        """A page of conversation ids (see `InMemoryAgentStore.list_conversations`)."""
+        return self._store.list_conversations(prefix, limit, after)
 
     async def aclose(self) -> None:
         """Nothing to release; present so every async store closes the same way."""

@@ -12,7 +12,14 @@ script, no per-record lookups) and is one consistent snapshot. Add-if-absent and
 compare-and-set stay Lua scripts, decided on the server; an update rewrites its record in place
 (``LSET`` at its position), so positions never move until `clear`. Compression states live in
 ``p compression:{c}``; turns and leases in ``p turn:{c}:t`` and ``p lease:{c}`` (see
-`agentctx_fast.stores.redis_turns`).
+`agentctx_fast.stores.redis_turns`), the ids of its turns in ``p turns:{c}``.
+
+With ``ttl_seconds``, every write script also renews (``PEXPIRE``, in the same script) the idle
+expiry of its own keys and of every key of the conversation but the other turn records: a
+conversation nobody writes to for ``ttl_seconds`` disappears whole. A turn record is renewed
+by its own writes and, while the lease names it, by every write (renewing each on every
+append would cost a command per turn ever run): a finished turn's record expires
+``ttl_seconds`` after it ended.
 
 The rules are written once, as coroutines over a `RedisPort`: `AsyncRedisAgentStore` awaits
 redis.asyncio, and `RedisAgentStore` drives the same code over a blocking client. Both write the
@@ -22,11 +29,13 @@ same keys, so one reads what the other wrote.
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 from agentctx_fast._ids import check_identifier
+from agentctx_fast._sync import run_sync
 from agentctx_fast.coordinator import AgentContextCompressionState, check_expected_version
 from agentctx_fast.errors import (
     InvalidArgumentError,
@@ -47,6 +56,7 @@ from agentctx_fast.memory import (
 from agentctx_fast.messages import Message
 from agentctx_fast.stores._bridge import BlockingCompressionStateStore
 from agentctx_fast.stores._common import check_conversation_id, check_key_prefix
+from agentctx_fast.stores._lifecycle import check_listing, check_ttl
 from agentctx_fast.stores._loader import (
     DEFAULT_MESSAGE_CACHE_BYTES,
     DEFAULT_MESSAGE_CACHE_SIZE,
@@ -59,11 +69,17 @@ from agentctx_fast.stores._redis_io import (
     RedisCluster,
     RedisPort,
     conversation_key,
+    expiring,
     own_async_client,
     own_client,
     raw,
     redis,
     write_script,
+)
+from agentctx_fast.stores._redis_lifecycle import (
+    conversation_keys,
+    delete_conversation,
+    list_conversations,
 )
 from agentctx_fast.stores._redis_records import RedisRecords
 from agentctx_fast.stores.redis_turns import AsyncRedisAgentTurnStore, RedisAgentTurnStore
@@ -192,8 +208,11 @@ class _RedisStoreBase:
         serializer: AgentStoreSerializer | None,
         message_cache_size: int,
         message_cache_bytes: int,
+        ttl_seconds: float | None,
         timeout: float | None = None,
     ) -> None:
+        self._expiry_ms = check_ttl(ttl_seconds)
+        self.ttl_seconds = ttl_seconds
         self.client = client
         self._owns_client = owns_client
         self._port = RedisPort(client, timeout)
@@ -209,6 +228,34 @@ class _RedisStoreBase:
     def _key(self, kind: str, conversation_id: str, *parts: str) -> str:
         """The key of one of ``conversation_id``'s records (all in the slot of its tag)."""
         return conversation_key(self.key_prefix, kind, conversation_id, *parts)
+
+    async def _script(
+        self, action: str, lua: str, keys: list[str], args: list[Any], conversation_id: str
+    ) -> Any:
+        """Run the write script ``lua`` on ``conversation_id``'s keys; with ``ttl_seconds``,
+        renewing the conversation's idle expiry in the same script (`expiring`)."""
+        expiry = self._expiry_ms
+        if expiry is None:
+            return await self._port.script(action, lua, keys, args)
+        lease = self._key("lease", conversation_id)
+        named = {*keys, lease}
+        renewed = [key for key in conversation_keys(self, conversation_id) if key not in named]
+        turn_head = self._key("turn", conversation_id) + ":"
+        return await self._port.script(
+            action,
+            expiring(lua),
+            [*keys, *renewed, lease],
+            [*args, turn_head, len(renewed) + 1, expiry],
+        )
+
+    async def _delete_conversation(self, conversation_id: str, force: bool) -> bool:
+        check_conversation_id(conversation_id)
+        return await delete_conversation(self, conversation_id, bool(force), time.time())
+
+    async def _list_conversations(
+        self, prefix: str | None, limit: int, after: str | None
+    ) -> list[str]:
+        return await list_conversations(self, *check_listing(prefix, limit, after))
 
 
 def _client_argument(
@@ -245,11 +292,19 @@ class RedisAgentStore(_RedisStoreBase):
         *,
         message_cache_size: int = DEFAULT_MESSAGE_CACHE_SIZE,
         message_cache_bytes: int = DEFAULT_MESSAGE_CACHE_BYTES,
+        ttl_seconds: float | None = None,
     ) -> None:
         check_key_prefix(key_prefix)
+        check_ttl(ttl_seconds)
         client, owns = _client_argument(client_or_url, (redis.Redis, RedisCluster), own_client)
         super().__init__(
-            client, owns, key_prefix, serializer, message_cache_size, message_cache_bytes
+            client,
+            owns,
+            key_prefix,
+            serializer,
+            message_cache_size,
+            message_cache_bytes,
+            ttl_seconds,
         )
         self.client: redis.Redis | RedisCluster = client
         self._turn_store: RedisAgentTurnStore | None = None
@@ -271,6 +326,21 @@ class RedisAgentStore(_RedisStoreBase):
         if self._turn_store is None:
             self._turn_store = RedisAgentTurnStore(AsyncRedisAgentTurnStore(self))
         return self._turn_store
+
+    def delete_conversation(self, conversation_id: str, *, force: bool = False) -> bool:
+        """Remove everything of the conversation (messages, turn records, lease, compression
+        state, quarantined records) in one script; True when there was anything.
+
+        Raises `AgentConversationBusyError` while a turn is running under a live lease (the
+        check and the delete are one step on the server), unless ``force``."""
+        return run_sync(self._delete_conversation(conversation_id, force))
+
+    def list_conversations(
+        self, prefix: str | None = None, limit: int = 100, after: str | None = None
+    ) -> list[str]:
+        """Up to ``limit`` conversation ids starting with ``prefix``, after ``after``, in
+        code-point order (a ``SCAN`` of the store's keys per page: for tools and jobs)."""
+        return run_sync(self._list_conversations(prefix, limit, after))
 
     def close(self) -> None:
         """Close the client if this store created it."""
@@ -295,8 +365,10 @@ class AsyncRedisAgentStore(_RedisStoreBase):
         *,
         message_cache_size: int = DEFAULT_MESSAGE_CACHE_SIZE,
         message_cache_bytes: int = DEFAULT_MESSAGE_CACHE_BYTES,
+        ttl_seconds: float | None = None,
     ) -> None:
         check_key_prefix(key_prefix)
+        check_ttl(ttl_seconds)
         made: list[float | None] = []
 
         def from_url(url: str) -> Any:
@@ -314,6 +386,7 @@ class AsyncRedisAgentStore(_RedisStoreBase):
             serializer,
             message_cache_size,
             message_cache_bytes,
+            ttl_seconds,
             made[0] if made else None,
         )
         self.client: redis.asyncio.Redis | AsyncRedisCluster = client
@@ -336,6 +409,16 @@ class AsyncRedisAgentStore(_RedisStoreBase):
         if self._turn_store is None:
             self._turn_store = AsyncRedisAgentTurnStore(self)
         return self._turn_store
+
+    async def delete_conversation(self, conversation_id: str, *, force: bool = False) -> bool:
+        """Remove everything of the conversation (see `RedisAgentStore.delete_conversation`)."""
+        return await self._delete_conversation(conversation_id, force)
+
+    async def list_conversations(
+        self, prefix: str | None = None, limit: int = 100, after: str | None = None
+    ) -> list[str]:
+        """A page of conversation ids (see `RedisAgentStore.list_conversations`)."""
+        return await self._list_conversations(prefix, limit, after)
 
     async def aclose(self) -> None:
         """Close the client if this store created it."""
@@ -366,12 +449,16 @@ class AsyncRedisChatMemory(AsyncChatMemory):
         self, action: str, script: tuple[str, str], keys: list[str], args: list[Any]
     ) -> Any:
         """Run a write script (`write_script`), fenced when this memory is."""
-        fence = self._fence
+        fence, store = self._fence, self._store
         if fence is None:
-            return await self._store._port.script(action, script[0], keys, args)
-        lease = self._store._key("lease", self.conversation_id)
-        return await self._store._port.script(
-            action, script[1], [*keys, lease], [*args, fence.turn_id, fence.owner]
+            return await store._script(action, script[0], keys, args, self.conversation_id)
+        lease = store._key("lease", self.conversation_id)
+        return await store._script(
+            action,
+            script[1],
+            [*keys, lease],
+            [*args, fence.turn_id, fence.owner],
+            self.conversation_id,
         )
 
     async def add_message_if_absent(self, message: Message) -> bool:
@@ -481,7 +568,10 @@ class AsyncRedisChatMemory(AsyncChatMemory):
         return int(await self._store._port.command("counting messages", "llen", self._records))
 
     async def clear(self) -> None:
-        keys = (self._records, self._index, self._visible)
+        """The messages and the compression state built from them, in one ``DEL`` (the keys
+        share a slot)."""
+        compression = self._store._key("compression", self.conversation_id)
+        keys = (self._records, self._index, self._visible, compression)
         await self._store._port.command("clearing messages", "delete", *keys)
 
 
@@ -522,11 +612,12 @@ class AsyncRedisCompressionStateStore:
     async def save(self, state: AgentContextCompressionState, expected_version: int) -> bool:
         check_expected_version(state, expected_version)
         data = dump(self._store.serializer, replace(state, version=expected_version + 1))
-        applied = await self._store._port.script(
+        applied = await self._store._script(
             "saving a compression state",
             _SAVE_STATE,
             [self._store._key("compression", state.conversation_id)],
             [expected_version, data, expected_version + 1],
+            state.conversation_id,
         )
         return bool(applied == 1)
 

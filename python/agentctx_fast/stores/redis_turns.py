@@ -1,7 +1,8 @@
 """Turn snapshots and conversation leases in Redis: every decision is one Lua script.
 
 Keys under prefix ``p`` for conversation ``c`` and turn ``t``: ``p turn:{c}:t`` (hash: version,
-data) and ``p lease:{c}`` (hash: turn_id, status, owner, expires_at, cancel_requested), tagged
+data), ``p turns:{c}`` (set: the ids of its turns, for `delete_conversation`) and
+``p lease:{c}`` (hash: turn_id, status, owner, expires_at, cancel_requested), tagged
 like the conversation's messages (`agentctx_fast.stores._redis_io.conversation_tag`), so on a
 cluster they live in its slot. Times are the caller's wall-clock seconds.
 """
@@ -34,9 +35,10 @@ if TYPE_CHECKING:
 
 _OPEN = frozenset((TurnStatus.RUNNING.value, TurnStatus.SUSPENDED.value))
 
-# KEYS: the turn hash. ARGV: expected version, data, next version (computed by the client:
-# Lua numbers are doubles, which lose versions above 2**53). A fenced save re-sent that finds
-# itself applied (the next version holding the same data) is 1 too.
+# KEYS: the turn hash, the conversation's set of turn ids. ARGV: expected version, data, next
+# version (computed by the client: Lua numbers are doubles, which lose versions above 2**53),
+# turn id. A fenced save re-sent that finds itself applied (the next version holding the same
+# data) is 1 too.
 _SAVE_TURN = write_script(
     """
 local version = redis.call('HGET', KEYS[1], 'version') or '0'
@@ -45,6 +47,7 @@ if FENCED and version == ARGV[3] and redis.call('HGET', KEYS[1], 'data') == ARGV
 end
 if version ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'version', ARGV[3], 'data', ARGV[2])
+redis.call('SADD', KEYS[2], ARGV[4])
 return 1
 """
 )
@@ -141,8 +144,10 @@ class AsyncRedisAgentTurnStore:
     def _lease_key(self, conversation_id: str) -> str:
         return self._store._key("lease", conversation_id)
 
-    async def _run(self, action: str, script: str, keys: list[str], args: list[Any]) -> Any:
-        return await self._store._port.script(action, script, keys, args)
+    async def _run(
+        self, action: str, script: str, keys: list[str], args: list[Any], conversation_id: str
+    ) -> Any:
+        return await self._store._script(action, script, keys, args, conversation_id)
 
     async def load_turn(self, conversation_id: str, turn_id: str) -> AgentTurnSnapshot | None:
         check_turn_ids(conversation_id, turn_id)
@@ -166,14 +171,24 @@ class AsyncRedisAgentTurnStore:
     ) -> bool:
         check_snapshot_save(snapshot, expected_version)
         data = dump_snapshot(snapshot)
-        keys = [self._turn_key(snapshot.conversation_id, snapshot.turn_id)]
-        args: list[Any] = [str(expected_version), data, str(expected_version + 1)]
+        conversation_id = snapshot.conversation_id
+        keys = [
+            self._turn_key(conversation_id, snapshot.turn_id),
+            self._store._key("turns", conversation_id),
+        ]
+        args: list[Any] = [
+            str(expected_version),
+            data,
+            str(expected_version + 1),
+            snapshot.turn_id,
+        ]
         script = _SAVE_TURN[0]
         if fence is not None:
             script = _SAVE_TURN[1]
             keys.append(self._lease_key(snapshot.conversation_id))
             args += [fence.turn_id, fence.owner]
-        applied = await self._run(f"saving turn {snapshot.turn_id!r}", script, keys, args)
+        action = f"saving turn {snapshot.turn_id!r}"
+        applied = await self._run(action, script, keys, args, conversation_id)
         return bool(applied == 1)
 
     async def open_turn(self, conversation_id: str) -> ConversationLease | None:
@@ -205,6 +220,7 @@ class AsyncRedisAgentTurnStore:
                 _ACQUIRE,
                 [self._lease_key(conversation_id)],
                 [turn_id, owner, repr(now + lease_seconds), repr(float(now))],
+                conversation_id,
             )
         except StoreUnavailableError:
             raise
@@ -235,6 +251,7 @@ class AsyncRedisAgentTurnStore:
             _RENEW,
             [self._lease_key(conversation_id)],
             [turn_id, owner, repr(now + lease_seconds)],
+            conversation_id,
         )
         return {1: LeaseRenewal.RENEWED, 2: LeaseRenewal.CANCEL_REQUESTED}.get(
             int(code), LeaseRenewal.LOST
@@ -243,7 +260,10 @@ class AsyncRedisAgentTurnStore:
     async def suspend_conversation(self, conversation_id: str, turn_id: str, owner: str) -> bool:
         check_turn_ids(conversation_id, turn_id, owner)
         key = self._lease_key(conversation_id)
-        return bool(await self._run("suspending a turn", _SUSPEND, [key], [turn_id, owner]) == 1)
+        args = [turn_id, owner]
+        return bool(
+            await self._run("suspending a turn", _SUSPEND, [key], args, conversation_id) == 1
+        )
 
     async def reacquire_conversation(
         self,
@@ -258,13 +278,15 @@ class AsyncRedisAgentTurnStore:
         version = "" if expected_version is None else str(expected_version)
         args = [turn_id, owner, repr(now + lease_seconds), version]
         keys = [self._lease_key(conversation_id), self._turn_key(conversation_id, turn_id)]
-        return bool(await self._run("resuming a turn", _REACQUIRE, keys, args) == 1)
+        action = "resuming a turn"
+        return bool(await self._run(action, _REACQUIRE, keys, args, conversation_id) == 1)
 
     async def request_cancel(self, conversation_id: str, turn_id: str, now: float) -> bool:
         check_turn_ids(conversation_id, turn_id)
         key = self._lease_key(conversation_id)
         args = [turn_id, repr(float(now))]
-        return bool(await self._run("flagging a cancellation", _REQUEST_CANCEL, [key], args) == 1)
+        action = "flagging a cancellation"
+        return bool(await self._run(action, _REQUEST_CANCEL, [key], args, conversation_id) == 1)
 
     async def release_conversation(
         self, conversation_id: str, turn_id: str, owner: str | None, now: float
@@ -272,7 +294,8 @@ class AsyncRedisAgentTurnStore:
         check_turn_ids(conversation_id, turn_id, owner)
         key = self._lease_key(conversation_id)
         args = [turn_id, owner or "", repr(float(now))]
-        return bool(await self._run("releasing a conversation", _RELEASE, [key], args) == 1)
+        action = "releasing a conversation"
+        return bool(await self._run(action, _RELEASE, [key], args, conversation_id) == 1)
 
 
 class RedisAgentTurnStore(BlockingAgentTurnStore):

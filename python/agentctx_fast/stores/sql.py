@@ -14,9 +14,11 @@ code over a blocking engine. Both write the same rows, so one reads what the oth
 from __future__ import annotations
 
 import copy
+import time
 import zlib
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -41,12 +43,14 @@ from agentctx_fast.memory import (
     first_of_each,
 )
 from agentctx_fast.messages import Message
+from agentctx_fast.stores import _sql_lifecycle
 from agentctx_fast.stores._bridge import BlockingCompressionStateStore
 from agentctx_fast.stores._common import (
     check_conversation_id,
     check_table_prefix,
     unit_handle,
 )
+from agentctx_fast.stores._lifecycle import Purged, check_listing, check_purge
 from agentctx_fast.stores._loader import (
     DEFAULT_MESSAGE_CACHE_BYTES,
     DEFAULT_MESSAGE_CACHE_SIZE,
@@ -121,6 +125,7 @@ class _Tables:
             sa.Column("model_visible", sa.Boolean, nullable=False),
             sa.Column("version", sa.BigInteger, nullable=False),
             sa.Column("data", sa.LargeBinary, nullable=False),
+            sa.Column("written_at", sa.Float, nullable=True),  # see `_sql_lifecycle`
             sa.UniqueConstraint("conversation_id", "message_id", name=f"{prefix}messages_id"),
             sa.Index(
                 f"{prefix}messages_visible",
@@ -176,6 +181,25 @@ class _SqlStoreBase:
                 self._insert_if_absent(table, None, ["conversation_id", "message_id"])
             ).returning(table.c.message_id)
         return self._append_statement
+
+    async def _delete_conversation(self, conversation_id: str, force: bool) -> bool:
+        check_conversation_id(conversation_id)
+        return await _sql_lifecycle.delete_conversation(
+            self, conversation_id, bool(force), time.time()
+        )
+
+    async def _list_conversations(
+        self, prefix: str | None, limit: int, after: str | None
+    ) -> list[str]:
+        return await _sql_lifecycle.list_conversations(self, *check_listing(prefix, limit, after))
+
+    async def _purge(
+        self, older_than: float | datetime, keep_turn_records: int | None, batch_size: int
+    ) -> Purged:
+        cutoff = check_purge(older_than, keep_turn_records, batch_size)
+        return await _sql_lifecycle.purge(
+            self, cutoff, keep_turn_records, batch_size, time.time()
+        )
 
     def _insert_if_absent(
         self, table: sa.Table, values: dict[str, Any] | list[dict[str, Any]] | None, keys: list[str]
@@ -253,6 +277,27 @@ def _create(connection: Any, *, tables: Sequence[sa.Table], key: int) -> None:
         connection.execute(sa.schema.CreateTable(table, if_not_exists=True))
         for index in sorted(table.indexes, key=lambda index: str(index.name)):
             connection.execute(sa.schema.CreateIndex(index, if_not_exists=True))
+    _add_missing_columns(connection, tables)
+
+
+def _add_missing_columns(connection: Any, tables: Sequence[sa.Table]) -> None:
+    """The nullable columns a table made by an earlier version lacks (``written_at``), added
+    by ``ALTER TABLE … ADD COLUMN``: old rows get NULL, old writers keep working."""
+    inspector = sa.inspect(connection)
+    quote = connection.dialect.identifier_preparer.quote
+    for table in tables:
+        present = {column["name"] for column in inspector.get_columns(table.name)}
+        for column in table.columns:
+            if column.name in present or not column.nullable:
+                continue
+            kind = column.type.compile(dialect=connection.dialect)
+            alter = f"ALTER TABLE {quote(table.name)} ADD COLUMN {quote(column.name)} {kind}"
+            try:
+                connection.execute(sa.text(alter))
+            except sa_exc.OperationalError as error:
+                # SQLite: another initializer added it since the look (PostgreSQL's take turns)
+                if "duplicate column" not in str(error):
+                    raise
 
 
 async def _drop(store: _SqlStoreBase) -> None:
@@ -349,6 +394,37 @@ class SqlAgentStore(_SqlStoreBase):
         """Turn snapshots and conversation leases (the runner's busy protection)."""
         return SqlAgentTurnStore(AsyncSqlAgentTurnStore(self))
 
+    def delete_conversation(self, conversation_id: str, *, force: bool = False) -> bool:
+        """Remove every row of the conversation (messages, turn records, lease, compression
+        state, quarantined records) in one transaction; True when there was any.
+
+        Raises `AgentConversationBusyError` while a turn is running under a live lease,
+        unless ``force``: the lease row is held for the transaction, so no turn starts between
+        the check and the deletes."""
+        return run_sync(self._delete_conversation(conversation_id, force))
+
+    def list_conversations(
+        self, prefix: str | None = None, limit: int = 100, after: str | None = None
+    ) -> list[str]:
+        """Up to ``limit`` conversation ids starting with ``prefix``, after ``after``, in
+        code-point order."""
+        return run_sync(self._list_conversations(prefix, limit, after))
+
+    def purge(
+        self,
+        older_than: float | datetime,
+        *,
+        keep_turn_records: int | None = None,
+        batch_size: int = 500,
+    ) -> Purged:
+        """Delete the conversations with no message or turn record written since
+        ``older_than`` (epoch seconds or an aware datetime), ``batch_size`` per transaction of
+        one ``DELETE`` per table, skipping those a turn runs in under a live lease; then, with
+        ``keep_turn_records=N``, delete the finished turn records beyond the newest N of every
+        conversation. Rows written before the ``written_at`` column existed carry no date:
+        a conversation with only such rows is kept."""
+        return run_sync(self._purge(older_than, keep_turn_records, batch_size))
+
     def close(self) -> None:
         """Dispose the engine if this store created it."""
         if self._owns_engine:
@@ -406,6 +482,26 @@ class AsyncSqlAgentStore(_SqlStoreBase):
     def turn_store(self) -> AsyncSqlAgentTurnStore:
         """Turn snapshots and conversation leases (the runner's busy protection)."""
         return AsyncSqlAgentTurnStore(self)
+
+    async def delete_conversation(self, conversation_id: str, *, force: bool = False) -> bool:
+        """Remove every row of the conversation (see `SqlAgentStore.delete_conversation`)."""
+        return await self._delete_conversation(conversation_id, force)
+
+    async def list_conversations(
+        self, prefix: str | None = None, limit: int = 100, after: str | None = None
+    ) -> list[str]:
+        """A page of conversation ids (see `SqlAgentStore.list_conversations`)."""
+        return await self._list_conversations(prefix, limit, after)
+
+    async def purge(
+        self,
+        older_than: float | datetime,
+        *,
+        keep_turn_records: int | None = None,
+        batch_size: int = 500,
+    ) -> Purged:
+        """Delete idle conversations and prune turn records (see `SqlAgentStore.purge`)."""
+        return await self._purge(older_than, keep_turn_records, batch_size)
 
     async def aclose(self) -> None:
         """Return the connections the store keeps between calls to its engine's pool, and
@@ -492,6 +588,7 @@ class AsyncSqlChatMemory(AsyncChatMemory):
             "model_visible": message.model_visible,
             "version": message.version,
             "data": dump(self._store.serializer, message),
+            "written_at": time.time(),
         }
 
     async def get_messages(self, count: int | None = None, *, offset: int = 0) -> list[Message]:
@@ -543,7 +640,7 @@ class AsyncSqlChatMemory(AsyncChatMemory):
         statement = (
             sa.update(table)
             .where(key, table.c.version == expected_version, table.c.kind == type(message).__name__)
-            .values(version=expected_version + 1, data=data)
+            .values(version=expected_version + 1, data=data, written_at=time.time())
         )
         action = f"updating message {message.message_id!r}"
         port = self._store._port
@@ -588,10 +685,8 @@ class AsyncSqlChatMemory(AsyncChatMemory):
         return int(rows[0][0])
 
     async def clear(self) -> None:
-        statement = sa.delete(self._table).where(
-            self._table.c.conversation_id == self.conversation_id
-        )
-        await self._store._port.changed("clearing messages", statement)
+        """The messages and the compression state built from them, in one transaction."""
+        await _sql_lifecycle.clear(self._store, self.conversation_id)
 
 
 class SqlChatMemory(BlockingChatMemory):

@@ -9,6 +9,7 @@ turn and status. No lease decision is a client-side read followed by a write.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -110,6 +111,7 @@ def turn_tables(metadata: sa.MetaData, prefix: str, version_type: Any) -> tuple[
         sa.Column("version", version_type, nullable=False),
         sa.Column("status", sa.String(32), nullable=False),
         sa.Column("data", sa.LargeBinary, nullable=False),
+        sa.Column("written_at", sa.Float, nullable=True),  # see `_sql_lifecycle`
     )
     leases = sa.Table(
         f"{prefix}conversation_leases",
@@ -169,6 +171,7 @@ class AsyncSqlAgentTurnStore:
                 "version": 1,
                 "status": snapshot.status.value,
                 "data": data,
+                "written_at": time.time(),
             }
             if fence is None:
                 statement: Any = self._store._insert_if_absent(table, values, keys)
@@ -184,7 +187,12 @@ class AsyncSqlAgentTurnStore:
                     table.c.turn_id == snapshot.turn_id,
                     table.c.version == expected_version,
                 )
-                .values(version=expected_version + 1, status=snapshot.status.value, data=data)
+                .values(
+                    version=expected_version + 1,
+                    status=snapshot.status.value,
+                    data=data,
+                    written_at=time.time(),
+                )
             )
             if fence is not None:
                 statement = statement.where(fence_holds(self._store, conversation_id, fence))

@@ -502,6 +502,19 @@ class InMemoryAgentTurnStore:
         with self._lock:
             return self._leases.get(conversation_id)
 
+    def discard(self, conversation_id: str) -> bool:
+        """Forget the conversation's turn records and lease (the caller holds the lock, see
+        `fenced`); True when there was any."""
+        turns = [key for key in self._turns if key[0] == conversation_id]
+        for key in turns:
+            del self._turns[key]
+        return self._leases.pop(conversation_id, None) is not None or bool(turns)
+
+    def conversations(self) -> set[str]:
+        """The conversations with a turn record or a lease."""
+        with self._lock:
+            return {key[0] for key in self._turns} | set(self._leases)
+
     def acquire_conversation(
         self, conversation_id: str, turn_id: str, owner: str, lease_seconds: float, now: float
     ) -> str | None:
