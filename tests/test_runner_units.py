@@ -387,11 +387,15 @@ def _after_a_failing_sink(kind: str, tmp_path: Path, fail_on: str) -> tuple[str,
     ("fail_on", "expected"),
     [
         # at the turn's end: the turn is recorded completed and its lease freed
-        (m.TURN_STEPS, ("Boom: turn.steps", "completed", "completed")),
+        (m.TURN_STEPS, ("Boom: agentctx_turn_steps", "completed", "completed")),
         # at the tool step's record: the runner closes the turn failed, naming the error
         (
             m.SNAPSHOT_BYTES,
-            ("Boom: snapshot.bytes", "failed (the runner stopped on an error: Boom)", "completed"),
+            (
+                "Boom: agentctx_snapshot_bytes",
+                "failed (the runner stopped on an error: Boom)",
+                "completed",
+            ),
         ),
     ],
 )
