@@ -181,31 +181,31 @@ def test_the_formatter_must_be_callable() -> None:
 # -- logged once ---------------------------------------------------------------------------------
 
 
-def test_a_completed_tool_turn_logs_nothing_at_info(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_cancelled_turn_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    """Once, at INFO; a completed tool turn before it logs nothing at INFO (nothing per
+    message on the hot path)."""
     runner = AgentRunner(InMemoryAgentStore())
     agent = Agent(
         "a",
         ScriptedChatModel([_lookup_call(), AiMessage("Shipped.")]),
-        tools=[Tool("lookup", lambda order_id: "shipped")],
+        tools=[
+            Tool("lookup", lambda order_id: "shipped"),
+            Tool("refund", lambda order_id: "ok", requires_approval=True),
+        ],
     )
     with caplog.at_level(logging.DEBUG, logger=LOGGER):
         assert runner.run(agent, "c1", "hi").status is TurnStatus.COMPLETED
-    assert _records(caplog, logging.INFO) == []
-
-
-def test_a_cancelled_turn_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
-    runner = AgentRunner(InMemoryAgentStore())
-    agent = Agent(
-        "a",
-        ScriptedChatModel([_lookup_call()]),
-        tools=[Tool("lookup", lambda order_id: "ok", requires_approval=True)],
-    )
-    with caplog.at_level(logging.DEBUG, logger=LOGGER):
-        assert runner.run(agent, "c1", "hi", turn_id="t1").status is TurnStatus.SUSPENDED
+        assert _records(caplog, logging.INFO) == []
+        refund = Agent("a", ScriptedChatModel([_refund_call()]), tools=agent.tools)
+        assert runner.run(refund, "c1", "refund", turn_id="t1").status is TurnStatus.SUSPENDED
         assert runner.cancel("c1", "t1").status is TurnStatus.CANCELLED
     [record] = _records(caplog)
     assert record.levelno == logging.INFO and "cancelled" in record.getMessage()
     assert (record.conversation_id, record.turn_id) == ("c1", "t1")
+
+
+def _refund_call() -> AiMessage:
+    return AiMessage(tool_calls=(ToolCall("call-r", "refund", '{"order_id": "o1"}'),))
 
 
 def test_a_lost_lease_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:

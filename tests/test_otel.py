@@ -9,6 +9,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+    InMemorySpanExporter,
+)
+from opentelemetry.trace import StatusCode
 
 from agentctx_fast import (
     Agent,
@@ -27,18 +35,6 @@ from agentctx_fast import (
     Usage,
 )
 from agentctx_fast import metrics as m
-
-pytest.importorskip("opentelemetry.sdk")
-
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
-    InMemorySpanExporter,
-)
-from opentelemetry.trace import StatusCode
-
 from agentctx_fast.otel import OtelMetrics, OtelTracing
 
 SECRET = "card 4111-1111"
@@ -274,3 +270,31 @@ def test_a_model_without_a_name_or_usage() -> None:
     [chat] = [s for s in exporter.get_finished_spans() if s.name.startswith("chat")]
     assert chat.name == "chat ScriptedChatModel"  # no model name: the model's class
     assert "gen_ai.usage.input_tokens" not in dict(chat.attributes or {})
+
+
+_WITHOUT_OTEL = """
+import sys
+sys.modules["opentelemetry"] = None  # the extra is not installed
+from agentctx_fast import AgentRunner, Agent, AiMessage, InMemoryAgentStore, ScriptedChatModel
+from agentctx_fast import MissingDependencyError
+from agentctx_fast.otel import OtelMetrics, OtelTracing
+agent = Agent("a", ScriptedChatModel([AiMessage("hi")]))
+assert AgentRunner(InMemoryAgentStore()).run(agent, "c1", "x").status.value == "completed"
+assert [name for name in sys.modules if name.startswith("opentelemetry")] == ["opentelemetry"]
+for make in (OtelTracing, OtelMetrics):
+    try:
+        make()
+    except MissingDependencyError as error:
+        print(error)
+"""
+
+
+def test_without_the_extra() -> None:
+    """Runners run and import nothing of OpenTelemetry; asking for it names the extra."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_OTEL], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.count("pip install 'agentctx-fast[otel]'") == 2, done.stdout

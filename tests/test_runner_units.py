@@ -72,8 +72,9 @@ class Place:
 
 
 class Sink:
-    """A metrics sink of the user's: what it received (model latency left out: it varies)
-    and where; ``fail_on``: the metric whose first observation raises `Boom`."""
+    """A metrics sink of the user's: what it received (model latency left out, and the value
+    and store of the other timings: they vary) and where; ``fail_on``: the metric whose first
+    observation raises `Boom`."""
 
     def __init__(self, place: Place, fail_on: str | None = None) -> None:
         self.place = place
@@ -85,6 +86,8 @@ class Sink:
         if metric == self.fail_on:
             self.fail_on = None
             raise Boom(metric)
+        if metric.endswith("_seconds"):
+            value, labels = 0.0, {k: v for k, v in labels.items() if k != "store"}
         if metric != m.MODEL_LATENCY_SECONDS:
             self.received.append((metric, value, dict(labels)))
 
