@@ -110,18 +110,20 @@ def test_a_model_error_reaches_the_caller_with_its_status(
     assert (record.conversation_id, record.turn_id) == ("c1", turn.turn_id)
 
 
-def test_the_openai_client_keeps_the_status_through_the_runner() -> None:
-    openai = pytest.importorskip("openai")
+@pytest.mark.parametrize("status", [429, 404])
+def test_the_openai_client_keeps_the_status_through_the_runner(status: int) -> None:
+    import openai
+
     from agentctx_fast import OpenAIChatModel
     from openai_server import Failure, serve
 
     for server in serve():
-        server.script.append(Failure(429, "slow down"))
+        server.script.append(Failure(status, "slow down or no such model"))
         client = openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0)
         agent = Agent("a", OpenAIChatModel(client, "gpt-4o-mini"))
         turn = AgentRunner(InMemoryAgentStore()).run(agent, "c1", "hi")
         assert isinstance(turn.exception, ModelCallError)
-        assert turn.exception.status_code == 429
+        assert turn.exception.status_code == status
 
 
 # -- tool errors --------------------------------------------------------------------------------
@@ -234,18 +236,33 @@ class _DownOnReplies(InMemoryChatMemory):
         return super().add_message_if_absent(message)
 
 
-def test_a_store_error_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("kind", ["blocking", "async"])
+def test_a_store_error_is_logged_once(kind: str, caplog: pytest.LogCaptureFixture) -> None:
+    from agentctx_fast.memory import awaitable_memory
+
     memory = _DownOnReplies()
-    runner = AgentRunner(chat_memory_provider=lambda _: memory)
-    agent = Agent("a", ScriptedChatModel([AiMessage("hello")]))
     with caplog.at_level(logging.DEBUG, logger=LOGGER), pytest.raises(StoreUnavailableError):
-        runner.run(agent, "c1", "hi", turn_id="t1")
+        if kind == "blocking":
+            runner = AgentRunner(chat_memory_provider=lambda _: memory)
+            runner.run(
+                Agent("a", ScriptedChatModel([AiMessage("hello")])), "c1", "hi", turn_id="t1"
+            )
+        else:
+
+            async def main() -> None:
+                runner = AsyncAgentRunner(chat_memory_provider=lambda _: awaitable_memory(memory))
+                agent = Agent("a", AsyncScriptedChatModel([AiMessage("hello")]))
+                try:
+                    await runner.run(agent, "c1", "hi", turn_id="t1")
+                finally:
+                    await runner.aclose()
+
+            asyncio.run(main())
     [record] = _records(caplog)
     assert record.levelno == logging.ERROR
     assert "StoreUnavailableError" in record.getMessage()
     assert isinstance(record.exc_info[1], StoreUnavailableError)
     assert (record.conversation_id, record.turn_id) == ("c1", "t1")
-    assert runner.turn("c1", "t1").status is TurnStatus.FAILED
 
 
 # -- idempotent turn ids ------------------------------------------------------------------------
