@@ -23,7 +23,6 @@ from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from agentctx_fast import metrics as m
 from agentctx_fast.agent import Agent, AgentTurn
 from agentctx_fast.coordinator import AsyncAgentContextCompressionStateStore
 from agentctx_fast.errors import (
@@ -40,6 +39,7 @@ from agentctx_fast.messages import AiMessage, Message, UserMessage
 from agentctx_fast.metrics import AgentMetrics
 from agentctx_fast.runner._io import Cancelled
 from agentctx_fast.runner._leases import HeldLease, LeaseKeeper
+from agentctx_fast.runner._observed import Observed
 from agentctx_fast.runner._persist import Persistence
 from agentctx_fast.runner._reads import HistoryReads
 from agentctx_fast.runner._state import (
@@ -64,7 +64,6 @@ from agentctx_fast.stores.turns import (
     dump_snapshot,
 )
 from agentctx_fast.turns import TurnStatus
-from agentctx_fast.window import ContextWindow
 
 if TYPE_CHECKING:
     from agentctx_fast.otel import OtelTracing
@@ -79,7 +78,7 @@ class _TurnExists(TurnStateError):
         self.found = found
 
 
-class TurnEngine(Persistence, HistoryReads, WindowBuilding):
+class TurnEngine(Persistence, HistoryReads, WindowBuilding, Observed):
     """The one implementation of a runner's operations, over async views of its stores."""
 
     def __init__(
@@ -107,48 +106,6 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
         self._metrics = metrics
         self._tracing = tracing
         self._store_name = store_name
-
-    async def _observed(
-        self,
-        io: TurnIO,
-        agent: Agent,
-        conversation_id: str | None,
-        turn_id: str,
-        operation: str,
-        work: Coroutine[Any, Any, AgentTurn],
-    ) -> AgentTurn:
-        """``await work``, a turn's operation, in its ``invoke_agent`` span when the runner
-        traces, and timed as `m.TURN_DURATION_SECONDS` when it has a metrics hook (status
-        ``error`` when it raised; a conversation found busy ran no turn and is not timed)."""
-        tracing, metrics = self._tracing, self._metrics
-        if tracing is None and metrics is None:
-            return await work
-        started = time.perf_counter()
-        status: str | None = "error"
-        try:
-            if tracing is None:
-                turn = await work
-            else:
-                with tracing.turn(agent, conversation_id, turn_id, operation) as span:
-                    io.span = span
-                    turn = await work
-                    tracing.turn_ended(span, turn)
-            status = turn.status.value
-            return turn
-        except AgentConversationBusyError:
-            status = None
-            raise
-        finally:
-            if metrics is not None and status is not None:
-                labels = {"agent": agent.name, "status": status}
-                elapsed = time.perf_counter() - started
-                if status != "error":
-                    metrics.record(m.TURN_DURATION_SECONDS, elapsed, labels)
-                else:
-                    try:  # the turn's error goes on, whatever the sink does
-                        metrics.record(m.TURN_DURATION_SECONDS, elapsed, labels)
-                    except Exception:
-                        pass
 
     # -- operations -------------------------------------------------------------------------
 
@@ -677,17 +634,6 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
                 await self._store_result(run, held)
             self._check_cancel(run)  # a cancel during the step's last tool
             return await self._suspend(run, waiting)
-
-    async def _chat(self, run: TurnRun, window: ContextWindow) -> object:
-        """The model's reply to ``window``, in a ``chat`` span when the runner traces."""
-        agent = run.agent
-        tracing = self._tracing
-        if tracing is None:
-            return await run.io.chat(agent.chat_model, window.messages, agent.tools)
-        with tracing.chat(agent, window) as span:
-            reply = await run.io.chat(agent.chat_model, window.messages, agent.tools)
-            tracing.replied(span, reply)
-            return reply
 
     async def _record(self, run: TurnRun, reply: AiMessage) -> tuple[AgentTurn | None, AiMessage]:
         """The model's reply stored, and the turn completed if it is the final answer (store
