@@ -367,12 +367,32 @@ def test_turns_alternating(
 def test_500_conversations_on_one_loop(benchmark: Any) -> None:
     """Turns per second and runner overhead with 500 conversations waiting on a 50 ms model."""
     benchmark.group = "async runner: 500 concurrent conversations, 50 ms model"
+    _five_hundred_conversations(benchmark, {})
+
+
+def test_500_conversations_traced(benchmark: Any) -> None:
+    """The same with OpenTelemetry tracing on: the SDK, every span exported at once to an
+    in-memory exporter (four spans a turn: the turn, two model calls and a tool call)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from agentctx_fast.otel import OtelTracing
+
+    benchmark.group = "async runner: 500 concurrent conversations, 50 ms model, traced"
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+    _five_hundred_conversations(benchmark, {"tracing": OtelTracing(provider)})
+
+
+def _five_hundred_conversations(benchmark: Any, options: dict[str, Any]) -> None:
+    """500 conversations on one loop, with a runner made with ``options``."""
     conversations = 500
     wait = 0.05
 
     async def main() -> dict[str, float]:
         store = AsyncInMemoryAgentStore()
-        runner = AsyncAgentRunner(store)
+        runner = AsyncAgentRunner(store, **options)
         agent = _agent(_TOOL, delay=wait)
         for i in range(conversations):  # a short history in each conversation
             memory = store.chat_memory(f"c{i}")

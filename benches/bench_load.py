@@ -309,6 +309,13 @@ def blocking_conversation(
         except (TurnStateError, StoreUnavailableError) as error:
             lost(log, cid, k, turn_id, error, attempts)
             continue
+        outcome = taken(log, cid, k, turn, attempts)
+        if outcome is not None:
+            if outcome == "busy":  # it ends, or once its lease has expired it is cancelled
+                with contextlib.suppress(StoreUnavailableError):
+                    while not blocking_cancel_dead_turn(store, runner, cid, log):
+                        pass
+            continue
         log_end(log, cid, k, turn, time.perf_counter() - began, config)
 
 
@@ -366,8 +373,10 @@ async def conversation(
 ) -> None:
     """The conversation's requests, each the first one the store does not hold yet (another
     worker may be running the same conversation: a turn id per request makes a request run
-    once). A turn a dead or paused worker left open is closed by the first `run` once its
-    lease expires (the runner records it `FAILED`), or cancelled when no request is left."""
+    once). A turn a dead or paused worker left open is closed by the first `run` of another
+    request once its lease expires (the runner records it `FAILED`); it is cancelled when the
+    request retried is its own (``run`` returns a turn id it already has as stored: `taken`)
+    or when no request is left."""
     await asyncio.sleep(delay)  # arrivals spread out, not all at once
     attempts: Counter[int] = Counter()
     while True:
@@ -393,7 +402,30 @@ async def conversation(
         except (TurnStateError, StoreUnavailableError) as error:
             lost(log, cid, k, turn_id, error, attempts)
             continue
+        outcome = taken(log, cid, k, turn, attempts)
+        if outcome is not None:
+            if outcome == "busy":  # it ends, or once its lease has expired it is cancelled
+                with contextlib.suppress(StoreUnavailableError):
+                    await cancel_dead_turn(store, runner, cid, log)
+            continue
         log_end(log, cid, k, turn, time.perf_counter() - began, config)
+
+
+def taken(log: Log, cid: str, k: int, turn: Any, attempts: Counter[int]) -> str | None:
+    """What to do when ``run`` returned a turn that already had this turn id (another
+    worker's with the same id, or this request's, left by a worker stopped in between): such
+    a turn comes back as stored, without its messages, and is no turn of this worker. An open
+    one is logged as busy ("busy": wait for it to end, or cancel it once its lease has expired,
+    a dead worker's, then read again); an ended one as lost ("lost": the request is asked
+    again under the next turn id). None for a new turn."""
+    if turn.messages:
+        return None  # a new turn: its user message at least
+    if turn.status in (TurnStatus.RUNNING, TurnStatus.SUSPENDED):
+        log.write("busy", conversation=cid, request=k, turn=turn.turn_id)
+        return "busy"
+    error = TurnStateError(f"turn {turn.turn_id!r} already exists ({turn.status.value})")
+    lost(log, cid, k, turn.turn_id, error, attempts)
+    return "lost"
 
 
 def lost(

@@ -1661,7 +1661,7 @@ def test_a_named_model_gets_exact_window_counts(request: pytest.FixtureRequest) 
     turn = with_store("async-memory", request, body)
     assert turn.status is TurnStatus.COMPLETED
     windows = [list(c.messages) for c in model.calls]
-    tokens = metrics.get("window.tokens", agent="named")
+    tokens = metrics.get("agentctx_window_tokens", agent="named")
     assert tokens.count == 2
     assert tokens.total == sum(exact.estimate(w) for w in windows)
     assert tokens.total != sum(HeuristicTokenEstimator().estimate(w) for w in windows)

@@ -129,14 +129,14 @@ def test_second_turn_sees_the_first_and_keeps_its_turn_id(store: Any, conversati
     check_memory(store.chat_memory(conversation), [first, second])
 
 
-def test_reused_turn_id_is_refused_and_frees_the_conversation(
+def test_a_reused_turn_id_returns_that_turn_and_frees_the_conversation(
     store: Any, conversation: str
 ) -> None:
     agent = Agent("a", ScriptedChatModel([AiMessage("x"), AiMessage("y")]))
     runner = _runner(store)
     first = runner.run(agent, conversation, "one", turn_id="t-1")
-    with pytest.raises(TurnStateError):
-        runner.run(agent, conversation, "again", turn_id="t-1")
+    again = runner.run(agent, conversation, "again", turn_id="t-1")  # SPEC §22: a retry
+    assert (again.turn_id, again.status) == ("t-1", TurnStatus.COMPLETED)
     check_memory(store.chat_memory(conversation), [first])
     third = runner.run(agent, conversation, "three")
     assert third.status is TurnStatus.COMPLETED
@@ -1011,33 +1011,37 @@ def test_metrics(store: Any, conversation: str) -> None:
     check_memory(store.chat_memory(conversation), [*earlier, turn])
 
     windows = [c.messages for c in model.calls]
-    summary = metrics.get("window.messages", agent="metered")
+    summary = metrics.get("agentctx_window_messages", agent="metered")
     assert summary.count == 3
     assert summary.total == sum(len(w) for w in windows)
     assert summary.maximum == max(len(w) for w in windows)
-    tokens = metrics.get("window.tokens", agent="metered")
+    tokens = metrics.get("agentctx_window_tokens", agent="metered")
     estimator = HeuristicTokenEstimator()
     assert tokens.count == 3 and tokens.total == sum(estimator.estimate(list(w)) for w in windows)
 
     results = results_by_call(turn.messages)
-    row_chars = metrics.get("tool.result_chars", tool="rows")
+    row_chars = metrics.get("agentctx_tool_result_chars", tool="rows")
     assert row_chars.count == 2
     assert row_chars.total == len(results["c1"].text) + len(results["c3"].text)
-    broken_chars = metrics.get("tool.result_chars", tool="broken")
+    broken_chars = metrics.get("agentctx_tool_result_chars", tool="broken")
     assert broken_chars.total == len(results["c2"].text)
-    assert metrics.get("tool.calls", tool="rows").count == 2
-    assert metrics.get("tool.errors", tool="broken").count == 1
-    assert metrics.get("tool.errors", tool="rows").count == 0
-    assert metrics.get("tool.truncations", tool="rows").count == 1
-    assert metrics.get("tool.page_requests", tool="rows").count == 1
-    assert metrics.get("tool.page_requests", tool="broken").count == 0
-    assert metrics.get("compressor.calls", agent="metered").count == len(compressor_calls) == 3
-    assert metrics.get("compressor.failures", agent="metered").count == 0
-    steps = metrics.get("turn.steps", agent="metered", status="completed")
+    assert metrics.get("agentctx_tool_calls", tool="rows").count == 2
+    assert metrics.get("agentctx_tool_errors", tool="broken").count == 1
+    assert metrics.get("agentctx_tool_errors", tool="rows").count == 0
+    assert metrics.get("agentctx_tool_truncations", tool="rows").count == 1
+    assert metrics.get("agentctx_tool_page_requests", tool="rows").count == 1
+    assert metrics.get("agentctx_tool_page_requests", tool="broken").count == 0
+    assert (
+        metrics.get("agentctx_compressor_calls", agent="metered").count
+        == len(compressor_calls)
+        == 3
+    )
+    assert metrics.get("agentctx_compressor_failures", agent="metered").count == 0
+    steps = metrics.get("agentctx_turn_steps", agent="metered", status="completed")
     assert (steps.count, steps.total) == (1, len(model.calls))
     snapshot = runner.turn_store.load_turn(conversation, turn.turn_id)
     assert snapshot is not None
-    sizes = metrics.get("snapshot.bytes", agent="metered")
+    sizes = metrics.get("agentctx_snapshot_bytes", agent="metered")
     # one snapshot save per step, and one per tool step recording its calls as started before
     # they run (SPEC §20: neither tool is idempotent)
     assert sizes.count == len(model.calls) + 2
@@ -1056,12 +1060,12 @@ def test_metrics_of_failures(store: Any, conversation: str) -> None:
                   compression_keep_recent_turns=1)  # fmt: skip
     turn = runner.run(agent, conversation, "x")
     assert turn.status is TurnStatus.FAILED
-    assert metrics.get("compressor.calls", agent="m").count == 1
-    assert metrics.get("compressor.failures", agent="m").count == 1
-    assert metrics.get("window.messages", agent="m").count == 0
-    steps = metrics.get("turn.steps", agent="m", status="failed")
+    assert metrics.get("agentctx_compressor_calls", agent="m").count == 1
+    assert metrics.get("agentctx_compressor_failures", agent="m").count == 1
+    assert metrics.get("agentctx_window_messages", agent="m").count == 0
+    steps = metrics.get("agentctx_turn_steps", agent="m", status="failed")
     assert (steps.count, steps.total) == (1, 0)
-    only = metrics.get("snapshot.bytes", agent="m")
+    only = metrics.get("agentctx_snapshot_bytes", agent="m")
     snapshot = runner.turn_store.load_turn(conversation, turn.turn_id)
     assert snapshot is not None
     assert (only.count, only.total) == (1, len(dump_snapshot(snapshot)))
@@ -1397,7 +1401,7 @@ def test_a_named_model_gets_exact_window_counts(model_name: str, encoding: str) 
     turn = AgentRunner(InMemoryAgentStore(), metrics=metrics).run(agent, "c-named", "订单状态?")
     assert turn.status is TurnStatus.COMPLETED
     windows = [list(c.messages) for c in model.calls]
-    tokens = metrics.get("window.tokens", agent="named")
+    tokens = metrics.get("agentctx_window_tokens", agent="named")
     assert tokens.count == 2
     assert tokens.total == sum(exact.estimate(w) for w in windows)
     assert tokens.total != sum(HeuristicTokenEstimator().estimate(w) for w in windows)

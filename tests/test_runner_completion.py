@@ -201,7 +201,9 @@ def test_a_failing_compressor_and_the_policy(
         assert len(warnings) == 1 and "summary model is down" in warnings[0].getMessage()
     else:
         assert turn.status is TurnStatus.FAILED and "summary model is down" in str(turn.error)
-        assert model.calls == [] and caplog.records == []
+        assert model.calls == []
+        [failed] = caplog.records  # the failed turn, once (SPEC §22)
+        assert "turn failed" in failed.getMessage() and failed.turn_id == turn.turn_id
         assert stored[: len(before)] == before and ids(stored[len(before) :]) == [
             f"{turn.turn_id}:user"
         ]

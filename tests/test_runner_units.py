@@ -72,8 +72,9 @@ class Place:
 
 
 class Sink:
-    """A metrics sink of the user's: what it received (model latency left out: it varies)
-    and where; ``fail_on``: the metric whose first observation raises `Boom`."""
+    """A metrics sink of the user's: what it received (model latency left out, and the value
+    and store of the other timings: they vary) and where; ``fail_on``: the metric whose first
+    observation raises `Boom`."""
 
     def __init__(self, place: Place, fail_on: str | None = None) -> None:
         self.place = place
@@ -85,6 +86,8 @@ class Sink:
         if metric == self.fail_on:
             self.fail_on = None
             raise Boom(metric)
+        if metric.endswith("_seconds"):
+            value, labels = 0.0, {k: v for k, v in labels.items() if k != "store"}
         if metric != m.MODEL_LATENCY_SECONDS:
             self.received.append((metric, value, dict(labels)))
 
@@ -387,11 +390,15 @@ def _after_a_failing_sink(kind: str, tmp_path: Path, fail_on: str) -> tuple[str,
     ("fail_on", "expected"),
     [
         # at the turn's end: the turn is recorded completed and its lease freed
-        (m.TURN_STEPS, ("Boom: turn.steps", "completed", "completed")),
+        (m.TURN_STEPS, ("Boom: agentctx_turn_steps", "completed", "completed")),
         # at the tool step's record: the runner closes the turn failed, naming the error
         (
             m.SNAPSHOT_BYTES,
-            ("Boom: snapshot.bytes", "failed (the runner stopped on an error: Boom)", "completed"),
+            (
+                "Boom: agentctx_snapshot_bytes",
+                "failed (the runner stopped on an error: Boom)",
+                "completed",
+            ),
         ),
     ],
 )

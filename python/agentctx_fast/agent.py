@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from agentctx_fast.chat_model import AsyncChatModel, ChatModel
@@ -34,6 +34,10 @@ class Agent:
     Without a ``token_estimator``, a ``chat_model`` that names its model (``model_name``, as the
     client adapters do) has its windows counted exactly, with `estimator_for_model`:
     token budgets are budgets for that model. Any other model is counted by the heuristic.
+
+    ``tool_error_formatter(error)`` makes the text the model sees when a tool raises (default:
+    ``"tool NAME failed: CLASS: MESSAGE"``): a service redacts there what an exception's message
+    may hold (a password, a host name). The exception itself is logged, not sent.
     """
 
     name: str
@@ -50,6 +54,7 @@ class Agent:
     max_steps: int = 16
     compression_trigger: CompressionTrigger | None = None
     on_compression_error: str = "fail"
+    tool_error_formatter: Callable[[Exception], str] | None = None
     _tools_by_name: Mapping[str, Tool] = field(default_factory=dict, init=False, repr=False)
     _window_options: WindowOptions = field(
         default=WindowOptions(), init=False, repr=False, compare=False
@@ -99,6 +104,11 @@ class Agent:
                 f"on_compression_error must be 'fail' or 'uncompressed', "
                 f"got {self.on_compression_error!r}"
             )
+        formatter = self.tool_error_formatter
+        if formatter is not None and not callable(formatter):
+            raise InvalidArgumentError(
+                f"agent {self.name!r}: tool_error_formatter must be callable"
+            )
         steps = self.max_steps
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise InvalidArgumentError(f"max_steps must be an int >= 1, got {steps!r}")
@@ -130,7 +140,12 @@ def _estimator_of(model_name: str) -> TokenEstimator:
 
 @dataclass(frozen=True, slots=True)
 class AgentTurn:
-    """What one turn did: its messages (UI forms included), final answer or error."""
+    """What one turn did: its messages (UI forms included), final answer or error.
+
+    ``exception``: for a turn that failed in this call on an exception (a model's, a
+    compressor's), that exception, e.g. a `ModelCallError` with its ``status_code``; it is not
+    stored (``error`` is the stored text), so a turn read back has none.
+    """
 
     turn_id: str
     conversation_id: str | None
@@ -140,3 +155,4 @@ class AgentTurn:
     error: str | None = None
     pending_approvals: tuple[PendingApproval, ...] = ()
     step_count: int = 0
+    exception: BaseException | None = field(default=None, compare=False, repr=False)

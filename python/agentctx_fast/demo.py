@@ -200,7 +200,7 @@ def run_demo(store: Any, out: Callable[[str], None] = print) -> list[AgentTurn]:
             resumer.close()
         answer = turn.final_message.text if turn.final_message else turn.error
         out(f"--- turn {number} {turn.status.value}: {answer}")
-        compressions = _count(metrics, "compressor.calls")
+        compressions = _count(metrics, "agentctx_compressor_calls")
         if compressions > compressed:
             state = store.compression_state_store().load(conversation_id)
             out(
@@ -239,8 +239,8 @@ def _print_summary(
     kinds: dict[str, int] = {}
     for message in stored:
         kinds[type(message).__name__] = kinds.get(type(message).__name__, 0) + 1
-    windows = metrics.get("window.messages")
-    tokens = metrics.get("window.tokens")
+    windows = metrics.get("agentctx_window_messages")
+    tokens = metrics.get("agentctx_window_tokens")
     out("\n=== summary")
     out(f"turns: {', '.join(t.status.value for t in turns)}; model calls: {model_calls}")
     by_kind = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items()))
@@ -248,13 +248,13 @@ def _print_summary(
     out(
         f"windows: {windows.count}, up to {int(windows.maximum)} messages and "
         f"{int(tokens.maximum)} estimated tokens; compacted turns in the last window: "
-        f"{int(metrics.get('window.compacted_turns').maximum)}"
+        f"{int(metrics.get('agentctx_window_compacted_turns').maximum)}"
     )
     out(
-        f"tool calls: {metrics.get('tool.calls').count}, result characters: "
-        f"{int(metrics.get('tool.result_chars').total)}, page requests: "
-        f"{metrics.get('tool.page_requests').count}; snapshots up to "
-        f"{int(metrics.get('snapshot.bytes').maximum)} bytes"
+        f"tool calls: {metrics.get('agentctx_tool_calls').count}, result characters: "
+        f"{int(metrics.get('agentctx_tool_result_chars').total)}, page requests: "
+        f"{metrics.get('agentctx_tool_page_requests').count}; snapshots up to "
+        f"{int(metrics.get('agentctx_snapshot_bytes').maximum)} bytes"
     )
     violations = validate_tool_protocol(stored)
     out(f"tool protocol of the stored history: {'valid' if not violations else violations}")

@@ -1,31 +1,29 @@
 """Metrics the runner feeds: one small interface, one in-process collector.
 
-The interface is a single method, ``record(metric, value, labels)``, so an adapter to
-OpenTelemetry or Prometheus is a few lines::
+The interface is a single method, ``record(metric, value, labels)``; counters are observations
+of 1. Names are stable and use underscores, so they are valid Prometheus and OpenTelemetry
+instrument names as they are. `agentctx_fast.otel.OtelMetrics` (the ``otel`` extra) records
+them on an OpenTelemetry ``Meter``.
 
-    class OtelMetrics:
-        def __init__(self, meter):
-            self._histograms = {}
-            self._meter = meter
-
-        def record(self, metric, value, labels):
-            histogram = self._histograms.get(metric)
-            if histogram is None:
-                histogram = self._histograms[metric] = self._meter.create_histogram(metric)
-            histogram.record(value, attributes=dict(labels))
-
-Metric names (labels in brackets): ``window.messages``, ``window.tokens``,
-``window.dropped_turns``, ``window.compacted_turns`` [agent]; ``compressor.calls``,
-``compressor.failures`` [agent]; ``tool.calls``, ``tool.result_chars``, ``tool.errors``,
-``tool.truncations``, ``tool.page_requests`` [tool]; ``snapshot.bytes`` [agent];
-``turn.steps`` [agent, status]; ``model.latency_seconds`` [agent], and when the model reports
-usage ``model.prompt_tokens``, ``model.completion_tokens`` and ``window.estimate_ratio``
-(the window's estimated tokens ÷ the reported prompt tokens) [agent].
+Metric names (labels in brackets): ``agentctx_window_messages``, ``agentctx_window_tokens``,
+``agentctx_window_dropped_turns``, ``agentctx_window_compacted_turns`` [agent];
+``agentctx_compressor_calls``, ``agentctx_compressor_failures`` [agent];
+``agentctx_tool_calls``, ``agentctx_tool_result_chars``, ``agentctx_tool_errors``,
+``agentctx_tool_truncations``, ``agentctx_tool_page_requests`` [tool];
+``agentctx_snapshot_bytes`` [agent]; ``agentctx_turn_steps`` [agent, status];
+``agentctx_turn_duration_seconds`` [agent, status] (a turn's ``run`` or ``resume`` call, from
+its start to its return; status ``error`` when it raised); ``agentctx_store_operation_seconds``
+[operation, store] (each store call the runner makes: ``acquire``, ``save_turn``, ``append``,
+``release``, ``suspend``, ``load_turn``, ``read_history``; store is the class of the runner's
+store); ``agentctx_model_latency_seconds`` [agent], and when the model reports usage
+``agentctx_model_prompt_tokens``, ``agentctx_model_completion_tokens`` and
+``agentctx_window_estimate_ratio`` (the window's estimated tokens ÷ the reported prompt tokens)
+[agent].
 
 >>> metrics = InMemoryMetrics()
->>> metrics.record("tool.result_chars", 120, {"tool": "get_order"})
->>> metrics.record("tool.result_chars", 80, {"tool": "get_order"})
->>> metrics.get("tool.result_chars", tool="get_order")
+>>> metrics.record(TOOL_RESULT_CHARS, 120, {"tool": "get_order"})
+>>> metrics.record(TOOL_RESULT_CHARS, 80, {"tool": "get_order"})
+>>> metrics.get("agentctx_tool_result_chars", tool="get_order")
 MetricSummary(count=2, total=200.0, maximum=120.0)
 """
 
@@ -36,23 +34,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-WINDOW_MESSAGES = "window.messages"
-WINDOW_TOKENS = "window.tokens"
-WINDOW_DROPPED_TURNS = "window.dropped_turns"
-WINDOW_COMPACTED_TURNS = "window.compacted_turns"
-COMPRESSOR_CALLS = "compressor.calls"
-COMPRESSOR_FAILURES = "compressor.failures"
-TOOL_CALLS = "tool.calls"
-TOOL_RESULT_CHARS = "tool.result_chars"
-TOOL_ERRORS = "tool.errors"
-TOOL_TRUNCATIONS = "tool.truncations"
-TOOL_PAGE_REQUESTS = "tool.page_requests"
-SNAPSHOT_BYTES = "snapshot.bytes"
-TURN_STEPS = "turn.steps"
-MODEL_LATENCY_SECONDS = "model.latency_seconds"
-MODEL_PROMPT_TOKENS = "model.prompt_tokens"
-MODEL_COMPLETION_TOKENS = "model.completion_tokens"
-WINDOW_ESTIMATE_RATIO = "window.estimate_ratio"
+WINDOW_MESSAGES = "agentctx_window_messages"
+WINDOW_TOKENS = "agentctx_window_tokens"
+WINDOW_DROPPED_TURNS = "agentctx_window_dropped_turns"
+WINDOW_COMPACTED_TURNS = "agentctx_window_compacted_turns"
+COMPRESSOR_CALLS = "agentctx_compressor_calls"
+COMPRESSOR_FAILURES = "agentctx_compressor_failures"
+TOOL_CALLS = "agentctx_tool_calls"
+TOOL_RESULT_CHARS = "agentctx_tool_result_chars"
+TOOL_ERRORS = "agentctx_tool_errors"
+TOOL_TRUNCATIONS = "agentctx_tool_truncations"
+TOOL_PAGE_REQUESTS = "agentctx_tool_page_requests"
+SNAPSHOT_BYTES = "agentctx_snapshot_bytes"
+TURN_STEPS = "agentctx_turn_steps"
+MODEL_LATENCY_SECONDS = "agentctx_model_latency_seconds"
+MODEL_PROMPT_TOKENS = "agentctx_model_prompt_tokens"
+MODEL_COMPLETION_TOKENS = "agentctx_model_completion_tokens"
+WINDOW_ESTIMATE_RATIO = "agentctx_window_estimate_ratio"
+TURN_DURATION_SECONDS = "agentctx_turn_duration_seconds"
+STORE_OPERATION_SECONDS = "agentctx_store_operation_seconds"
 
 
 @runtime_checkable

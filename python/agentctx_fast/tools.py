@@ -92,6 +92,8 @@ class ToolOutcome:
     is_error: bool = False
     truncated: bool = False
     page_request: bool = False
+    # The tool's exception when it raised (the runner logs it and may reformat ``text``).
+    error: Exception | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +259,7 @@ class Tool:
             f"tool {self.name} failed: {type(error).__name__}: {error}",
             is_error=True,
             page_request=_page_request(parsed),
+            error=error,
         )
 
     def _render(self, result: object, parsed: Mapping[str, Any]) -> ToolOutcome:

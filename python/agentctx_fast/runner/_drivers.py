@@ -40,6 +40,11 @@ def store_parts(store: Any, chat_memory_provider: Any, *, want_async: bool) -> t
     return provider, turn_store
 
 
+def store_label(store: object) -> str:
+    """The ``store`` label of the runner's store-latency metric: the store's class."""
+    return "none" if store is None else type(store).__name__
+
+
 def new_keeper(
     keeper_type: type[LeaseKeeper],
     turn_store: AsyncAgentTurnStore,
@@ -50,4 +55,4 @@ def new_keeper(
     return keeper_type(turn_store, seconds, clock), seconds
 
 
-__all__ = ["DEFAULT_CLOCK", "AgentMetrics", "Clock", "new_keeper", "store_parts"]
+__all__ = ["DEFAULT_CLOCK", "AgentMetrics", "Clock", "new_keeper", "store_label", "store_parts"]

@@ -18,10 +18,10 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentctx_fast.agent import Agent, AgentTurn
 from agentctx_fast.coordinator import AsyncAgentContextCompressionStateStore
@@ -31,6 +31,7 @@ from agentctx_fast.errors import (
     DuplicateMessageError,
     InvalidArgumentError,
     LeaseLostError,
+    StoreBusyError,
     StoreUnavailableError,
     TurnStateError,
 )
@@ -39,6 +40,7 @@ from agentctx_fast.messages import AiMessage, Message, UserMessage
 from agentctx_fast.metrics import AgentMetrics
 from agentctx_fast.runner._io import Cancelled
 from agentctx_fast.runner._leases import HeldLease, LeaseKeeper
+from agentctx_fast.runner._observed import Observed
 from agentctx_fast.runner._persist import Persistence
 from agentctx_fast.runner._reads import HistoryReads
 from agentctx_fast.runner._state import (
@@ -64,8 +66,20 @@ from agentctx_fast.stores.turns import (
 )
 from agentctx_fast.turns import TurnStatus
 
+if TYPE_CHECKING:
+    from agentctx_fast.otel import OtelTracing
 
-class TurnEngine(Persistence, HistoryReads, WindowBuilding):
+
+class _TurnExists(TurnStateError):
+    """A new turn's id is taken by a stored turn of the conversation (``found``, when it was
+    read)."""
+
+    def __init__(self, message: str, found: AgentTurnSnapshot | None = None) -> None:
+        super().__init__(message)
+        self.found = found
+
+
+class TurnEngine(Persistence, HistoryReads, WindowBuilding, Observed):
     """The one implementation of a runner's operations, over async views of its stores."""
 
     def __init__(
@@ -77,6 +91,8 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
         lease_seconds: float,
         clock: Callable[[], float],
         metrics: AgentMetrics | None,
+        tracing: OtelTracing | None = None,
+        store_name: str = "none",
     ) -> None:
         self._provider = provider
         self.turn_store = turn_store
@@ -89,6 +105,8 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
         self._lease_seconds = lease_seconds
         self._clock = clock
         self._metrics = metrics
+        self._tracing = tracing
+        self._store_name = store_name
 
     # -- operations -------------------------------------------------------------------------
 
@@ -102,8 +120,24 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
         metadata: Mapping[str, Any] | None,
     ) -> AgentTurn:
         check_conversation_id(conversation_id)
-        memory = self._memory(conversation_id)
+        given = turn_id is not None
         turn_id = uuid.uuid4().hex if turn_id is None else check_turn_id(turn_id)
+        work = self._run(io, agent, conversation_id, message, turn_id, given, metadata)
+        return await self._observed(io, agent, conversation_id, turn_id, "run", work)
+
+    async def _run(
+        self,
+        io: TurnIO,
+        agent: Agent,
+        conversation_id: str,
+        message: UserMessage | str,
+        turn_id: str,
+        given: bool,
+        metadata: Mapping[str, Any] | None,
+    ) -> AgentTurn:
+        """A new turn; with a ``given`` turn id that the conversation already has, that
+        turn's current state instead (a retried request, SPEC §22): never a second turn."""
+        memory = self._memory(conversation_id)
         user = user_message(message, turn_id)
         now = self._clock()
         snapshot = AgentTurnSnapshot(
@@ -119,19 +153,51 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
         dump_snapshot(snapshot)  # refuse unserialisable metadata before taking the conversation
         run = TurnRun(io, agent, conversation_id, turn_id, memory, [], [user])
         try:
+            return await self._opened(run, snapshot, user, message, given)
+        except AgentConversationBusyError as error:
+            if not given or error.turn_id != turn_id:
+                raise  # another turn holds the conversation
+            # the same request, sent twice at once: the first holds it
+            existing = await self.turn_store.load_turn(conversation_id, turn_id)
+            if existing is None:
+                raise  # not recorded yet: the conversation is busy with it
+            return view(existing)
+        except _TurnExists as exists:
+            if not given:
+                raise
+            found = exists.found or await self.turn_store.load_turn(conversation_id, turn_id)
+            if found is None:
+                raise
+            return view(found)
+
+    async def _opened(
+        self,
+        run: TurnRun,
+        snapshot: AgentTurnSnapshot,
+        user: UserMessage,
+        message: UserMessage | str,
+        given: bool,
+    ) -> AgentTurn:
+        """The new turn's conversation taken, its record and user message stored, and the
+        turn driven to its end."""
+        io, agent, conversation_id = run.io, run.agent, snapshot.conversation_id
+        try:
             stale = await self._together(
-                run, "opening a turn", partial(self._open, run, snapshot, user, message)
+                run, "opening a turn", partial(self._open, run, snapshot, user, message, given)
             )
             if run.lease is not None:
                 self._keeper.keep(run.lease)
             if stale is not None:
                 assert run.memory is not None  # ``memory``, fenced
                 await self._recover(
-                    io, run.memory, conversation_id, stale, agent, run.fence, turn_id
+                    io, run.memory, conversation_id, stale, agent, run.fence, run.turn_id
                 )
                 await self._together(
                     run, "opening a turn", partial(self._start, run, snapshot, user, message)
                 )
+        except _TurnExists:
+            await self._release(run)  # its record is another turn's: nothing to close
+            raise
         except BaseException as error:
             if run.lease is not None:  # the conversation was taken: close the turn, free it
                 await self._abandon(run, error)
@@ -144,24 +210,40 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
         snapshot: AgentTurnSnapshot,
         user: UserMessage,
         message: UserMessage | str,
+        given: bool,
     ) -> str | None:
         """The conversation taken for a new turn (`AgentConversationBusyError` if another turn
         holds it) and, unless a turn whose process died held it (its id is returned, to be
         closed first), the turn started (store calls only: `_together` runs them as one unit).
+        A ``given`` turn id is looked up first: `_TurnExists` if the conversation has it.
         """
         owner = uuid.uuid4().hex
         conversation_id, turn_id = snapshot.conversation_id, snapshot.turn_id
-        try:
-            stale = await self.turn_store.acquire_conversation(
-                conversation_id, turn_id, owner, self._lease_seconds, snapshot.created_at
+        if given:
+            found = await self._timed(
+                run, "load_turn", self.turn_store.load_turn(conversation_id, turn_id)
             )
+            if found is not None:
+                raise _TurnExists(f"turn {turn_id!r} already exists", found)
+
+        def acquire() -> Coroutine[Any, Any, str | None]:
+            return self._timed(
+                run,
+                "acquire",
+                self.turn_store.acquire_conversation(
+                    conversation_id, turn_id, owner, self._lease_seconds, snapshot.created_at
+                ),
+            )
+
+        try:
+            stale = await acquire()
+        except StoreBusyError:
+            raise  # it waited its whole bound, and was not applied: the caller retries later
         except StoreUnavailableError:
             # Sent once more: if the first call took the lease (its reply lost), this one
             # finds it taken by this owner and says which expired turn it took over, which
             # must be closed; otherwise that turn would stay open with no lease.
-            stale = await self.turn_store.acquire_conversation(
-                conversation_id, turn_id, owner, self._lease_seconds, snapshot.created_at
-            )
+            stale = await acquire()
         run.lease = HeldLease(conversation_id, turn_id, owner, self._now(run))
         fence(run, owner)
         if stale is None:
@@ -192,11 +274,17 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
         # Known from here on as saved: if the save's reply is lost, closing the turn finds the
         # record (or, if it was never written, the lease is left to expire: `_abandon`).
         run.snapshot = replace(snapshot, version=1)
-        if not await self.turn_store.save_turn(snapshot, 0, run.fence):
+        if not await self._timed(
+            run, "save_turn", self.turn_store.save_turn(snapshot, 0, run.fence)
+        ):
             run.snapshot = None  # another turn's record
-            raise TurnStateError(f"turn {turn_id!r} already exists")
-        run.history = await self._history(run.agent, memory, conversation_id, current_stored=False)
-        if not await memory.add_message_if_absent(user):
+            raise _TurnExists(f"turn {turn_id!r} already exists")
+        run.history = await self._timed(
+            run,
+            "read_history",
+            self._history(run.agent, memory, conversation_id, current_stored=False),
+        )
+        if not await self._timed(run, "append", memory.add_message_if_absent(user)):
             raise DuplicateMessageError(
                 f"message {user.message_id!r} is already stored in conversation "
                 f"{conversation_id!r}: the turn id was used before, or another writer "
@@ -208,7 +296,8 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
     ) -> AgentTurn:
         turn_id = uuid.uuid4().hex
         user = user_message(message, turn_id)
-        return await self._drive(TurnRun(io, agent, None, turn_id, None, history, [user]))
+        work = self._drive(TurnRun(io, agent, None, turn_id, None, history, [user]))
+        return await self._observed(io, agent, None, turn_id, "run_history", work)
 
     async def resume(
         self,
@@ -219,6 +308,17 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
         approvals: Mapping[str, bool] | None,
     ) -> AgentTurn:
         check_conversation_id(conversation_id)
+        work = self._resume(io, agent, conversation_id, turn_id, approvals)
+        return await self._observed(io, agent, conversation_id, turn_id, "resume", work)
+
+    async def _resume(
+        self,
+        io: TurnIO,
+        agent: Agent,
+        conversation_id: str,
+        turn_id: str,
+        approvals: Mapping[str, bool] | None,
+    ) -> AgentTurn:
         snapshot = await self._load(conversation_id, turn_id)
         if snapshot.status is TurnStatus.RUNNING:
             # The same approvals again (a retry after a resume whose reply was lost) find them
@@ -335,7 +435,9 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
                 await self._recover(
                     io, run.memory, conversation_id, stale, agent, run.fence, turn_id
                 )
-            run.history, run.messages = await self._split_turn(agent, memory, snapshot)
+            run.history, run.messages = await self._timed(
+                run, "read_history", self._split_turn(agent, memory, snapshot)
+            )
         except BaseException as error:
             await self._abandon(run, error, read_turn=True)
             raise
@@ -409,6 +511,8 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
         *,
         interrupted: bool = False,
     ) -> AgentTurn:
+        if run.io.span is not None and self._tracing is not None:
+            self._tracing.turn_started(run.io.span, len(run.history))
         try:
             try:
                 if interrupted:
@@ -496,16 +600,21 @@ class TurnEngine(Persistence, HistoryReads, WindowBuilding):
                 window = await self._window(run)
             except AgentCtxError as error:  # a compressor failure, typed
                 await self._checkpoint(run)  # a slow compressor may have outlived the lease
-                return await self._finish(run, TurnStatus.FAILED, error=f"window failed: {error}")
+                return await self._finish(
+                    run, TurnStatus.FAILED, error=f"window failed: {error}", exception=error
+                )
             started = time.perf_counter()
             try:
-                reply = await run.io.chat(agent.chat_model, window.messages, agent.tools)
+                reply = await self._chat(run, window)
             except Cancelled:
                 raise
             except Exception as error:  # any model failure ends the turn, typed in `error`
                 await self._checkpoint(run)
                 return await self._finish(
-                    run, TurnStatus.FAILED, error=f"model failed: {type(error).__name__}: {error}"
+                    run,
+                    TurnStatus.FAILED,
+                    error=f"model failed: {type(error).__name__}: {error}",
+                    exception=error,
                 )
             self._observe_reply(run, window, reply, started)
             if not isinstance(reply, AiMessage):

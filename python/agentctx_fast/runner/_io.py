@@ -35,6 +35,7 @@ class BlockingTurnIO:
     """The port of `AgentRunner`."""
 
     cancelled = False
+    span: Any = None  # the turn's span, when the runner traces (`OtelTracing`)
 
     async def chat(self, model: Any, messages: Sequence[Message], tools: Sequence[Tool]) -> object:
         return model.chat(messages, tools)
@@ -56,6 +57,7 @@ class AsyncTurnIO:
     def __init__(self, sink: Callable[[StreamEvent], None] | None = None) -> None:
         self._sink = sink
         self.cancelled = False
+        self.span: Any = None  # the turn's span, when the runner traces (`OtelTracing`)
         self._task: asyncio.Task[Any] | None = None  # the task driving the turn
         self._cuttable = False  # it awaits a model call or an async tool
         self._cut = False  # `interrupt` cancelled that await

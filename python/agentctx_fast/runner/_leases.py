@@ -174,4 +174,5 @@ def _renewal_failed(lease: HeldLease, error: Exception) -> None:
     log.warning(
         "conversation %r, turn %r: renewing the lease failed (%s: %s); retrying",
         lease.conversation_id, lease.turn_id, type(error).__name__, error,
+        extra={"conversation_id": lease.conversation_id, "turn_id": lease.turn_id},
     )  # fmt: skip

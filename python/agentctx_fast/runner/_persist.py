@@ -20,6 +20,8 @@ from agentctx_fast.runner._state import (
     TurnRun,
     agent_stub,
     is_stub,
+    log,
+    log_context,
     may_have_run,
 )
 from agentctx_fast.runner._tools import ToolSteps
@@ -68,7 +70,8 @@ class Persistence(ToolSteps):
             error=error,
             updated_at=self._now(run),
         )
-        if not await self.turn_store.save_turn(snapshot, run.snapshot.version, run.fence):
+        saving = self.turn_store.save_turn(snapshot, run.snapshot.version, run.fence)
+        if not await self._timed(run, "save_turn", saving):
             raise TurnStateError(f"turn {run.turn_id!r} was changed by another process")
         run.snapshot = replace(snapshot, version=run.snapshot.version + 1)
         if run.conversation_id is not None:  # the next turn's window need not ask for it
@@ -108,8 +111,12 @@ class Persistence(ToolSteps):
         await self._save(run, TurnStatus.SUSPENDED, pending=waiting)
         if run.lease is not None:
             self._keeper.drop(run.lease)
-            await self.turn_store.suspend_conversation(
-                run.lease.conversation_id, run.turn_id, run.lease.owner
+            await self._timed(
+                run,
+                "suspend",
+                self.turn_store.suspend_conversation(
+                    run.lease.conversation_id, run.turn_id, run.lease.owner
+                ),
             )
 
     async def _finish(
@@ -120,7 +127,18 @@ class Persistence(ToolSteps):
         final: AiMessage | None = None,
         error: str | None = None,
         close_calls: bool = True,
+        exception: BaseException | None = None,
+        logged: bool = False,
     ) -> AgentTurn:
+        """End the turn with ``status``. A failed or cancelled turn is logged here, once,
+        unless the caller has (``logged``); ``exception`` is the failure's, for the caller
+        (`AgentTurn.exception`)."""
+        if not logged and status is TurnStatus.FAILED:
+            log.warning(
+                "turn failed: %s", error, exc_info=exception, extra=log_context(run)
+            )  # the exception's traceback, when there is one, is the model's or compressor's
+        elif not logged and status is TurnStatus.CANCELLED:
+            log.info("turn cancelled", extra=log_context(run))
         if close_calls and status is not TurnStatus.COMPLETED:
             await self._close_forms(run, status.value)
             await self._close_calls(run, f"not run: the turn ended {status.value} ({error})")
@@ -130,10 +148,11 @@ class Persistence(ToolSteps):
         )
         if run.lease is not None:
             self._keeper.drop(run.lease)
-            await self.turn_store.release_conversation(
+            releasing = self.turn_store.release_conversation(
                 run.lease.conversation_id, run.turn_id, run.lease.owner, self._now(run)
             )
-        return self._result(run, status, final=final, error=error)
+            await self._timed(run, "release", releasing)
+        return self._result(run, status, final=final, error=error, exception=exception)
 
     async def _close_calls(self, run: TurnRun, text: str) -> None:
         """Answer every call left without a result: ``text`` ("not run: …") for a call known
@@ -172,6 +191,16 @@ class Persistence(ToolSteps):
         at all."""
         if run.lease is not None:
             self._keeper.drop(run.lease)
+        if isinstance(error, LeaseLostError):  # the turn is left to the new holder
+            log.warning(
+                "lease lost: another runner took the conversation over; this one writes "
+                "nothing more", extra=log_context(run),
+            )  # fmt: skip
+        else:
+            log.error(
+                "turn failed: the runner stopped on an error: %s: %s", type(error).__name__,
+                error, exc_info=error, extra=log_context(run),
+            )  # fmt: skip
         if run.snapshot is None and isinstance(error, StoreError):
             return  # a taken-over turn's closing may be half done: the next run finishes it
         if isinstance(error, StoreBusyError):
@@ -184,7 +213,7 @@ class Persistence(ToolSteps):
                     tail = await _turn_tail(run.memory, run.snapshot)
                     run.messages = [msg for msg in tail if msg.turn_id == run.turn_id]
                 stopped = f"the runner stopped on an error: {type(error).__name__}"
-                await self._finish(run, TurnStatus.FAILED, error=stopped)
+                await self._finish(run, TurnStatus.FAILED, error=stopped, logged=True)
         except Exception:
             if await self._may_be_open(run):
                 return  # its lease expires and the next run takes it over and closes it
@@ -232,6 +261,10 @@ class Persistence(ToolSteps):
         snapshot = await self.turn_store.load_turn(conversation_id, stale_id)
         if snapshot is not None and snapshot.status not in OPEN_STATUSES:
             return  # it finished; only the release was lost
+        log.warning(
+            "turn failed: the process running it stopped (its lease expired); closing it",
+            extra={"conversation_id": conversation_id, "turn_id": stale_id},
+        )
         if snapshot is None:
             # It never started: it may have stopped while closing the expired turn it had
             # taken over, which its lease named and this lease no longer does. Every turn is
@@ -301,6 +334,7 @@ class Persistence(ToolSteps):
         final: AiMessage | None = None,
         error: str | None = None,
         pending: tuple[PendingApproval, ...] = (),
+        exception: BaseException | None = None,
     ) -> AgentTurn:
         if run.memory is not None and run.conversation_id is not None and not is_stub(run.agent):
             # the next turn's first read then asks for this turn as well, not a guess of it
@@ -308,7 +342,7 @@ class Persistence(ToolSteps):
             self._remember_reach(run.conversation_id, len(run.history) + len(run.messages))
         return AgentTurn(
             run.turn_id, run.conversation_id, status, tuple(run.messages), final, error,
-            pending, run.steps,
+            pending, run.steps, exception,
         )  # fmt: skip
 
 

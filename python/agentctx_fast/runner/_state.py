@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentctx_fast import metrics as m
 from agentctx_fast._ids import check_identifier
@@ -28,6 +30,10 @@ from agentctx_fast.stores.turns import (
 from agentctx_fast.turns import TurnStatus
 from agentctx_fast.window import AgentContextCompressor
 
+if TYPE_CHECKING:
+    from agentctx_fast.otel import OtelTracing
+
+log = logging.getLogger("agentctx_fast.runner")
 REFUSED_TEXT = "refused by the user"
 MAY_HAVE_RUN_TEXT = "interrupted: the tool may have run; its outcome is unknown"
 NOT_STARTED_TEXT = "not run: the turn was interrupted before the tool started"
@@ -77,6 +83,8 @@ class EngineState:
     _lease_seconds: float
     _clock: Callable[[], float]
     _metrics: AgentMetrics | None
+    _tracing: OtelTracing | None
+    _store_name: str  # the ``store`` label of `m.STORE_OPERATION_SECONDS`
     _reach: OrderedDict[str, int]  # per conversation: messages its next history read needs
     # per (conversation, turn): a recorded status that never changes again (None: no record)
     _status_cache: OrderedDict[tuple[str, str], TurnStatus | None]
@@ -117,6 +125,24 @@ class EngineState:
         finally:
             run.now = run.observed = None
         self._recorded(observed)
+        return result
+
+    async def _timed(self, run: TurnRun, operation: str, call: Awaitable[T]) -> T:
+        """``await call``, a store call of ``run``, timed as `m.STORE_OPERATION_SECONDS` when
+        a metrics hook is set (inside a unit of store I/O, recorded once it is over)."""
+        if self._metrics is None:
+            return await call
+        labels = {"operation": operation, "store": self._store_name}
+        started = time.perf_counter()
+        try:
+            result = await call
+        except BaseException:
+            try:  # the store's error goes on, whatever the sink does
+                self._observe(run, m.STORE_OPERATION_SECONDS, time.perf_counter() - started, labels)
+            except Exception:
+                pass
+            raise
+        self._observe(run, m.STORE_OPERATION_SECONDS, time.perf_counter() - started, labels)
         return result
 
     def _now(self, run: TurnRun) -> float:
@@ -185,6 +211,15 @@ def may_have_run(run: TurnRun, call_id: str) -> bool:
         return False
     recorded = () if run.snapshot is None else run.snapshot.started_tool_calls
     return recorded is None or call_id in recorded
+
+
+def log_context(run: TurnRun, tool_call_id: str | None = None) -> dict[str, str | None]:
+    """The ``extra`` of a log record about ``run`` (SPEC §22): its conversation and turn, and
+    the tool call when there is one."""
+    extra = {"conversation_id": run.conversation_id, "turn_id": run.turn_id}
+    if tool_call_id is not None:
+        extra["tool_call_id"] = tool_call_id
+    return extra
 
 
 class LeaseLost(Exception):

@@ -16,6 +16,7 @@ from agentctx_fast.runner._state import (
     TurnRun,
     may_have_run,
 )
+from agentctx_fast.runner._tool_errors import reported
 from agentctx_fast.runner.events import ToolCallEvent, ToolResultEvent
 from agentctx_fast.stores.turns import PendingApproval
 from agentctx_fast.tools import Tool, ToolOutcome
@@ -118,9 +119,18 @@ class ToolSteps(EngineState):
         cancel stops the turn at the next check."""
         await self._checkpoint(run)
         run.not_started.discard(call_id)  # from here on it may have run
-        outcome = await run.io.invoke(tool, arguments)
+        tracing = self._tracing
+        if tracing is None:
+            outcome = await self._called(run, tool, call_id, arguments)
+        else:
+            with tracing.tool(tool.name, call_id, arguments) as span:
+                outcome = await self._called(run, tool, call_id, arguments)
+                tracing.tool_done(span, outcome)
         await self._check_lease(run)
         return outcome
+
+    async def _called(self, run: TurnRun, tool: Tool, call_id: str, arguments: str) -> ToolOutcome:
+        return reported(run, tool.name, call_id, await run.io.invoke(tool, arguments))
 
     def _result_message(
         self, run: TurnRun, call_id: str, tool_name: str, outcome: ToolOutcome
@@ -229,9 +239,9 @@ class ToolSteps(EngineState):
         event (store calls only)."""
         if run.memory is not None:
             if len(messages) == 1:
-                await run.memory.add_message_if_absent(messages[0])
+                await self._timed(run, "append", run.memory.add_message_if_absent(messages[0]))
             elif messages:
-                await run.memory.add_messages_if_absent(messages)
+                await self._timed(run, "append", run.memory.add_messages_if_absent(messages))
         run.messages.extend(messages)
 
 

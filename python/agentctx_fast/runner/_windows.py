@@ -30,7 +30,7 @@ from agentctx_fast.errors import (
 )
 from agentctx_fast.memory import AsyncChatMemory
 from agentctx_fast.messages import AiMessage, Message
-from agentctx_fast.runner._state import EngineState, TurnRun, counted
+from agentctx_fast.runner._state import EngineState, TurnRun, counted, log_context
 from agentctx_fast.stores.turns import AgentTurnSnapshot
 from agentctx_fast.turns import TurnStatus, segment_turns
 from agentctx_fast.window import AgentContextCompressor, ContextWindow, build_window_with
@@ -89,12 +89,13 @@ class WindowBuilding(EngineState):
                 "agent %r, conversation %r, turn %r: compression failed (%s: %s); the model "
                 "call goes ahead without it",
                 agent.name, run.conversation_id, run.turn_id, type(error).__name__, error,
+                extra=log_context(run),
             )  # fmt: skip
             window = _build(agent, timeline, None, statuses)
         if window.repairs:
             log.debug(
                 "turn %r: the window repaired %d tool-protocol violation(s) of the history",
-                run.turn_id, len(window.repairs),
+                run.turn_id, len(window.repairs), extra=log_context(run),
             )  # fmt: skip
         if self._metrics is not None:
             record = self._metrics.record

@@ -16,7 +16,7 @@ import asyncio
 import contextvars
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Mapping, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from agentctx_fast._tasks import wait_uncut
 from agentctx_fast.agent import Agent, AgentTurn
@@ -25,7 +25,13 @@ from agentctx_fast.errors import InvalidArgumentError
 from agentctx_fast.memory import AsyncChatMemory, AsyncChatMemoryProvider
 from agentctx_fast.messages import Message, UserMessage
 from agentctx_fast.metrics import AgentMetrics
-from agentctx_fast.runner._drivers import DEFAULT_CLOCK, Clock, new_keeper, store_parts
+from agentctx_fast.runner._drivers import (
+    DEFAULT_CLOCK,
+    Clock,
+    new_keeper,
+    store_label,
+    store_parts,
+)
 from agentctx_fast.runner._engine import TurnEngine
 from agentctx_fast.runner._io import AsyncTurnIO
 from agentctx_fast.runner._leases import TaskLeaseKeeper
@@ -34,6 +40,9 @@ from agentctx_fast.runner.events import StreamEvent, TurnEnded
 from agentctx_fast.stores._bridge import AwaitableAgentTurnStore
 from agentctx_fast.stores.base import AsyncAgentStore
 from agentctx_fast.stores.turns import AsyncAgentTurnStore, InMemoryAgentTurnStore
+
+if TYPE_CHECKING:
+    from agentctx_fast.otel import OtelTracing
 
 try:  # asyncio's own (private) switch of the current task, which an eager task needs
     from asyncio.tasks import _enter_task, _leave_task
@@ -63,6 +72,7 @@ class AsyncAgentRunner:
         chat_memory_provider: AsyncChatMemoryProvider | None = None,
         *,
         metrics: AgentMetrics | None = None,
+        tracing: OtelTracing | None = None,
         lease_seconds: float = 30.0,
         clock: Clock = DEFAULT_CLOCK,
     ) -> None:
@@ -78,8 +88,9 @@ class AsyncAgentRunner:
             else InMemoryCompressionStateStore()
         )
         self._engine = TurnEngine(
-            memories, self.turn_store, states, self._keeper, seconds, clock, metrics
-        )
+            memories, self.turn_store, states, self._keeper, seconds, clock, metrics,
+            tracing, store_label(store),
+        )  # fmt: skip
 
     async def aclose(self) -> None:
         """Stop the lease-renewing task (turns still running stop renewing)."""

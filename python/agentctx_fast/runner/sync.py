@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentctx_fast._sync import run_sync
 from agentctx_fast.agent import Agent, AgentTurn
@@ -19,7 +19,13 @@ from agentctx_fast.errors import InvalidArgumentError
 from agentctx_fast.memory import AsyncChatMemory, ChatMemory, ChatMemoryProvider, awaitable_memory
 from agentctx_fast.messages import Message, UserMessage
 from agentctx_fast.metrics import AgentMetrics
-from agentctx_fast.runner._drivers import DEFAULT_CLOCK, Clock, new_keeper, store_parts
+from agentctx_fast.runner._drivers import (
+    DEFAULT_CLOCK,
+    Clock,
+    new_keeper,
+    store_label,
+    store_parts,
+)
 from agentctx_fast.runner._engine import TurnEngine
 from agentctx_fast.runner._io import BlockingTurnIO
 from agentctx_fast.runner._leases import ThreadLeaseKeeper
@@ -29,6 +35,9 @@ from agentctx_fast.stores.base import AgentStore
 from agentctx_fast.stores.turns import AgentTurnStore, InMemoryAgentTurnStore
 from agentctx_fast.tools import is_async_callable
 
+if TYPE_CHECKING:
+    from agentctx_fast.otel import OtelTracing
+
 
 class AgentRunner:
     """Runs turns of agents over the conversations of a store (or of a memory provider).
@@ -36,8 +45,10 @@ class AgentRunner:
     ``store`` supplies chat memory and the turn store (snapshots and leases); a separate
     ``chat_memory_provider`` replaces its memories. Without a store, snapshots and leases live
     in this process only. ``metrics`` receives the observations listed in
-    `agentctx_fast.metrics`; ``lease_seconds`` is how long a crashed process can block a
-    conversation. An agent whose model or tools are ``async def`` needs `AsyncAgentRunner`.
+    `agentctx_fast.metrics`; ``tracing`` (an `agentctx_fast.otel.OtelTracing`, the ``otel``
+    extra) makes OpenTelemetry spans of turns, model calls and tool calls; ``lease_seconds`` is
+    how long a crashed process can block a conversation. An agent whose model or tools are
+    ``async def`` needs `AsyncAgentRunner`.
     """
 
     def __init__(
@@ -46,6 +57,7 @@ class AgentRunner:
         chat_memory_provider: ChatMemoryProvider | None = None,
         *,
         metrics: AgentMetrics | None = None,
+        tracing: OtelTracing | None = None,
         lease_seconds: float = 30.0,
         clock: Clock = DEFAULT_CLOCK,
     ) -> None:
@@ -59,7 +71,10 @@ class AgentRunner:
             if store is not None and callable(getattr(store, "compression_state_store", None))
             else InMemoryCompressionStateStore()
         )
-        self._engine = TurnEngine(memories, turns, states, self._keeper, seconds, clock, metrics)
+        self._engine = TurnEngine(
+            memories, turns, states, self._keeper, seconds, clock, metrics,
+            tracing, store_label(store),
+        )  # fmt: skip
 
     def close(self) -> None:
         """Stop the lease-renewing thread (turns still running stop renewing)."""
