@@ -252,14 +252,25 @@ class RedisPort:
             raise _typed(error, action) from error
 
     async def scan(self, action: str, match: str) -> list[Any]:
-        """Every key matching ``match`` (``SCAN``; on a cluster, of every master)."""
+        """Every key matching ``match`` (``SCAN``; on a cluster, of every master). On an async
+        client each step of the scan is a call of this port, as every other command is: it
+        gets the time limit and waits its turn for a connection (the store's own client has
+        no socket timeout: without this, a server that stops answering would hang the scan).
+        """
         try:
             if not self._initialized:
                 await self._initialize()
             found = self.client.scan_iter(match=match, count=1000)
             if self._blocking:
                 return list(found)
-            return [key async for key in found]
+            keys: list[Any] = []
+            try:
+                while True:
+                    keys.append(await self._call(action, anext(found)))
+            except StopAsyncIteration:
+                return keys
+            finally:
+                await found.aclose()
         except _ERRORS as error:
             raise _typed(error, action) from error
 
