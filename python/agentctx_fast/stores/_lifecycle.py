@@ -25,6 +25,9 @@ __all__ = [
 ]
 
 MAX_PAGE = 10_000
+MAX_BATCH = 1_000
+"""The most conversations `purge` takes in one transaction: each is seven parameters of one
+statement (its lease row, held), well within PostgreSQL's 65,535 and SQLite's 32,766."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,4 +92,8 @@ def check_purge(older_than: object, keep_turn_records: object, batch_size: objec
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise InvalidArgumentError(f"{name} must be an int >= {least}, got {value!r}")
+    if isinstance(batch_size, int) and batch_size > MAX_BATCH:
+        raise InvalidArgumentError(
+            f"batch_size must be an int from 1 to {MAX_BATCH}, got {batch_size!r}"
+        )
     return cutoff

@@ -418,11 +418,11 @@ class SqlAgentStore(_SqlStoreBase):
         batch_size: int = 500,
     ) -> Purged:
         """Delete the conversations with no message or turn record written since
-        ``older_than`` (epoch seconds or an aware datetime), ``batch_size`` per transaction of
-        one ``DELETE`` per table, skipping those a turn runs in under a live lease; then, with
-        ``keep_turn_records=N``, delete the finished turn records beyond the newest N of every
-        conversation. Rows written before the ``written_at`` column existed carry no date:
-        a conversation with only such rows is kept."""
+        ``older_than`` (epoch seconds or an aware datetime), ``batch_size`` (at most 1,000) per
+        transaction of one ``DELETE`` per table, skipping those a turn runs in under a live
+        lease; then, with ``keep_turn_records=N``, delete the finished turn records beyond
+        the newest N of every conversation. Rows written before the ``written_at`` column
+        existed carry no date: a conversation with only such rows is kept."""
         return run_sync(self._purge(older_than, keep_turn_records, batch_size))
 
     def close(self) -> None:
