@@ -173,6 +173,21 @@ def conversation_tag(conversation_id: str) -> str:
     return "{" + encoded + "}"
 
 
+def tag_conversation(inside: str) -> str:
+    """The conversation id of a tag, given the text between its braces (`conversation_tag`
+    undone).
+
+    >>> tag_conversation(conversation_tag("a}b{c%")[1:-1])
+    'a}b{c%'
+    """
+    return inside.replace("%7D", "}").replace("%7B", "{").replace("%25", "%")
+
+
+def glob_escaped(pattern: str) -> str:
+    """``pattern`` with the glob characters of ``SCAN MATCH`` escaped (matched as it is)."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in pattern)
+
+
 def conversation_key(prefix: str, kind: str, conversation_id: str, *parts: str) -> str:
     """The key ``{prefix}{kind}:{tag}[:part…]``; every key of one conversation hashes to the
     slot of its tag (the prefix holds no brace, `check_key_prefix` sees to it).
@@ -473,10 +488,12 @@ __all__ = [
     "conversation_key",
     "conversation_tag",
     "expiring",
+    "glob_escaped",
     "own_async_client",
     "own_client",
     "raw",
     "redis",
+    "tag_conversation",
     "text",
     "translated",
 ]

@@ -15,7 +15,13 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from agentctx_fast.stores._records import QuarantinedRecord, StoredRecord, UndecodableRecord
-from agentctx_fast.stores._redis_io import raw, text, translated
+from agentctx_fast.stores._redis_io import (
+    glob_escaped,
+    raw,
+    tag_conversation,
+    text,
+    translated,
+)
 
 if TYPE_CHECKING:
     from agentctx_fast.errors import SerializationError
@@ -85,7 +91,7 @@ class RedisRecords:
         """Every conversation with messages, turns or a lease (a ``SCAN`` of every master)."""
         found: set[str] = set()
         for kind in ("conv", "turn", "lease"):
-            pattern = f"{_escape(self._prefix + kind)}:{{*"
+            pattern = f"{glob_escaped(self._prefix + kind)}:{{*"
             with translated("listing conversations"):
                 async for key in self._store.client.scan_iter(match=pattern, count=1000):
                     conversation = _conversation_of(text(key), self._prefix + kind + ":")
@@ -134,7 +140,7 @@ class RedisRecords:
             head = self._prefix + "turn:"
             with translated("listing turn records"):
                 async for key in self._store.client.scan_iter(
-                    match=_escape(head) + "{*", count=1000
+                    match=glob_escaped(head) + "{*", count=1000
                 ):
                     name = text(key)
                     owner = _conversation_of(name, head)
@@ -212,11 +218,6 @@ class RedisRecords:
         return [record for _, record in sorted(out, key=lambda item: item[0])]
 
 
-def _escape(pattern: str) -> str:
-    """``pattern`` with the glob characters of ``SCAN MATCH`` escaped."""
-    return "".join("\\" + c if c in "*?[]\\" else c for c in pattern)
-
-
 def _conversation_of(key: str, head: str) -> str | None:
     """The conversation id in the ``{…}`` tag of ``key`` (which starts with ``head``)."""
     if not key.startswith(head + "{"):
@@ -224,4 +225,4 @@ def _conversation_of(key: str, head: str) -> str | None:
     tag, closed, _ = key[len(head) + 1 :].partition("}")
     if not closed:
         return None
-    return tag.replace("%7D", "}").replace("%7B", "{").replace("%25", "%")
+    return tag_conversation(tag)
