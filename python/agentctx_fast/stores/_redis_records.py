@@ -20,7 +20,6 @@ from agentctx_fast.stores._redis_io import (
     raw,
     tag_conversation,
     text,
-    translated,
 )
 
 if TYPE_CHECKING:
@@ -92,11 +91,10 @@ class RedisRecords:
         found: set[str] = set()
         for kind in ("conv", "turn", "lease"):
             pattern = f"{glob_escaped(self._prefix + kind)}:{{*"
-            with translated("listing conversations"):
-                async for key in self._store.client.scan_iter(match=pattern, count=1000):
-                    conversation = _conversation_of(text(key), self._prefix + kind + ":")
-                    if conversation is not None:
-                        found.add(conversation)
+            for key in await self._port.scan("listing conversations", pattern):
+                conversation = _conversation_of(text(key), self._prefix + kind + ":")
+                if conversation is not None:
+                    found.add(conversation)
         return sorted(found)
 
     def _message_keys(self, conversation_id: str) -> list[str]:
@@ -138,14 +136,11 @@ class RedisRecords:
         if self._turn_keys is None:
             self._turn_keys = {}
             head = self._prefix + "turn:"
-            with translated("listing turn records"):
-                async for key in self._store.client.scan_iter(
-                    match=glob_escaped(head) + "{*", count=1000
-                ):
-                    name = text(key)
-                    owner = _conversation_of(name, head)
-                    if owner is not None:
-                        self._turn_keys.setdefault(owner, []).append(name)
+            for key in await self._port.scan("listing turn records", glob_escaped(head) + "{*"):
+                name = text(key)
+                owner = _conversation_of(name, head)
+                if owner is not None:
+                    self._turn_keys.setdefault(owner, []).append(name)
         prefix = self._store._key("turn", conversation_id) + ":"
         out: list[StoredRecord] = []
         for name in self._turn_keys.get(conversation_id, []):
