@@ -262,3 +262,16 @@ def test_a_turn_taking_the_conversation_while_it_is_deleted_is_waited_for(
         assert store.chat_memory(conversation_id).message_count() == 1
     finally:
         store.close()
+
+
+def test_delete_refuses_a_force_that_is_not_a_bool(store: Any) -> None:
+    """``force`` overrides the busy check: a value that is not True or False (a string from
+    a request, say) is an argument error, never read as forcing."""
+    conversation_id = new_conversation_id()
+    store.chat_memory(conversation_id).add_message(UserMessage("hi", message_id="u1"))
+    store.turn_store().acquire_conversation(conversation_id, "t1", "runner-a", LONG, time.time())
+    for bad in ("false", 1, None):
+        with pytest.raises(InvalidArgumentError, match="force must be a bool"):
+            store.delete_conversation(conversation_id, force=bad)
+    assert store.chat_memory(conversation_id).message_count() == 1
+    assert store.turn_store().open_turn(conversation_id) is not None

@@ -18,6 +18,7 @@ from agentctx_fast.errors import InvalidArgumentError
 
 __all__ = [
     "Purged",
+    "check_delete",
     "check_listing",
     "check_purge",
     "check_ttl",
@@ -37,6 +38,14 @@ class Purged:
 
     conversations: int
     turn_records: int
+
+
+def check_delete(conversation_id: object, force: object) -> tuple[str, bool]:
+    """The arguments of `delete_conversation`, checked before any I/O: ``force`` overrides
+    the busy check, so only True forces (a truthy string is refused, not read as yes)."""
+    if not isinstance(force, bool):
+        raise InvalidArgumentError(f"force must be a bool, got {force!r}")
+    return check_conversation_id(conversation_id), force
 
 
 def check_listing(prefix: object, limit: object, after: object) -> tuple[str, int, str | None]:

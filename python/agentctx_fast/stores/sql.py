@@ -50,7 +50,7 @@ from agentctx_fast.stores._common import (
     check_table_prefix,
     unit_handle,
 )
-from agentctx_fast.stores._lifecycle import Purged, check_listing, check_purge
+from agentctx_fast.stores._lifecycle import Purged, check_delete, check_listing, check_purge
 from agentctx_fast.stores._loader import (
     DEFAULT_MESSAGE_CACHE_BYTES,
     DEFAULT_MESSAGE_CACHE_SIZE,
@@ -183,10 +183,8 @@ class _SqlStoreBase:
         return self._append_statement
 
     async def _delete_conversation(self, conversation_id: str, force: bool) -> bool:
-        check_conversation_id(conversation_id)
-        return await _sql_lifecycle.delete_conversation(
-            self, conversation_id, bool(force), time.time()
-        )
+        conversation_id, force = check_delete(conversation_id, force)
+        return await _sql_lifecycle.delete_conversation(self, conversation_id, force, time.time())
 
     async def _list_conversations(
         self, prefix: str | None, limit: int, after: str | None
