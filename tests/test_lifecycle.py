@@ -109,6 +109,7 @@ def test_delete_removes_every_record_of_the_conversation_only(store: Any, store_
         _fill(store, conversation_id, turns=3)
         _quarantine(store, kind, conversation_id)
     before = _raw_footprint(store, kind, gone)
+    kept_before = _raw_footprint(store, kind, kept)
     # memory: messages, state, lease, listed; SQL: five tables; Redis: the message list, index
     # and visible positions, state, lease, turn ids, quarantine, three turn records
     assert len(before) == {"memory": 4, "sqlite": 5, "postgresql": 5}.get(kind, 10)
@@ -119,7 +120,8 @@ def test_delete_removes_every_record_of_the_conversation_only(store: Any, store_
     assert store.chat_memory(gone).get_messages() == []
     assert store.turn_store().load_turn(gone, "t0") is None
     assert store.compression_state_store().load(gone) is None
-    assert _raw_footprint(store, kind, kept) == _raw_footprint(store, kind, kept) != {}
+    assert _raw_footprint(store, kind, kept) == kept_before  # untouched
+    assert len(kept_before) == len(before)
     assert len(store.chat_memory(kept).get_messages()) == 2
     assert store.turn_store().load_turn(kept, "t2") is not None
     assert store.delete_conversation(gone) is False  # nothing left: still fine
@@ -260,3 +262,16 @@ def test_a_turn_taking_the_conversation_while_it_is_deleted_is_waited_for(
         assert store.chat_memory(conversation_id).message_count() == 1
     finally:
         store.close()
+
+
+def test_delete_refuses_a_force_that_is_not_a_bool(store: Any) -> None:
+    """``force`` overrides the busy check: a value that is not True or False (a string from
+    a request, say) is an argument error, never read as forcing."""
+    conversation_id = new_conversation_id()
+    store.chat_memory(conversation_id).add_message(UserMessage("hi", message_id="u1"))
+    store.turn_store().acquire_conversation(conversation_id, "t1", "runner-a", LONG, time.time())
+    for bad in ("false", 1, None):
+        with pytest.raises(InvalidArgumentError, match="force must be a bool"):
+            store.delete_conversation(conversation_id, force=bad)
+    assert store.chat_memory(conversation_id).message_count() == 1
+    assert store.turn_store().open_turn(conversation_id) is not None

@@ -195,3 +195,48 @@ def test_a_callers_cancel_at_the_very_deadline_stays_a_cancellation() -> None:
         return outcomes
 
     assert asyncio.run(main()) == ["cancelled"] * 5
+
+
+def test_listing_conversations_keeps_the_time_limit_of_a_call() -> None:
+    """`list_conversations` scans with the port's own calls: a server that stops answering
+    is a `StoreUnavailableError` after the socket timeout, never a wait without end (the
+    store's own async client keeps no socket timeout of its own)."""
+
+    async def main() -> None:
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read(1 << 20)  # accepts, reads, never answers
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        store = AsyncRedisAgentStore(f"redis://127.0.0.1:{port}/0?socket_timeout=0.3")
+        try:
+            with pytest.raises(StoreUnavailableError, match=r"no reply within 0\.3 s"):
+                # the bound only turns a hang into a failure of this test
+                await asyncio.wait_for(store.list_conversations(), 20)
+        finally:
+            await store.aclose()
+            server.close()
+
+    asyncio.run(main())
+
+
+def test_the_doctor_keeps_the_time_limit_of_a_call() -> None:
+    """The doctor's scans for conversations and turn records are the port's calls too."""
+    from agentctx_fast.stores.doctor import diagnose
+
+    async def main() -> None:
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read(1 << 20)  # accepts, reads, never answers
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        store = AsyncRedisAgentStore(f"redis://127.0.0.1:{port}/0?socket_timeout=0.3")
+        try:
+            with pytest.raises(StoreUnavailableError, match=r"no reply within 0\.3 s"):
+                # the bound only turns a hang into a failure of this test
+                await asyncio.wait_for(diagnose(store), 20)
+        finally:
+            await store.aclose()
+            server.close()
+
+    asyncio.run(main())

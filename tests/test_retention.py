@@ -248,3 +248,14 @@ def test_initialize_adds_written_at_to_tables_made_before_it(
         assert store.list_conversations() == ["old"]
     finally:
         store.close()
+
+
+def test_purge_refuses_a_batch_too_large_for_one_statement(sql_store: Any) -> None:
+    """A batch is one statement's parameters (seven per conversation when its lease row is
+    held): past the bound, PostgreSQL refuses the statement (at most 65,535 parameters) with
+    an error that reads as "retry later". The bound is checked first; nothing is deleted."""
+    _conversation(sql_store, "idle", 1_000.0)
+    with pytest.raises(InvalidArgumentError, match="batch_size must be an int from 1 to 1000"):
+        sql_store.purge(2_000.0, batch_size=10_000)
+    assert sql_store.list_conversations() == ["idle"]
+    assert sql_store.purge(2_000.0, batch_size=1_000).conversations == 1

@@ -18,7 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agentctx_fast.errors import InvalidArgumentError, MissingDependencyError, ModelCallError
+from agentctx_fast._extras import missing_dependency
+from agentctx_fast.errors import InvalidArgumentError, ModelCallError
 from agentctx_fast.messages import AiMessage, Message, ToolCall, Usage
 from agentctx_fast.openai import openai_tools, to_openai
 
@@ -34,9 +35,7 @@ def _require_openai() -> Any:
     try:
         import openai
     except ImportError as error:
-        raise MissingDependencyError(
-            "the OpenAI chat models need the openai package: pip install 'agentctx-fast[openai]'"
-        ) from error
+        raise missing_dependency("openai", error) from error
     return openai
 
 

@@ -24,11 +24,11 @@ import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
+from agentctx_fast._extras import missing_dependency
 from agentctx_fast.errors import (
     AgentCtxError,
     InvalidArgumentError,
     InvalidMessageTypeError,
-    MissingDependencyError,
     ModelCallError,
 )
 from agentctx_fast.messages import (
@@ -54,10 +54,7 @@ try:
     from langchain_core.messages.ai import UsageMetadata
     from langchain_core.messages.tool import invalid_tool_call, tool_call
 except ImportError as error:  # pragma: no cover - exercised in a subprocess test
-    raise MissingDependencyError(
-        "agentctx_fast.integrations.langchain needs langchain-core: "
-        "pip install 'agentctx-fast[langchain]'"
-    ) from error
+    raise missing_dependency("langchain", error) from error
 
 __all__ = [
     "AsyncLangChainChatModel",

@@ -18,6 +18,7 @@ from agentctx_fast.errors import InvalidArgumentError
 
 __all__ = [
     "Purged",
+    "check_delete",
     "check_listing",
     "check_purge",
     "check_ttl",
@@ -25,6 +26,9 @@ __all__ = [
 ]
 
 MAX_PAGE = 10_000
+MAX_BATCH = 1_000
+"""The most conversations `purge` takes in one transaction: each is seven parameters of one
+statement (its lease row, held), well within PostgreSQL's 65,535 and SQLite's 32,766."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +38,14 @@ class Purged:
 
     conversations: int
     turn_records: int
+
+
+def check_delete(conversation_id: object, force: object) -> tuple[str, bool]:
+    """The arguments of `delete_conversation`, checked before any I/O: ``force`` overrides
+    the busy check, so only True forces (a truthy string is refused, not read as yes)."""
+    if not isinstance(force, bool):
+        raise InvalidArgumentError(f"force must be a bool, got {force!r}")
+    return check_conversation_id(conversation_id), force
 
 
 def check_listing(prefix: object, limit: object, after: object) -> tuple[str, int, str | None]:
@@ -89,4 +101,8 @@ def check_purge(older_than: object, keep_turn_records: object, batch_size: objec
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise InvalidArgumentError(f"{name} must be an int >= {least}, got {value!r}")
+    if isinstance(batch_size, int) and batch_size > MAX_BATCH:
+        raise InvalidArgumentError(
+            f"batch_size must be an int from 1 to {MAX_BATCH}, got {batch_size!r}"
+        )
     return cutoff

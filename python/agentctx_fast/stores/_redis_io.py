@@ -173,6 +173,21 @@ def conversation_tag(conversation_id: str) -> str:
     return "{" + encoded + "}"
 
 
+def tag_conversation(inside: str) -> str:
+    """The conversation id of a tag, given the text between its braces (`conversation_tag`
+    undone).
+
+    >>> tag_conversation(conversation_tag("a}b{c%")[1:-1])
+    'a}b{c%'
+    """
+    return inside.replace("%7D", "}").replace("%7B", "{").replace("%25", "%")
+
+
+def glob_escaped(pattern: str) -> str:
+    """``pattern`` with the glob characters of ``SCAN MATCH`` escaped (matched as it is)."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in pattern)
+
+
 def conversation_key(prefix: str, kind: str, conversation_id: str, *parts: str) -> str:
     """The key ``{prefix}{kind}:{tag}[:part…]``; every key of one conversation hashes to the
     slot of its tag (the prefix holds no brace, `check_key_prefix` sees to it).
@@ -252,14 +267,25 @@ class RedisPort:
             raise _typed(error, action) from error
 
     async def scan(self, action: str, match: str) -> list[Any]:
-        """Every key matching ``match`` (``SCAN``; on a cluster, of every master)."""
+        """Every key matching ``match`` (``SCAN``; on a cluster, of every master). On an async
+        client each step of the scan is a call of this port, as every other command is: it
+        gets the time limit and waits its turn for a connection (the store's own client has
+        no socket timeout: without this, a server that stops answering would hang the scan).
+        """
         try:
             if not self._initialized:
                 await self._initialize()
             found = self.client.scan_iter(match=match, count=1000)
             if self._blocking:
                 return list(found)
-            return [key async for key in found]
+            keys: list[Any] = []
+            try:
+                while True:
+                    keys.append(await self._call(action, anext(found)))
+            except StopAsyncIteration:
+                return keys
+            finally:
+                await found.aclose()
         except _ERRORS as error:
             raise _typed(error, action) from error
 
@@ -462,10 +488,12 @@ __all__ = [
     "conversation_key",
     "conversation_tag",
     "expiring",
+    "glob_escaped",
     "own_async_client",
     "own_client",
     "raw",
     "redis",
+    "tag_conversation",
     "text",
     "translated",
 ]

@@ -17,7 +17,12 @@ from typing import TYPE_CHECKING
 
 from agentctx_fast.errors import SerializationError, StoreError
 from agentctx_fast.stores._lifecycle import page_of
-from agentctx_fast.stores._redis_io import conversation_tag, text
+from agentctx_fast.stores._redis_io import (
+    conversation_tag,
+    glob_escaped,
+    tag_conversation,
+    text,
+)
 from agentctx_fast.stores.turns import ConversationLease, busy_error
 from agentctx_fast.turns import TurnStatus
 
@@ -92,7 +97,7 @@ async def list_conversations(
 ) -> list[str]:
     """A page of conversation ids (a ``SCAN`` of the store's keys, then sorted)."""
     encoded = conversation_tag(prefix)[:-1]  # "{" and the encoded prefix: a prefix of the tag
-    match = _escape(store.key_prefix) + "*:" + _escape(encoded) + "*"
+    match = glob_escaped(store.key_prefix) + "*:" + glob_escaped(encoded) + "*"
     found: set[str] = set()
     for key in await store._port.scan("listing conversations", match):
         conversation_id = _conversation_of(text(key), store.key_prefix)
@@ -109,9 +114,4 @@ def _conversation_of(key: str, key_prefix: str) -> str | None:
     tag, closed, _ = rest.partition("}")
     if not opened or not closed or kind not in _LISTED:
         return None
-    return tag.replace("%7D", "}").replace("%7B", "{").replace("%25", "%")
-
-
-def _escape(pattern: str) -> str:
-    """``pattern`` with the glob characters of ``SCAN MATCH`` escaped."""
-    return "".join("\\" + c if c in "*?[]\\" else c for c in pattern)
+    return tag_conversation(tag)

@@ -15,7 +15,12 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from agentctx_fast.stores._records import QuarantinedRecord, StoredRecord, UndecodableRecord
-from agentctx_fast.stores._redis_io import raw, text, translated
+from agentctx_fast.stores._redis_io import (
+    glob_escaped,
+    raw,
+    tag_conversation,
+    text,
+)
 
 if TYPE_CHECKING:
     from agentctx_fast.errors import SerializationError
@@ -85,12 +90,11 @@ class RedisRecords:
         """Every conversation with messages, turns or a lease (a ``SCAN`` of every master)."""
         found: set[str] = set()
         for kind in ("conv", "turn", "lease"):
-            pattern = f"{_escape(self._prefix + kind)}:{{*"
-            with translated("listing conversations"):
-                async for key in self._store.client.scan_iter(match=pattern, count=1000):
-                    conversation = _conversation_of(text(key), self._prefix + kind + ":")
-                    if conversation is not None:
-                        found.add(conversation)
+            pattern = f"{glob_escaped(self._prefix + kind)}:{{*"
+            for key in await self._port.scan("listing conversations", pattern):
+                conversation = _conversation_of(text(key), self._prefix + kind + ":")
+                if conversation is not None:
+                    found.add(conversation)
         return sorted(found)
 
     def _message_keys(self, conversation_id: str) -> list[str]:
@@ -132,14 +136,11 @@ class RedisRecords:
         if self._turn_keys is None:
             self._turn_keys = {}
             head = self._prefix + "turn:"
-            with translated("listing turn records"):
-                async for key in self._store.client.scan_iter(
-                    match=_escape(head) + "{*", count=1000
-                ):
-                    name = text(key)
-                    owner = _conversation_of(name, head)
-                    if owner is not None:
-                        self._turn_keys.setdefault(owner, []).append(name)
+            for key in await self._port.scan("listing turn records", glob_escaped(head) + "{*"):
+                name = text(key)
+                owner = _conversation_of(name, head)
+                if owner is not None:
+                    self._turn_keys.setdefault(owner, []).append(name)
         prefix = self._store._key("turn", conversation_id) + ":"
         out: list[StoredRecord] = []
         for name in self._turn_keys.get(conversation_id, []):
@@ -212,11 +213,6 @@ class RedisRecords:
         return [record for _, record in sorted(out, key=lambda item: item[0])]
 
 
-def _escape(pattern: str) -> str:
-    """``pattern`` with the glob characters of ``SCAN MATCH`` escaped."""
-    return "".join("\\" + c if c in "*?[]\\" else c for c in pattern)
-
-
 def _conversation_of(key: str, head: str) -> str | None:
     """The conversation id in the ``{…}`` tag of ``key`` (which starts with ``head``)."""
     if not key.startswith(head + "{"):
@@ -224,4 +220,4 @@ def _conversation_of(key: str, head: str) -> str | None:
     tag, closed, _ = key[len(head) + 1 :].partition("}")
     if not closed:
         return None
-    return tag.replace("%7D", "}").replace("%7B", "{").replace("%25", "%")
+    return tag_conversation(tag)

@@ -21,7 +21,7 @@ from agentctx_fast.memory import (
 from agentctx_fast.messages import Message
 from agentctx_fast.stores._bridge import AwaitableAgentTurnStore, AwaitableCompressionStateStore
 from agentctx_fast.stores._common import check_conversation_id
-from agentctx_fast.stores._lifecycle import check_listing, page_of
+from agentctx_fast.stores._lifecycle import check_delete, check_listing, page_of
 from agentctx_fast.stores.turns import Fence, InMemoryAgentTurnStore, busy_error
 from agentctx_fast.turns import TurnStatus
 
@@ -144,7 +144,7 @@ class InMemoryAgentStore:
         state); True when there was anything. Raises `AgentConversationBusyError` while a turn
         is running under a live lease, unless ``force``: checked and done under the turn
         store's lock, so no turn starts in between."""
-        check_conversation_id(conversation_id)
+        conversation_id, force = check_delete(conversation_id, force)
         with self._turns.fenced(conversation_id, None):
             lease = self._turns._leases.get(conversation_id)
             if (

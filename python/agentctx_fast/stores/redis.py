@@ -56,7 +56,7 @@ from agentctx_fast.memory import (
 from agentctx_fast.messages import Message
 from agentctx_fast.stores._bridge import BlockingCompressionStateStore
 from agentctx_fast.stores._common import check_conversation_id, check_key_prefix
-from agentctx_fast.stores._lifecycle import check_listing, check_ttl
+from agentctx_fast.stores._lifecycle import check_delete, check_listing, check_ttl
 from agentctx_fast.stores._loader import (
     DEFAULT_MESSAGE_CACHE_BYTES,
     DEFAULT_MESSAGE_CACHE_SIZE,
@@ -249,8 +249,8 @@ class _RedisStoreBase:
         )
 
     async def _delete_conversation(self, conversation_id: str, force: bool) -> bool:
-        check_conversation_id(conversation_id)
-        return await delete_conversation(self, conversation_id, bool(force), time.time())
+        conversation_id, force = check_delete(conversation_id, force)
+        return await delete_conversation(self, conversation_id, force, time.time())
 
     async def _list_conversations(
         self, prefix: str | None, limit: int, after: str | None

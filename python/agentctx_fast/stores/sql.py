@@ -50,7 +50,7 @@ from agentctx_fast.stores._common import (
     check_table_prefix,
     unit_handle,
 )
-from agentctx_fast.stores._lifecycle import Purged, check_listing, check_purge
+from agentctx_fast.stores._lifecycle import Purged, check_delete, check_listing, check_purge
 from agentctx_fast.stores._loader import (
     DEFAULT_MESSAGE_CACHE_BYTES,
     DEFAULT_MESSAGE_CACHE_SIZE,
@@ -183,10 +183,8 @@ class _SqlStoreBase:
         return self._append_statement
 
     async def _delete_conversation(self, conversation_id: str, force: bool) -> bool:
-        check_conversation_id(conversation_id)
-        return await _sql_lifecycle.delete_conversation(
-            self, conversation_id, bool(force), time.time()
-        )
+        conversation_id, force = check_delete(conversation_id, force)
+        return await _sql_lifecycle.delete_conversation(self, conversation_id, force, time.time())
 
     async def _list_conversations(
         self, prefix: str | None, limit: int, after: str | None
@@ -418,11 +416,11 @@ class SqlAgentStore(_SqlStoreBase):
         batch_size: int = 500,
     ) -> Purged:
         """Delete the conversations with no message or turn record written since
-        ``older_than`` (epoch seconds or an aware datetime), ``batch_size`` per transaction of
-        one ``DELETE`` per table, skipping those a turn runs in under a live lease; then, with
-        ``keep_turn_records=N``, delete the finished turn records beyond the newest N of every
-        conversation. Rows written before the ``written_at`` column existed carry no date:
-        a conversation with only such rows is kept."""
+        ``older_than`` (epoch seconds or an aware datetime), ``batch_size`` (at most 1,000) per
+        transaction of one ``DELETE`` per table, skipping those a turn runs in under a live
+        lease; then, with ``keep_turn_records=N``, delete the finished turn records beyond
+        the newest N of every conversation. Rows written before the ``written_at`` column
+        existed carry no date: a conversation with only such rows is kept."""
         return run_sync(self._purge(older_than, keep_turn_records, batch_size))
 
     def close(self) -> None:
