@@ -180,9 +180,12 @@ class ChatMemory(ABC):
     ) -> ContextWindow:
         """The window of this conversation for a model call: what
         ``build_window_with(self.get_messages(), options, system=system)`` gives, with only
-        the tail the window can reach read (the runner's right-sized read, `memory_window`).
-        For services that bring their own loop; ``options=None`` means `WindowOptions()`.
-        Its ``dropped_turns`` counts the turns left out of the tail read, not older ones."""
+        the tail the window can reach read (the runner's right-sized read, see
+        `agentctx_fast._memory_window`). For services that bring their own loop;
+        ``options=None`` means `WindowOptions()`. Its ``dropped_turns`` counts the turns left
+        out of the tail read, not the older ones it did not read."""
+        from agentctx_fast._memory_window import memory_window  # it reads as the runner does
+
         return run_sync(memory_window(awaitable_memory(self), options, system))
 
     def fenced(self, fence: Fence) -> ChatMemory:
@@ -246,6 +249,8 @@ class AsyncChatMemory(ABC):
         self, options: WindowOptions | None = None, system: SystemMessage | str | None = None
     ) -> ContextWindow:
         """The window of this conversation, reading only its tail (see `ChatMemory.window`)."""
+        from agentctx_fast._memory_window import memory_window  # it reads as the runner does
+
         return await memory_window(self, options, system)
 
     def fenced(self, fence: Fence) -> AsyncChatMemory:
@@ -280,35 +285,6 @@ async def model_messages(
     kept = kept if count is None else kept[:count]
     kept.reverse()
     return kept
-
-
-async def memory_window(
-    memory: AsyncChatMemory,
-    options: WindowOptions | None,
-    system: SystemMessage | str | None,
-) -> ContextWindow:
-    """`ChatMemory.window` and its async twin, once: the runner's `read_history` (pages from
-    the newest message back until the whole turns read exceed the window's limits, or the
-    history starts), then `build_window_with` over that tail, which gives the window the whole
-    history would give."""
-    from agentctx_fast._core_types import WindowOptions
-    from agentctx_fast.runner._reads import read_history
-    from agentctx_fast.window import build_window_with
-
-    if options is None:
-        options = WindowOptions()
-    elif type(options) is not WindowOptions:
-        raise InvalidArgumentError(
-            f"options must be a WindowOptions or None, got {type(options).__name__}"
-        )
-    history = await read_history(
-        memory,
-        max_attached_turns=options.max_attached_turns,
-        max_attached_messages=options.max_attached_messages,
-        compact=options.compact_completed_tool_turns,
-        keep_recent_turns=options.compression_keep_recent_turns,
-    )
-    return build_window_with(history, options, system=system)
 
 
 class BlockingChatMemory(ChatMemory):
