@@ -305,3 +305,23 @@ def test_a_delete_whose_redis_reply_was_lost_is_sent_again_and_succeeds(
     assert ids(memory.get_messages()) == ["m0", "m2"]
     with pytest.raises(MessageNotFoundError):  # another call does not pass for the re-send
         memory.delete_message("m1", 0)
+
+
+def test_the_note_a_redis_delete_leaves_expires_with_the_conversation(
+    redis_server: RedisServer,
+) -> None:
+    from agentctx_fast.stores.redis import RedisAgentStore, conversation_key
+
+    store = RedisAgentStore(redis_server.url, ttl_seconds=100)
+    try:
+        cid = f"conv-{uuid.uuid4().hex}"
+        memory = store.chat_memory(cid)
+        memory.add_messages_if_absent(timeline(3))
+        memory.delete_message("m1", 0)
+        note = conversation_key(store.key_prefix, "deleted", cid)
+        assert 0 < store.client.pttl(note) <= 100_000
+        assert store.delete_conversation(cid)
+        assert not store.client.exists(note)
+        assert store.list_conversations(prefix=cid) == []
+    finally:
+        store.close()
