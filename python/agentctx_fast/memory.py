@@ -139,7 +139,10 @@ class ChatMemory(ABC):
         message has the id (deleted already, or never stored); `LeaseLostError` when the
         memory is fenced and the lease moved on. The messages after it move up one place, so
         ``get_messages(count, offset=...)`` and `message_count` count without it. A delete
-        re-sent by the store's client after a lost reply finds its own effect and succeeds.
+        whose reply was lost and that the client library sends again (redis-py's retry) finds
+        its own effect and succeeds, while any other call finds the id absent (the Redis
+        stores note each delete's call token); a SQL delete is one transaction that commits
+        or not, never re-sent by the driver.
         A window over what is left never holds an orphan: the window's repairs give a call
         whose result was deleted a synthetic result, and leave out a result whose call was.
         The stores implement it; this default, for custom memories, cannot."""
