@@ -13,8 +13,9 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
+from agentctx_fast._core_types import ContextWindow, WindowOptions
 from agentctx_fast.memory import AsyncChatMemory, ChatMemory
-from agentctx_fast.messages import Message
+from agentctx_fast.messages import Message, SystemMessage
 from agentctx_fast.stores.turns import Fence
 
 T = TypeVar("T")
@@ -62,6 +63,14 @@ class BridgedChatMemory(ChatMemory):
 
     def update_message(self, message: Message, expected_version: int) -> Message:
         return self._loop.run(self._inner.update_message(message, expected_version))
+
+    def delete_message(self, message_id: str, expected_version: int) -> None:
+        self._loop.run(self._inner.delete_message(message_id, expected_version))
+
+    def window(
+        self, options: WindowOptions | None = None, system: SystemMessage | str | None = None
+    ) -> ContextWindow:
+        return self._loop.run(self._inner.window(options, system))
 
     def message_count(self) -> int:
         return self._loop.run(self._inner.message_count())

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
+from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -34,6 +35,8 @@ from agentctx_fast.errors import (
 from agentctx_fast.messages import Message
 
 if TYPE_CHECKING:
+    from agentctx_fast._core_types import ContextWindow, WindowOptions
+    from agentctx_fast.messages import SystemMessage
     from agentctx_fast.stores.turns import Fence
 
 ChatMemoryProvider = Callable[[str], "ChatMemory"]
@@ -128,6 +131,23 @@ class ChatMemory(ABC):
         `VersionConflictError` on another version and `MessageNotFoundError` for an unknown id.
         """
 
+    def delete_message(self, message_id: str, expected_version: int) -> None:
+        """Remove the stored message ``message_id`` if its version is ``expected_version``
+        (compare-and-set, atomic: of concurrent deletes of one message at most one succeeds).
+
+        Raises `VersionConflictError` on another version and `MessageNotFoundError` when no
+        message has the id (deleted already, or never stored); `LeaseLostError` when the
+        memory is fenced and the lease moved on. The messages after it move up one place, so
+        ``get_messages(count, offset=...)`` and `message_count` count without it. A delete
+        whose reply was lost and that the client library sends again (redis-py's retry) finds
+        its own effect and succeeds, while any other call finds the id absent (the Redis
+        stores note each delete's call token); a SQL delete is one transaction that commits
+        or not, never re-sent by the driver.
+        A window over what is left never holds an orphan: the window's repairs give a call
+        whose result was deleted a synthetic result, and leave out a result whose call was.
+        The stores implement it; this default, for custom memories, cannot."""
+        raise NotImplementedError(f"{type(self).__name__} cannot delete messages")
+
     @abstractmethod
     def message_count(self) -> int:
         """How many messages the conversation holds, UI messages included."""
@@ -158,6 +178,19 @@ class ChatMemory(ABC):
 
         return run_sync(model_messages(page, count))
 
+    def window(
+        self, options: WindowOptions | None = None, system: SystemMessage | str | None = None
+    ) -> ContextWindow:
+        """The window of this conversation for a model call: what
+        ``build_window_with(self.get_messages(), options, system=system)`` gives, with only
+        the tail the window can reach read (the runner's right-sized read, see
+        `agentctx_fast._memory_window`). For services that bring their own loop;
+        ``options=None`` means `WindowOptions()`. Its ``dropped_turns`` counts the turns left
+        out of the tail read, not the older ones it did not read."""
+        from agentctx_fast._memory_window import memory_window  # it reads as the runner does
+
+        return run_sync(memory_window(awaitable_memory(self), options, system))
+
     def fenced(self, fence: Fence) -> ChatMemory:
         """This memory with its writes accepted only while ``fence`` holds the conversation's
         lease, checked in the write's own script or transaction (`LeaseLostError`
@@ -185,6 +218,10 @@ class AsyncChatMemory(ABC):
     async def update_message(self, message: Message, expected_version: int) -> Message:
         """Compare-and-set replace of the stored message with ``message``'s id."""
 
+    async def delete_message(self, message_id: str, expected_version: int) -> None:
+        """Compare-and-set removal of the stored message (see `ChatMemory.delete_message`)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot delete messages")
+
     @abstractmethod
     async def message_count(self) -> int:
         """How many messages the conversation holds, UI messages included."""
@@ -210,6 +247,14 @@ class AsyncChatMemory(ABC):
             return await self.get_messages(size, offset=offset)
 
         return await model_messages(page, count)
+
+    async def window(
+        self, options: WindowOptions | None = None, system: SystemMessage | str | None = None
+    ) -> ContextWindow:
+        """The window of this conversation, reading only its tail (see `ChatMemory.window`)."""
+        from agentctx_fast._memory_window import memory_window  # it reads as the runner does
+
+        return await memory_window(self, options, system)
 
     def fenced(self, fence: Fence) -> AsyncChatMemory:
         """This memory with fenced writes (see `ChatMemory.fenced`)."""
@@ -277,6 +322,9 @@ class BlockingChatMemory(ChatMemory):
     def update_message(self, message: Message, expected_version: int) -> Message:
         return run_sync(self._inner.update_message(message, expected_version))
 
+    def delete_message(self, message_id: str, expected_version: int) -> None:
+        run_sync(self._inner.delete_message(message_id, expected_version))
+
     def message_count(self) -> int:
         return run_sync(self._inner.message_count())
 
@@ -313,6 +361,9 @@ class AwaitableChatMemory(AsyncChatMemory):
 
     async def update_message(self, message: Message, expected_version: int) -> Message:
         return self._inner.update_message(message, expected_version)
+
+    async def delete_message(self, message_id: str, expected_version: int) -> None:
+        self._inner.delete_message(message_id, expected_version)
 
     async def message_count(self) -> int:
         return self._inner.message_count()
@@ -397,6 +448,30 @@ class InMemoryChatMemory(ChatMemory):
             updated = replace(message, version=expected_version + 1)
             self._messages[position] = updated
             return updated
+
+    def delete_message(self, message_id: str, expected_version: int) -> None:
+        """Removes the message and moves the positions after it up one (constant time for the
+        newest message, what a session's ``pop_item`` deletes)."""
+        check_identifier(message_id, "message_id")
+        check_version(expected_version)
+        with self._lock:
+            position = self._positions.get(message_id)
+            if position is None:
+                raise MessageNotFoundError(f"no stored message {message_id!r}")
+            stored = self._messages[position]
+            if stored.version != expected_version:
+                raise VersionConflictError(
+                    f"message {message_id!r} is at version {stored.version}, not {expected_version}"
+                )
+            del self._messages[position]
+            del self._positions[message_id]
+            for later in self._messages[position:]:
+                self._positions[later.message_id] -= 1
+            cut = bisect_left(self._visible, position)
+            after = self._visible[cut:]
+            if after and after[0] == position:
+                after = after[1:]
+            self._visible[cut:] = [p - 1 for p in after]
 
     def message_count(self) -> int:
         with self._lock:

@@ -53,7 +53,7 @@ return {1, removed}
 
 def conversation_keys(store: _RedisStoreBase, conversation_id: str) -> list[str]:
     """Every key of the conversation but its turn records: messages (records, index, visible
-    positions), compression state, lease, turn ids, quarantine."""
+    positions), compression state, lease, turn ids, quarantine, deleted message ids."""
     messages = store._key("conv", conversation_id)
     return [
         messages + ":r",
@@ -63,6 +63,7 @@ def conversation_keys(store: _RedisStoreBase, conversation_id: str) -> list[str]
         store._key("lease", conversation_id),
         store._key("turns", conversation_id),
         store._key("quarantine", conversation_id),
+        store._key("deleted", conversation_id),
     ]
 
 

@@ -26,39 +26,60 @@ if TYPE_CHECKING:
     from agentctx_fast.errors import SerializationError
     from agentctx_fast.stores.redis import _RedisStoreBase
 
+# Removes the record at position p (a number) from the record list KEYS[1], closing the gap:
+# the index entry at p goes (HDEL of ``id`` when known, else found by a scan) and the positions
+# after p in the index KEYS[2] and the visible list KEYS[3] move down one. ``marker`` is a value
+# no record holds (LSET then LREM, as Redis removes list items by value). The newest record
+# with its id known (a session popping its last item) costs a few commands, not a scan.
+REMOVE_RECORD = """
+local function remove_record(p, id, marker)
+  if id and p == redis.call('LLEN', KEYS[1]) - 1 then
+    redis.call('RPOP', KEYS[1])
+    redis.call('HDEL', KEYS[2], id)
+    if tonumber(redis.call('LINDEX', KEYS[3], -1)) == p then redis.call('RPOP', KEYS[3]) end
+    return
+  end
+  redis.call('LSET', KEYS[1], p, marker)
+  redis.call('LREM', KEYS[1], 1, marker)
+  if id then redis.call('HDEL', KEYS[2], id) end
+  local index = redis.call('HGETALL', KEYS[2])
+  for i = 1, #index, 2 do
+    local position, rest = string.match(index[i + 1], '^(%d+) (.*)$')
+    if position then
+      position = tonumber(position)
+      if position == p then
+        redis.call('HDEL', KEYS[2], index[i])
+      elseif position > p then
+        redis.call('HSET', KEYS[2], index[i], string.format('%d', position - 1) .. ' ' .. rest)
+      end
+    end
+  end
+  local visible = redis.call('LRANGE', KEYS[3], 0, -1)
+  redis.call('DEL', KEYS[3])
+  for i = 1, #visible do
+    local position = tonumber(visible[i])
+    if position == nil or position < p then
+      redis.call('RPUSH', KEYS[3], visible[i])
+    elseif position > p then
+      redis.call('RPUSH', KEYS[3], string.format('%d', position - 1))
+    end
+  end
+end
+"""
+
 # KEYS: records, index, visible, quarantine. ARGV: position, record, label, problem, marker.
-_QUARANTINE_MESSAGE = """
+_QUARANTINE_MESSAGE = (
+    REMOVE_RECORD
+    + """
 local p = tonumber(ARGV[1])
 if redis.call('LINDEX', KEYS[1], p) ~= ARGV[2] then return 0 end
 local n = redis.call('HINCRBY', KEYS[4], '#', 1)
 redis.call('HSET', KEYS[4], n .. ' ' .. ARGV[3], ARGV[2], n .. ' ' .. ARGV[3] .. ' problem',
            ARGV[4])
-redis.call('LSET', KEYS[1], p, ARGV[5])
-redis.call('LREM', KEYS[1], 1, ARGV[5])
-local index = redis.call('HGETALL', KEYS[2])
-for i = 1, #index, 2 do
-  local position, rest = string.match(index[i + 1], '^(%d+) (.*)$')
-  if position then
-    position = tonumber(position)
-    if position == p then
-      redis.call('HDEL', KEYS[2], index[i])
-    elseif position > p then
-      redis.call('HSET', KEYS[2], index[i], string.format('%d', position - 1) .. ' ' .. rest)
-    end
-  end
-end
-local visible = redis.call('LRANGE', KEYS[3], 0, -1)
-redis.call('DEL', KEYS[3])
-for i = 1, #visible do
-  local position = tonumber(visible[i])
-  if position == nil or position < p then
-    redis.call('RPUSH', KEYS[3], visible[i])
-  elseif position > p then
-    redis.call('RPUSH', KEYS[3], string.format('%d', position - 1))
-  end
-end
+remove_record(p, false, ARGV[5])
 return 1
 """
+)
 
 # KEYS: the record's hash, quarantine. ARGV: the fields read (JSON), what to keep, label,
 # problem, then the field names and their values as read ('' for absent).

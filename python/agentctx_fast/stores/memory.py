@@ -84,6 +84,10 @@ class _FencedChatMemory(ChatMemory):
                     return updated
                 raise
 
+    def delete_message(self, message_id: str, expected_version: int) -> None:
+        with self._memory._turns.fenced(self.conversation_id, self._fence):
+            self._memory.delete_message(message_id, expected_version)
+
     def get_messages(self, count: int | None = None, *, offset: int = 0) -> list[Message]:
         return self._memory.get_messages(count, offset=offset)
 

@@ -10,7 +10,9 @@ and each script touches one node: ``p conv:{c}:r`` (list of records in append or
 ``LRANGE`` of the record list from the tail: it costs the server what a range read costs (no
 script, no per-record lookups) and is one consistent snapshot. Add-if-absent and
 compare-and-set stay Lua scripts, decided on the server; an update rewrites its record in place
-(``LSET`` at its position), so positions never move until `clear`. Compression states live in
+(``LSET`` at its position); a delete (or a quarantine) closes the gap and moves the positions
+after it in the same script, and notes its call's token in ``p deleted:{c}`` (hash id →
+token) so a re-sent delete finds its own effect. Compression states live in
 ``p compression:{c}``; turns and leases in ``p turn:{c}:t`` and ``p lease:{c}`` (see
 `agentctx_fast.stores.redis_turns`), the ids of its turns in ``p turns:{c}``.
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -81,7 +84,7 @@ from agentctx_fast.stores._redis_lifecycle import (
     delete_conversation,
     list_conversations,
 )
-from agentctx_fast.stores._redis_records import RedisRecords
+from agentctx_fast.stores._redis_records import REMOVE_RECORD, RedisRecords
 from agentctx_fast.stores.redis_turns import AsyncRedisAgentTurnStore, RedisAgentTurnStore
 from agentctx_fast.stores.serializer import (
     AgentStoreSerializer,
@@ -160,6 +163,28 @@ end
 if version ~= ARGV[2] then return {0, version} end
 redis.call('LSET', KEYS[1], position, ARGV[3])
 redis.call('HSET', KEYS[2], ARGV[1], position .. ' ' .. ARGV[5] .. ' ' .. kind)
+return {1}
+"""
+)
+
+# KEYS: records, index, visible, deleted. ARGV: id, expected version, call token. Removes the
+# message (`remove_record`) and notes the token of the call that did in the deleted hash
+# (id → token): a client library re-sending the script after a lost reply finds its own token
+# and reports it applied, while any other call finds the id absent. Returns {1} applied, {0,
+# version} conflict, {-1} unknown id, {-3} an index entry that is not "position version kind".
+_DELETE = write_script(
+    REMOVE_RECORD
+    + """
+local entry = redis.call('HGET', KEYS[2], ARGV[1])
+if not entry then
+  if redis.call('HGET', KEYS[4], ARGV[1]) == ARGV[3] then return {1} end
+  return {-1}
+end
+local position, version = string.match(entry, '^(%d+) (%S+) .*$')
+if not position then return {-3} end
+if version ~= ARGV[2] then return {0, version} end
+remove_record(tonumber(position), ARGV[1], '\0deleted ' .. ARGV[3])
+redis.call('HSET', KEYS[4], ARGV[1], ARGV[3])
 return {1}
 """
 )
@@ -437,6 +462,7 @@ class AsyncRedisChatMemory(AsyncChatMemory):
         self._records = keys + ":r"
         self._index = keys + ":i"
         self._visible = keys + ":vp"
+        self._deleted = store._key("deleted", conversation_id)
         self._fence: Fence | None = None
 
     def fenced(self, fence: Fence) -> AsyncRedisChatMemory:
@@ -564,6 +590,28 @@ class AsyncRedisChatMemory(AsyncChatMemory):
             f"not {expected_version}"
         )
 
+    async def delete_message(self, message_id: str, expected_version: int) -> None:
+        """One script (`_DELETE`); a message in the middle costs a pass over the index to
+        move the positions after it, the newest one a few commands."""
+        check_identifier(message_id, "message_id")
+        check_version(expected_version)
+        outcome = await self._write(
+            f"deleting message {message_id!r}",
+            _DELETE,
+            [self._records, self._index, self._visible, self._deleted],
+            [message_id, expected_version, uuid.uuid4().hex],
+        )
+        status = int(outcome[0])
+        if status == 1:
+            return
+        if status == -1:
+            raise MessageNotFoundError(f"no stored message {message_id!r}")
+        if status == -3:
+            raise _corrupt_index(self.conversation_id, message_id)
+        raise VersionConflictError(
+            f"message {message_id!r} is at version {int(outcome[1])}, not {expected_version}"
+        )
+
     async def message_count(self) -> int:
         return int(await self._store._port.command("counting messages", "llen", self._records))
 
@@ -571,7 +619,7 @@ class AsyncRedisChatMemory(AsyncChatMemory):
         """The messages and the compression state built from them, in one ``DEL`` (the keys
         share a slot)."""
         compression = self._store._key("compression", self.conversation_id)
-        keys = (self._records, self._index, self._visible, compression)
+        keys = (self._records, self._index, self._visible, self._deleted, compression)
         await self._store._port.command("clearing messages", "delete", *keys)
 
 

@@ -673,6 +673,38 @@ class AsyncSqlChatMemory(AsyncChatMemory):
             f"message {message.message_id!r} is at version {row.version}, not {expected_version}"
         )
 
+    async def delete_message(self, message_id: str, expected_version: int) -> None:
+        """One ``DELETE … WHERE version = :expected`` (and the fence) decides it; pages order
+        by ``seq``, so the messages after it move up one place without a write. A transaction
+        either commits or not, so there is no re-sent statement to recognise: a lost reply to
+        the commit is a `StoreUnavailableError`, and the caller's check (`get_message`) tells."""
+        check_identifier(message_id, "message_id")
+        check_version(expected_version)
+        table, cid, fence = self._table, self.conversation_id, self._fence
+        key = (table.c.conversation_id == cid) & (table.c.message_id == message_id)
+        statement = sa.delete(table).where(key, table.c.version == expected_version)
+        if fence is not None:
+            statement = statement.where(fence_holds(self._store, cid, fence))
+        action = f"deleting message {message_id!r}"
+        port = self._store._port
+
+        async def delete() -> Sequence[Any] | None:
+            if await port.changed(action, statement) == 1:
+                return None
+            # Only to say why the delete did not apply; the decision was the DELETE's.
+            if fence is not None:
+                await check_fence(self._store, action, cid, fence)
+            return await port.rows(action, sa.select(table.c.version).where(key))
+
+        rows = await port.together(action, delete)
+        if rows is None:
+            return
+        if not rows:
+            raise MessageNotFoundError(f"no stored message {message_id!r}")
+        raise VersionConflictError(
+            f"message {message_id!r} is at version {rows[0].version}, not {expected_version}"
+        )
+
     async def message_count(self) -> int:
         query = (
             sa.select(sa.func.count())

@@ -1,0 +1,169 @@
+"""`memory.window(options, system)` on every store, blocking and async (SPEC §23): the window
+the whole history gives, read from the tail alone."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agentctx_fast import (
+    AiMessage,
+    ContextWindow,
+    InvalidArgumentError,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+    WindowOptions,
+)
+from agentctx_fast.memory import ChatMemory
+from agentctx_fast.window import build_window_with
+from store_fixtures import ASYNC_STORE_KINDS, STORE_KINDS, new_conversation_id
+from strategies import histories, window_options
+
+SETTINGS = settings(
+    max_examples=6,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+
+@pytest.fixture(params=STORE_KINDS + ASYNC_STORE_KINDS)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+class CountingMemory(ChatMemory):
+    """A memory over another that counts the records its page reads return."""
+
+    def __init__(self, inner: ChatMemory) -> None:
+        self.inner = inner
+        self.read = 0
+
+    def get_messages(self, count: int | None = None, *, offset: int = 0) -> list[Message]:
+        page = self.inner.get_messages(count, offset=offset)
+        self.read += len(page)
+        return page
+
+    def add_message_if_absent(self, message: Message) -> bool:
+        return self.inner.add_message_if_absent(message)
+
+    def get_message(self, message_id: str) -> Message | None:
+        return self.inner.get_message(message_id)
+
+    def update_message(self, message: Message, expected_version: int) -> Message:
+        return self.inner.update_message(message, expected_version)
+
+    def message_count(self) -> int:
+        return self.inner.message_count()
+
+    def clear(self) -> None:
+        self.inner.clear()
+
+
+def outcome(make: Any, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+    """What a window call gives, comparable: its fields, or the type of its error."""
+    try:
+        window: ContextWindow = make(*args, **kwargs)
+    except Exception as error:
+        return ("error", type(error))
+    return (
+        window.messages,
+        window.estimated_tokens,
+        window.attached_turns,
+        window.compacted_turns,
+        window.cut_by,
+        window.repairs,
+    )
+
+
+@st.composite
+def long_histories(draw: st.DrawFn) -> list[Message]:
+    """Several generated histories one after another (each with its own ids): hundreds of
+    messages, so a window's tail read stops well before the start."""
+    parts = draw(st.lists(histories(), min_size=4, max_size=12))
+    return [message for part in parts for message in part]
+
+
+@SETTINGS
+@given(data=st.data())
+def test_the_window_is_the_one_of_the_whole_history(store: Any, data: st.DataObject) -> None:
+    history = data.draw(st.one_of(histories(), long_histories()))
+    drawn = dict(data.draw(window_options(history)))
+    drawn.pop("turn_statuses", None)
+    system = drawn.pop("system", None)
+    options = WindowOptions(**drawn)
+    memory: ChatMemory = store.chat_memory(new_conversation_id())
+    memory.add_messages_if_absent(history)
+    counting = CountingMemory(memory)
+    whole = outcome(build_window_with, memory.get_messages(), options, system=system)
+    assert outcome(memory.window, options, system) == whole
+    assert outcome(counting.window, options, system) == whole
+    assert counting.read <= len(history) + 1
+    if whole[0] != "error" and counting.read >= len(history):  # the tail was all of it
+        expected = build_window_with(history, options, system=system).dropped_turns
+        assert memory.window(options, system).dropped_turns == expected
+
+
+def _tool_heavy(turns: int) -> list[Message]:
+    out: list[Message] = []
+    for turn in range(turns):
+        tid = f"h{turn}"
+        call = ToolCall(f"c{turn}", "look", "{}")
+        out += [
+            UserMessage(f"question {turn}", message_id=f"{tid}:user", turn_id=tid),
+            AiMessage(tool_calls=(call,), message_id=f"{tid}:ai:1", turn_id=tid),
+            ToolMessage(call.id, "looked", message_id=f"{tid}:tool", turn_id=tid),
+            AiMessage(f"answer {turn}", message_id=f"{tid}:ai:2", turn_id=tid),
+        ]
+    return out
+
+
+@pytest.mark.parametrize(
+    ("options", "most"),
+    [
+        (None, 116),  # the defaults: one page of max_attached_messages + 16
+        (WindowOptions(max_attached_turns=3, max_attached_messages=10), 64),
+        (WindowOptions(max_attached_turns=40, max_attached_messages=400), 416),
+    ],
+)
+def test_only_the_tail_is_read(store: Any, options: WindowOptions | None, most: int) -> None:
+    history = _tool_heavy(300)  # 1,200 stored messages
+    memory: ChatMemory = store.chat_memory(new_conversation_id())
+    memory.add_messages_if_absent(history)
+    counting = CountingMemory(memory)
+    window = counting.window(options, "Be brief.")
+    assert counting.read == most  # one page
+    whole = outcome(build_window_with, history, options or WindowOptions(), system="Be brief.")
+    assert outcome(lambda: window) == whole  # cut_by included: the read saw a turn past it
+    assert outcome(memory.window, options, "Be brief.") == whole
+
+
+def test_the_leading_system_message_of_a_long_history_is_found(store: Any) -> None:
+    """Without ``system``, the window takes the history's leading system message, which a
+    tail read does not reach: the head is read for it (a few records, not the history)."""
+    history: list[Message] = [SystemMessage("You are a support agent.", message_id="s0")]
+    history += _tool_heavy(300)
+    memory: ChatMemory = store.chat_memory(new_conversation_id())
+    memory.add_messages_if_absent(history)
+    counting = CountingMemory(memory)
+    options = WindowOptions(max_attached_turns=2)
+    window = counting.window(options)
+    assert window.messages[0].message_id == "s0"
+    assert outcome(lambda: window) == outcome(build_window_with, history, options)
+    assert counting.read < 150
+
+
+def test_a_window_of_options_that_are_not_window_options_is_refused(store: Any) -> None:
+    memory: ChatMemory = store.chat_memory(new_conversation_id())
+    memory.add_message(UserMessage("hi", message_id="u1"))
+    bad: Sequence[Any] = [{"max_attached_turns": 1}, 3]
+    for options in bad:
+        with pytest.raises(InvalidArgumentError, match="options must be a WindowOptions"):
+            memory.window(options)
+    assert [m.message_id for m in memory.window().messages] == ["u1"]
