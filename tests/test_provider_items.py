@@ -82,7 +82,7 @@ def test_items_are_plain_json_copies_in_order() -> None:
     ],
 )
 def test_bad_items_are_a_typed_error(items: Any, error: type[Exception], problem: str) -> None:
-    with pytest.raises(error, match="provider_items|JSON|key") as caught:
+    with pytest.raises(error, match=r"provider_items|JSON|key") as caught:
         reply(provider_items=items)
     assert problem in str(caught.value)
 

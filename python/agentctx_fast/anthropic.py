@@ -131,8 +131,8 @@ def to_anthropic(
     out: list[Any] = []
     results: list[dict[str, Any]] | None = None  # the tool results being grouped
     for index, message in enumerate(messages):
-        if not isinstance(message, ToolMessage):
-            results = None
+        if isinstance(message, (SystemMessage, UserMessage, AiMessage)):
+            results = None  # (a UI message, left out, does not end the group)
         if isinstance(message, SystemMessage):
             systems.append(message.text)
         elif isinstance(message, UserMessage):

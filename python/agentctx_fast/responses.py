@@ -53,9 +53,7 @@ from agentctx_fast.messages import (
     UserMessage,
 )
 from agentctx_fast.openai import (
-    _AUDIO_MIME,
     _URI_SCHEME,
-    _audio_format,
     _data_url,
     _image_mime,
     _parse_data_url,
@@ -96,18 +94,9 @@ def _part_to_responses(part: Part, where: str) -> dict[str, Any]:
             image["file_id"] = part.uri
         return image
     if isinstance(part, AudioPart):
-        fmt = _audio_format(part, where)
-        data = part.data
-        if data is None:
-            parsed = _parse_data_url(str(part.uri))
-            if parsed is None:
-                raise InvalidArgumentError(
-                    f"{where}: audio by reference ({part.uri!r}) cannot be sent; the API takes "
-                    "input audio as inline base64 data"
-                )
-            data = parsed[1]
-        encoded = base64.b64encode(data).decode("ascii")
-        return {"type": "input_audio", "input_audio": {"data": encoded, "format": fmt}}
+        raise InvalidArgumentError(
+            f"{where}: audio cannot be sent; Responses input messages take no audio parts"
+        )
     file: dict[str, Any] = {"type": "input_file"}
     uri = str(part.uri)
     if part.data is not None or uri.startswith("data:"):
@@ -260,13 +249,6 @@ def _part_from_responses(part: Any, where: str) -> Part:
         if parsed is not None:
             return ImagePart(mime_type=parsed[0], data=parsed[1], detail=detail)
         return ImagePart(uri=url, detail=detail)
-    if kind == "input_audio":
-        audio = _get(part, "input_audio", Mapping, where)
-        fmt = audio.get("format")
-        if fmt not in _AUDIO_MIME:
-            raise ResponsesFormatError(f"{where}: input audio format must be wav or mp3")
-        data = _b64(_get(audio, "data", str, f"{where} input_audio"), where)
-        return AudioPart(mime_type=_AUDIO_MIME[fmt], data=data)
     if kind == "input_file":
         name = part.get("filename")
         for key in ("file_id", "file_url"):
