@@ -21,7 +21,14 @@ const CLASSES: [(&str, &[&str]); 12] = [
     ("UserMessage", &["content", "name"]),
     (
         "AiMessage",
-        &["text", "tool_calls", "refusal", "name", "usage", "provider_items"],
+        &[
+            "text",
+            "tool_calls",
+            "refusal",
+            "name",
+            "usage",
+            "provider_items",
+        ],
     ),
     (
         "ToolMessage",
