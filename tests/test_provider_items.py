@@ -176,3 +176,25 @@ def test_every_store_keeps_the_items_losslessly(store: Any) -> None:
     updated = dataclasses.replace(messages[3], provider_items=(THINKING, REASONING))
     memory.update_message(updated, expected_version=0)
     assert memory.get_message("f1").provider_items == (THINKING, REASONING)  # type: ignore[union-attr]
+
+
+class _OddText(AiMessage):
+    """A subclass whose provider text is not a str."""
+
+    @property
+    def provider_text(self) -> str:
+        return 5  # type: ignore[return-value]
+
+
+def test_both_cores_read_a_subclass_the_same_way() -> None:
+    native = native_or_skip()
+    odd = _OddText("hi", message_id="o1", provider_items=(THINKING,))
+    plain = _OddText("hi", message_id="o2")  # no items: provider_text is never read
+    outcomes = []
+    for module in (native, reference):
+        with pytest.raises(InvalidMessageTypeError) as caught:
+            module.message_tokens([plain, odd])
+        outcomes.append(str(caught.value))
+    assert outcomes[0] == outcomes[1]
+    assert "messages[1].provider_text must be a str" in outcomes[0]
+    assert native.message_tokens([plain]) == reference.message_tokens([plain])
