@@ -160,7 +160,9 @@ def test_an_assistant_id_is_sent_only_when_it_is_an_api_id() -> None:
 def test_api_items_round_trip_exactly_with_ids_and_statuses() -> None:
     """What the Agents SDK keeps in a session comes back item for item."""
     items: list[dict[str, Any]] = [
+        {"role": "developer", "content": [{"type": "input_text", "text": "Be brief."}]},
         {"role": "user", "content": "Where is ORD-1?"},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Now."}]},
         REASONING,
         {
             "type": "function_call",
@@ -212,6 +214,8 @@ def test_api_items_round_trip_exactly_with_ids_and_statuses() -> None:
     check_responses(items)
     messages = from_responses(items)
     assert [type(m).__name__ for m in messages] == [
+        "SystemMessage",
+        "UserMessage",
         "UserMessage",
         "AiMessage",
         "ToolMessage",
@@ -219,7 +223,8 @@ def test_api_items_round_trip_exactly_with_ids_and_statuses() -> None:
         "AiMessage",
         "ToolMessage",
     ]
-    first, answer, cut = messages[1], messages[3], messages[4]
+    assert messages[0].text == "Be brief."  # type: ignore[attr-defined]
+    first, answer, cut = messages[3], messages[5], messages[6]
     assert isinstance(first, AiMessage) and isinstance(answer, AiMessage)
     assert first.provider_items == (REASONING,)
     assert first.tool_calls == (ToolCall("call_1", "get_order", '{"id":"ORD-1"}'),)

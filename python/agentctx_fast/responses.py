@@ -9,10 +9,11 @@ API produced them in, so a reasoning item is followed by the item it belongs to.
 `AiMessage`'s ``message_id``), the ids and statuses of function calls and provider items.
 
 What has no place in the message model is kept in the message's ``metadata`` under
-`RESPONSES_METADATA_KEY`: an output message's ``status`` (when not ``"completed"``) and other
-keys (``phase``), its content when it carries annotations or several parts, each function
-call's item ``id`` and ``status`` (by call id), a function call output's ``status`` and list
-output. `to_responses` puts them back.
+`RESPONSES_METADATA_KEY`: an input message's other keys (``"type": "message"``, ``status``)
+and list content of a system message, an output message's ``status`` (when not
+``"completed"``) and other keys (``phase``), its content when it carries annotations or several
+parts, each function call's item ``id`` and ``status`` (by call id), a function call output's
+``status`` and list output. `to_responses` puts them back.
 
 Limits (what the format does not carry): ``turn_id``, ``version``, other metadata, participant
 names and `ToolMessage.is_error`; an assistant message ``id`` is sent only when it is an API id
@@ -172,7 +173,13 @@ def _message_to_responses(message: object, index: int, include_ids: bool) -> lis
         return _ai_to_responses(message, index, include_ids)
     item: dict[str, Any]
     if isinstance(message, SystemMessage):
-        item = {"role": message.role, "content": message.text}
+        extras = _extras(message)
+        kept = extras.get("content")
+        text: Any = message.text
+        if isinstance(kept, list) and _joined(kept, "input_text", "text") == text:
+            text = kept  # the parts the item came with
+        item = {"role": message.role, "content": text}
+        item.update((k, v) for k, v in extras.items() if k != "content")
     elif isinstance(message, UserMessage):
         content: Any = message.content
         if not isinstance(content, str):
@@ -181,6 +188,7 @@ def _message_to_responses(message: object, index: int, include_ids: bool) -> lis
                 _part_to_responses(p, f"{where} content[{i}]") for i, p in enumerate(content)
             ]
         item = {"role": "user", "content": content}
+        item.update(_extras(message))
     elif isinstance(message, ToolMessage):
         extras = _extras(message)
         output = extras.get("output")
@@ -379,24 +387,33 @@ def _output(item: Mapping[str, Any], where: str) -> ToolMessage:
 
 
 def _input_message(item: Mapping[str, Any], role: Any, where: str) -> Message:
-    ids = {"message_id": _get(item, "id", str, where)} if item.get("id") is not None else {}
+    common: dict[str, Any] = {}
+    if item.get("id") is not None:
+        common["message_id"] = _get(item, "id", str, where)
+    # The item's other keys ("type": "message", "status") come back with it.
+    extras = {k: v for k, v in item.items() if k not in ("role", "content", "id")}
     content = item.get("content")
     if role in ("system", "developer"):
         if isinstance(content, list):
+            extras["content"] = content
             content = "".join(
                 _get(p, "text", str, where) for p in content if isinstance(p, Mapping)
             )
         if not isinstance(content, str):
             raise ResponsesFormatError(f"{where}: a {role} message needs 'content'")
-        return SystemMessage(content, role=role, **ids)
+        if extras:
+            common["metadata"] = {RESPONSES_METADATA_KEY: extras}
+        return SystemMessage(content, role=role, **common)
+    if extras:
+        common["metadata"] = {RESPONSES_METADATA_KEY: extras}
     if isinstance(content, list):
         parts = tuple(
             _part_from_responses(p, f"{where} content[{i}]") for i, p in enumerate(content)
         )
-        return UserMessage(parts, **ids)
+        return UserMessage(parts, **common)
     if not isinstance(content, str):
         raise ResponsesFormatError(f"{where}: a user message needs a string or list 'content'")
-    return UserMessage(content, **ids)
+    return UserMessage(content, **common)
 
 
 def _read(items: Sequence[Mapping[str, Any]]) -> list[Message]:
