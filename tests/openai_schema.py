@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import collections.abc
+import os
 import re
 import types
 import typing
@@ -66,6 +67,8 @@ def type_errors(value: Any, tp: Any, where: str = "$") -> list[str]:
     if isinstance(tp, type):
         ok = isinstance(value, tp) and (tp is bool or not isinstance(value, bool))
         return [] if ok else [f"{where}: expected {tp.__name__}, got {type(value).__name__}"]
+    if origin in (typing.IO, os.PathLike):  # file inputs the SDKs read for you: never JSON
+        return [f"{where}: expected a file object"]
     raise TypeError(f"{where}: the checker does not know {tp!r}")
 
 

@@ -51,6 +51,32 @@ TEXT = st.one_of(
     st.text(max_size=40),
 )
 
+# Provider items of an AI message (SPEC §23): reasoning with encrypted content, thinking blocks,
+# hosted-tool calls; counted by every estimator from their JSON text.
+PROVIDER_ITEMS = st.one_of(
+    st.just(()),
+    st.lists(
+        st.one_of(
+            st.builds(
+                lambda rid, blob: {
+                    "type": "reasoning",
+                    "id": rid,
+                    "summary": [],
+                    "encrypted_content": blob,
+                },
+                st.sampled_from(["rs_1", "rs_2"]),
+                st.text(max_size=30),
+            ),
+            st.builds(
+                lambda text: {"type": "thinking", "thinking": text, "signature": "sig=="},
+                TEXT,
+            ),
+            st.just({"type": "web_search_call", "id": "ws_1", "status": "completed"}),
+        ),
+        max_size=3,
+    ).map(tuple),
+)
+
 
 @st.composite
 def _message(draw: st.DrawFn, message_id: str) -> Message:
@@ -59,13 +85,17 @@ def _message(draw: st.DrawFn, message_id: str) -> Message:
     if kind == "user":
         return UserMessage(draw(TEXT), **common)
     if kind == "ai":
-        return AiMessage(draw(st.one_of(st.none(), TEXT)), **common)
+        return AiMessage(
+            draw(st.one_of(st.none(), TEXT)), provider_items=draw(PROVIDER_ITEMS), **common
+        )
     if kind == "ai_calls":
         ids = draw(st.lists(CALL_IDS, min_size=1, max_size=3))
         calls = tuple(
             ToolCall(i, draw(st.sampled_from(["get_order", "search"])), "{}") for i in ids
         )
-        return AiMessage(draw(st.one_of(st.none(), TEXT)), calls, **common)
+        return AiMessage(
+            draw(st.one_of(st.none(), TEXT)), calls, provider_items=draw(PROVIDER_ITEMS), **common
+        )
     if kind == "tool":
         return ToolMessage(draw(CALL_IDS), draw(TEXT), **common)
     if kind == "system":
@@ -84,7 +114,15 @@ def _turn(draw: st.DrawFn, prefix: str, number: int) -> list[Message]:
     for step in range(draw(st.integers(0, 3))):
         n = draw(st.one_of(st.integers(1, 3), st.integers(7, 10)))  # many: past 8 at once
         calls = tuple(ToolCall(name.format(i), "get_order", '{"id": 1}') for i in range(n))
-        out.append(AiMessage(None, calls, message_id=f"{prefix}a{number}.{step}", turn_id=turn_id))
+        out.append(
+            AiMessage(
+                None,
+                calls,
+                message_id=f"{prefix}a{number}.{step}",
+                turn_id=turn_id,
+                provider_items=draw(PROVIDER_ITEMS),
+            )
+        )
         order = draw(st.one_of(st.just(list(range(n))), st.permutations(range(n))))
         for i in order:  # in call order, or not
             if draw(st.integers(0, 9)) > 0:  # sometimes a result goes missing

@@ -78,6 +78,8 @@ MODULES = [
     "agentctx_fast.integrations.langchain",
     "agentctx_fast.protocol",
     "agentctx_fast.tokens",
+    "agentctx_fast.responses",
+    "agentctx_fast.anthropic",
     "agentctx_fast.turns",
     "agentctx_fast.stores.memory",
     "agentctx_fast.stores._redis_io",

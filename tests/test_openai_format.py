@@ -188,6 +188,7 @@ def _carried(message: Message) -> Message:
         changes.update(tool_name=None, is_error=False)
     if isinstance(message, AiMessage):
         changes["usage"] = None
+        changes["provider_items"] = ()  # Chat Completions has no place for them
         if message.text is None and not message.tool_calls and message.refusal is None:
             changes["text"] = ""  # the API needs content when there is nothing else
     return dataclasses.replace(message, **changes)

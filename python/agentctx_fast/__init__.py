@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from agentctx_fast._backend import backend
 from agentctx_fast._version import __version__ as __version__
 from agentctx_fast.agent import Agent, AgentTurn
+from agentctx_fast.anthropic import AnthropicFormatError, from_anthropic, to_anthropic
 from agentctx_fast.calibration import CalibratedTokenEstimator
 from agentctx_fast.chat_model import AsyncChatModel, ChatModel, StreamingChatModel
 from agentctx_fast.clients import AsyncOpenAIChatModel, OpenAIChatModel
@@ -73,6 +74,12 @@ from agentctx_fast.messages import (
 from agentctx_fast.metrics import AgentMetrics, InMemoryMetrics, MetricSummary
 from agentctx_fast.openai import OpenAIFormatError, from_openai, openai_tools, to_openai
 from agentctx_fast.protocol import ProtocolViolation, check_tool_protocol, validate_tool_protocol
+from agentctx_fast.responses import (
+    RESPONSES_METADATA_KEY,
+    ResponsesFormatError,
+    from_responses,
+    to_responses,
+)
 from agentctx_fast.runner import (
     AgentRunner,
     ApprovalRequired,
@@ -119,6 +126,7 @@ from agentctx_fast.window import (
 
 __all__ = [
     "MAX_INLINE_BYTES",
+    "RESPONSES_METADATA_KEY",
     "Agent",
     "AgentActionMessage",
     "AgentContextCompressionCoordinator",
@@ -137,6 +145,7 @@ __all__ = [
     "AgentTurnSnapshot",
     "AgentTurnStore",
     "AiMessage",
+    "AnthropicFormatError",
     "ApprovalRequired",
     "AsyncAgentRunner",
     "AsyncAgentStore",
@@ -188,6 +197,7 @@ __all__ = [
     "PendingApproval",
     "ProtocolViolation",
     "RedisAgentStore",
+    "ResponsesFormatError",
     "SchemaNotInitializedError",
     "ScriptExhaustedError",
     "ScriptedChatModel",
@@ -224,10 +234,14 @@ __all__ = [
     "build_window_with",
     "check_tool_protocol",
     "estimator_for_model",
+    "from_anthropic",
     "from_openai",
+    "from_responses",
     "openai_tools",
     "segment_turns",
+    "to_anthropic",
     "to_openai",
+    "to_responses",
     "tool",
     "validate_tool_protocol",
 ]

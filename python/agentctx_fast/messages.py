@@ -10,8 +10,11 @@ Every message has a stable ``message_id`` (a uuid4 hex string when not given), J
 
 from __future__ import annotations
 
+import json
+import math
 import re
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeAlias
 
@@ -274,6 +277,13 @@ class AiMessage(Message):
     ``refusal`` is the model's refusal message when it declined to answer, ``name`` an optional
     participant name, and ``usage`` the token `Usage` the API reported for the call that
     produced it (stored with the message; not part of the tool protocol or token estimates).
+
+    ``provider_items`` are the provider's own model-visible parts of this reply, kept opaque
+    and in order (Responses ``reasoning`` items with their encrypted content, Anthropic
+    ``thinking`` / ``redacted_thinking`` blocks, hosted-tool calls and results): the provider
+    needs them back with the reply, so they travel with it in every window, are stored with it
+    and are counted from their JSON text (`provider_text`). Each is a JSON object (a mapping
+    with str keys and JSON values), kept as a deep copy of plain dicts and lists.
     """
 
     _core: Any = field(default=None, init=False, repr=False, compare=False)
@@ -282,10 +292,22 @@ class AiMessage(Message):
     refusal: str | None = field(default=None, kw_only=True)
     name: str | None = field(default=None, kw_only=True)
     usage: Usage | None = field(default=None, kw_only=True)
+    provider_items: tuple[dict[str, Any], ...] = field(default=(), kw_only=True)
     _kind: ClassVar[int] = KIND_AI
 
     def __post_init__(self) -> None:
         Message.__post_init__(self)
+        if self.provider_items:
+            object.__setattr__(
+                self, "provider_items", _provider_items(self.provider_items, self.message_id)
+            )
+        elif not isinstance(self.provider_items, (tuple, list)):
+            raise InvalidMessageTypeError(
+                f"message {self.message_id!r}: provider_items must be a tuple of JSON objects, "
+                f"got {type(self.provider_items).__name__}"
+            )
+        else:
+            object.__setattr__(self, "provider_items", ())
         if self.refusal is not None:
             require_str(self.refusal, f"message {self.message_id!r} refusal")
         _check_name(self.name, self.message_id)
@@ -313,6 +335,57 @@ class AiMessage(Message):
     def has_final_text(self) -> bool:
         """True for a final answer: non-empty text and no tool calls."""
         return bool(self.text) and not self.tool_calls
+
+    @property
+    def provider_text(self) -> str:
+        """The provider items as compact JSON (``""`` without any): what every estimator counts
+        for them, as the model reads them back at about their text size."""
+        if not self.provider_items:
+            return ""
+        return json.dumps(list(self.provider_items), ensure_ascii=False, separators=(",", ":"))
+
+
+def _provider_items(items: object, message_id: str) -> tuple[dict[str, Any], ...]:
+    """``items`` as a tuple of plain JSON objects (deep copies), or a typed error naming the
+    bad item: a store must give back exactly what it was given."""
+    if not isinstance(items, (tuple, list)):
+        raise InvalidMessageTypeError(
+            f"message {message_id!r}: provider_items must be a tuple of JSON objects, "
+            f"got {type(items).__name__}"
+        )
+    out = []
+    for index, item in enumerate(items):
+        where = f"message {message_id!r}: provider_items[{index}]"
+        if not isinstance(item, Mapping):
+            raise InvalidMessageTypeError(
+                f"{where} must be a JSON object, got {type(item).__name__}"
+            )
+        out.append(_json_copy(item, where, 0))
+    return tuple(out)
+
+
+_MAX_DEPTH = 64
+
+
+def _json_copy(value: Any, where: str, depth: int) -> Any:
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidArgumentError(f"{where}: {value!r} is not valid JSON")
+        return value
+    if depth >= _MAX_DEPTH:
+        raise InvalidArgumentError(f"{where} is nested deeper than {_MAX_DEPTH} levels")
+    if isinstance(value, Mapping):
+        copied = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidArgumentError(f"{where}: key {key!r} is not a str")
+            copied[key] = _json_copy(item, where, depth + 1)
+        return copied
+    if isinstance(value, (list, tuple)):
+        return [_json_copy(item, where, depth + 1) for item in value]
+    raise InvalidMessageTypeError(f"{where} holds a {type(value).__name__}, which is not JSON")
 
 
 @dataclass(frozen=True, slots=True, eq=True)

@@ -73,7 +73,9 @@ def _fingerprint(message: Message) -> int:
     if isinstance(message, UserMessage):
         return len(message.content) if isinstance(message.content, str) else -len(message.content)
     if isinstance(message, AiMessage):
-        return len(message.text or "") * 64 + len(message.tool_calls)
+        return (len(message.text or "") * 64 + len(message.tool_calls)) * 64 + len(
+            message.provider_items
+        )
     text = getattr(message, "text", "")
     return len(text) if isinstance(text, str) else 0
 

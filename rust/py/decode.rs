@@ -21,7 +21,14 @@ const CLASSES: [(&str, &[&str]); 12] = [
     ("UserMessage", &["content", "name"]),
     (
         "AiMessage",
-        &["text", "tool_calls", "refusal", "name", "usage"],
+        &[
+            "text",
+            "tool_calls",
+            "refusal",
+            "name",
+            "usage",
+            "provider_items",
+        ],
     ),
     (
         "ToolMessage",
@@ -305,6 +312,9 @@ impl<'py> Builder<'py, '_> {
                     self.optional_str(refusal),
                     self.optional_str(name),
                     usage,
+                    // A record with provider items is left to the checked path (its key is
+                    // unknown to `crate::decode`), so every record built here has none.
+                    PyTuple::empty(py).into_any(),
                 ]);
                 AI
             }

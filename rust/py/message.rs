@@ -390,6 +390,14 @@ fn count_message(
                     )?)?;
                 Ok(())
             })?;
+            // Provider items last, only when there are any, counted from their JSON text.
+            if message
+                .getattr(intern!(py, "provider_items"))?
+                .is_truthy()?
+            {
+                let items = message.getattr(intern!(py, "provider_text"))?;
+                total += count_str(text(&items, at, "provider_text")?)?;
+            }
             total
         }
         Kind::Tool | Kind::System => {

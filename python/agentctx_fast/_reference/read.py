@@ -192,7 +192,8 @@ def tokens(
 
 
 def count_message(message: Any, kind: int, where: str, count: Callable[[str], int]) -> int:
-    """The heuristic formula of one message, read from its properties."""
+    """The heuristic formula of one message, read from its properties (an AI message's
+    provider items last, only when it has any)."""
     if kind == KIND_USER:
         content = message.content
         if is_str(content):
@@ -216,6 +217,8 @@ def count_message(message: Any, kind: int, where: str, count: Callable[[str], in
                 + count(_str(call.name, at, "name"))
                 + count(_str(call.arguments, at, "arguments"))
             )
+        if message.provider_items:  # counted from their JSON text (AiMessage.provider_text)
+            total += count(_str(message.provider_text, where, "provider_text"))
         return total
     if kind in (KIND_TOOL, KIND_SYSTEM):
         return MESSAGE_OVERHEAD + count(_str(message.text, where, "text"))

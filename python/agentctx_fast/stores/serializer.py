@@ -267,6 +267,10 @@ def _dump_message(message: Message) -> dict[str, Any]:
                 "completion_tokens": usage.completion_tokens,
                 "total_tokens": usage.total_tokens,
             }
+        if message.provider_items:  # written only when set, as the optional fields above
+            items = list(message.provider_items)
+            _check_json_value(items, f"{where} provider_items")
+            out["provider_items"] = items
     elif isinstance(message, ToolMessage):
         _expect(message.is_error, (bool,), f"{where} is_error")
         out.update(
@@ -334,12 +338,14 @@ def _load_ai(reader: _Reader, common: dict[str, Any]) -> Message:
         )
         call_reader.done()
     usage = reader.optional("usage", dict)
+    provider_items = reader.get("provider_items", list, [])
     return AiMessage(
         reader.optional("text", str),
         tuple(calls),
         refusal=reader.optional("refusal", str),
         name=reader.optional("name", str),
         usage=None if usage is None else _load_usage(usage),
+        provider_items=tuple(provider_items),
         **common,
     )
 
@@ -531,7 +537,9 @@ def _fast_ai(fields: dict[str, Any], common: tuple[object, ...]) -> Message | No
         if not all(type(count) is int and count >= 0 for count in counts):
             return None
         usage = _build(Usage, *counts)
-    return _build(AiMessage, *common, text, tuple(built), refusal, name, usage)
+    # Records with provider items are left to the checked path (their key is not in
+    # `_FAST_KEYS`), which checks every item.
+    return _build(AiMessage, *common, text, tuple(built), refusal, name, usage, ())
 
 
 def _fast_part(fields: object) -> Part | None:
