@@ -17,6 +17,9 @@ pub struct WindowOptions {
     pub compact_completed_tool_turns: bool,
     pub compression_keep_recent_turns: usize,
     pub max_attached_tokens: Option<u128>,
+    /// `current_turn="last"`: the last turn is the current turn; false (`"none"`): every turn
+    /// is a history turn, and a history without a user message gives an empty window.
+    pub has_current_turn: bool,
     pub has_system: bool,
 }
 
@@ -266,8 +269,13 @@ pub fn select_in<S: Source>(
     let mut turns = TurnsBackward::new(source.len());
     let mut turn: Turn<S::Message> = recycle(std::mem::take(&mut buffers.turn));
     turn.reserve(16);
-    let Some((current_start, _)) = turns.next_turn(source, &mut turn)? else {
-        return Err(CoreError::NoUserMessage.into());
+    let current_start = if options.has_current_turn {
+        let Some((current_start, _)) = turns.next_turn(source, &mut turn)? else {
+            return Err(CoreError::NoUserMessage.into());
+        };
+        Some(current_start)
+    } else {
+        None
     };
     let forward = &mut buffers.forward;
     // At most 1 KiB up front: allocators serve small blocks from per-thread caches, and a
@@ -280,11 +288,13 @@ pub fn select_in<S: Source>(
     // calls of its step in progress stay open.
     let mut open = OpenCalls::new();
     let mut violations = Vec::new();
-    view_violations(&turn, true, &mut open, &mut violations);
-    if violations.is_empty() {
-        items.extend(originals(&turn));
-    } else {
-        push_repaired(&mut turn, &violations, &mut items);
+    if current_start.is_some() {
+        view_violations(&turn, true, &mut open, &mut violations);
+        if violations.is_empty() {
+            items.extend(originals(&turn));
+        } else {
+            push_repaired(&mut turn, &violations, &mut items);
+        }
     }
     let current_repairs: Vec<Violation> = violations
         .iter()
@@ -297,7 +307,9 @@ pub fn select_in<S: Source>(
         0
     };
     let mut total_messages = items.len();
-    let current_tokens = if violations.is_empty() {
+    let current_tokens = if items.is_empty() {
+        0
+    } else if violations.is_empty() {
         whole_tokens(source, &turn, &items, forward)?
     } else {
         counted(source, &items, forward)?
@@ -307,7 +319,7 @@ pub fn select_in<S: Source>(
     let (mut attached, mut compacted, mut seen) = (0usize, 0usize, 0usize);
     let (mut older_count, mut older_tokens) = (0usize, 0u128);
     let mut cut_by = None;
-    let mut unread_end = current_start;
+    let mut unread_end = current_start.unwrap_or(0);
     while let Some((start, _)) = turns.next_turn(source, &mut turn)? {
         seen += 1;
         unread_end = start;

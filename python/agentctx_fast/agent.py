@@ -34,6 +34,11 @@ class Agent:
     Without a ``token_estimator``, a ``chat_model`` that names its model (``model_name``, as the
     client adapters do) has its windows counted exactly, with `estimator_for_model`:
     token budgets are budgets for that model. Any other model is counted by the heuristic.
+
+    ``current_turn_tool_results_kept`` (with ``max_attached_tokens``) bounds a long tool loop
+    within one turn: over the budget, the turn's older tool results are sent as placeholders
+    (see `WindowOptions`). The runner's window always has a current turn (the running one),
+    so an agent has no ``current_turn`` option.
     """
 
     name: str
@@ -50,6 +55,7 @@ class Agent:
     max_steps: int = 16
     compression_trigger: CompressionTrigger | None = None
     on_compression_error: str = "fail"
+    current_turn_tool_results_kept: int | None = None
     _tools_by_name: Mapping[str, Tool] = field(default_factory=dict, init=False, repr=False)
     _window_options: WindowOptions = field(
         default=WindowOptions(), init=False, repr=False, compare=False
@@ -85,6 +91,7 @@ class Agent:
                 if self.token_estimator is None
                 else self.token_estimator
             ),
+            current_turn_tool_results_kept=self.current_turn_tool_results_kept,
         )
         object.__setattr__(self, "_window_options", options)
         if self.compression_trigger is not None:
