@@ -164,5 +164,7 @@ def window_options(history: list[Message]) -> st.SearchStrategy[dict[str, Any]]:
             "compression_keep_recent_turns": st.integers(0, 4),
             "max_attached_tokens": st.one_of(st.none(), st.integers(0, 600)),
             "turn_statuses": st.one_of(st.none(), statuses),
+            "current_turn": st.sampled_from(["last", "none"]),
+            "current_turn_tool_results_kept": st.one_of(st.none(), st.integers(0, 4)),
         },
     )

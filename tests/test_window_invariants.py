@@ -7,7 +7,13 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentctx_fast import AgentCtxError, AiMessage, UserMessage, build_window
+from agentctx_fast import (
+    AgentCtxError,
+    AiMessage,
+    HeuristicTokenEstimator,
+    UserMessage,
+    build_window,
+)
 from strategies import histories, window_options
 from window_checks import check_window, visible_turns
 
@@ -21,10 +27,11 @@ def test_window_invariants(data: st.DataObject) -> None:
     options: dict[str, Any] = data.draw(window_options(history))
     snapshot = [(m.message_id, m) for m in history]
     turns = visible_turns(history)
+    has_current = options.get("current_turn", "last") == "last"
     try:
         window = build_window(history, **options)
     except AgentCtxError as error:
-        assert not turns, f"unexpected {error!r}"
+        assert has_current and not turns, f"unexpected {error!r}"
         return
     assert [(m.message_id, m) for m in history] == snapshot, "input mutated"
     body = check_window(history, options, window.messages)
@@ -34,7 +41,9 @@ def test_window_invariants(data: st.DataObject) -> None:
         if budget is not None:
             assert window.estimated_tokens <= budget
     assert window.attached_turns <= options.get("max_attached_turns", 10)
-    assert window.attached_turns + window.dropped_turns == len(turns) - 1
+    assert window.attached_turns + window.dropped_turns == len(turns) - has_current
+    # The tokens are those of the messages sent (placeholders included).
+    assert window.estimated_tokens == HeuristicTokenEstimator().estimate(window.messages)
     assert 0 <= window.compacted_turns <= window.attached_turns
     if not options.get("compact_completed_tool_turns"):
         assert window.compacted_turns == 0
