@@ -305,8 +305,7 @@ def _results_left_out(
 
 
 RESULT_LEFT_OUT = (
-    "[tool result left out of this window to fit the token budget: call {call_id}, "
-    "tool {tool}, {size} characters]"
+    "[tool result left out of this window: call {call_id}, tool {tool}, {size} characters]"
 )
 """The text of a placeholder for a tool result left out (SPEC §23)."""
 
