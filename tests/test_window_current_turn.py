@@ -150,7 +150,9 @@ def _tool_loop(steps: int, size: int = 400) -> list[Message]:
     ``size`` characters."""
     loop: list[Message] = [*_plain_turn(0), UserMessage("collect every page", message_id="q")]
     for n in range(steps):
-        loop.append(AiMessage(None, (ToolCall(f"k{n}", "fetch", f'{{"page": {n}}}'),), message_id=f"s{n}"))
+        loop.append(
+            AiMessage(None, (ToolCall(f"k{n}", "fetch", f'{{"page": {n}}}'),), message_id=f"s{n}")
+        )
         text = (f"page {n} " * size)[:size]
         # Every other result names its tool; the placeholder names the call's tool anyway.
         name = "fetch" if n % 2 else None
@@ -165,7 +167,19 @@ def test_older_results_of_the_current_turn_become_placeholders(engine: Any) -> N
         engine, history, max_attached_tokens=200, current_turn_tool_results_kept=2
     )
     assert history == stored and all(a is b for a, b in zip(history, stored, strict=True))
-    assert _ids(window.messages) == ["q", "s0", "r0", "s1", "r1", "s2", "r2", "s3", "r3", "s4", "r4"]
+    assert _ids(window.messages) == [
+        "q",
+        "s0",
+        "r0",
+        "s1",
+        "r1",
+        "s2",
+        "r2",
+        "s3",
+        "r3",
+        "s4",
+        "r4",
+    ]
     sent = {m.message_id: m for m in window.messages}
     for n in range(3):
         placeholder = sent[f"r{n}"]
@@ -195,7 +209,9 @@ def test_placeholders_only_over_the_budget(engine: Any) -> None:
         unbounded = build_window_on(engine, history, current_turn_tool_results_kept=kept)
         assert all(isinstance(m, ToolMessage) is False or m in history for m in unbounded.messages)
     # More kept than there are results: nothing to replace.
-    many = build_window_on(engine, history, max_attached_tokens=10, current_turn_tool_results_kept=5)
+    many = build_window_on(
+        engine, history, max_attached_tokens=10, current_turn_tool_results_kept=5
+    )
     assert all(m in history for m in many.messages)
     # None kept: every result is a placeholder.
     none_kept = build_window_on(
@@ -262,8 +278,7 @@ def test_a_long_tool_loop_within_one_turn_stays_under_the_budget(store: Any) -> 
 
     steps = 8
     replies = [
-        AiMessage(None, (ToolCall(f"call_{n}", "fetch", f'{{"page": {n}}}'),))
-        for n in range(steps)
+        AiMessage(None, (ToolCall(f"call_{n}", "fetch", f'{{"page": {n}}}'),)) for n in range(steps)
     ]
     replies.append(AiMessage("All pages read."))
     estimator = HeuristicTokenEstimator()

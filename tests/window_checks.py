@@ -125,7 +125,9 @@ def _placeholders_undone(
     if replaced:
         assert kept is not None and options.get("max_attached_tokens") is not None
         results = [m for m in sent if isinstance(m, ToolMessage)]
-        assert all(id(m) in originals or m.message_id.endswith(":missing") for m in results[-kept:] if kept)
+        assert all(
+            id(m) in originals or m.message_id.endswith(":missing") for m in results[-kept:] if kept
+        )
     return undone
 
 
@@ -141,9 +143,7 @@ def _check_turns(
             f"turn {k} out of order"
         )
         compacted = (
-            k < history_turns
-            and shown == [turn[0], turn[-1]]
-            and isinstance(turn[-1], AiMessage)
+            k < history_turns and shown == [turn[0], turn[-1]] and isinstance(turn[-1], AiMessage)
         )
         kept = [id(m) for m in turn if not isinstance(m, ToolMessage)]
         assert compacted or kept == [id(m) for m in shown if not isinstance(m, ToolMessage)], (
