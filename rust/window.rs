@@ -431,7 +431,63 @@ pub fn select_in<S: Source>(
 
 #[cfg(test)]
 mod tests {
-    use super::recycle;
+    use super::{recycle, select, Item, WindowOptions};
+    use crate::model::{Kind, MessageInfo, VecSource};
+    use std::sync::Arc;
+
+    fn source(kinds: &[Kind]) -> VecSource {
+        let messages = kinds
+            .iter()
+            .enumerate()
+            .map(|(index, kind)| {
+                let mut info = MessageInfo::new(*kind, &format!("m{index}"));
+                if *kind == Kind::Ai {
+                    info.final_text = true;
+                }
+                Arc::new(info)
+            })
+            .collect();
+        VecSource {
+            messages,
+            token_counts: vec![5; kinds.len()],
+            statuses: Vec::new(),
+            system_tokens: 0,
+        }
+    }
+
+    fn options(has_current_turn: bool, max_attached_turns: usize) -> WindowOptions {
+        WindowOptions {
+            max_attached_turns,
+            max_attached_messages: 100,
+            compact_completed_tool_turns: false,
+            compression_keep_recent_turns: 2,
+            max_attached_tokens: None,
+            has_current_turn,
+            has_system: false,
+        }
+    }
+
+    #[test]
+    fn with_no_current_turn_every_turn_is_history() {
+        let kinds = [Kind::User, Kind::Ai, Kind::User, Kind::Ai];
+        let window = select(&mut source(&kinds), &options(false, 1));
+        let window = window.expect("a window");
+        assert_eq!(window.items, vec![Item::Original(2), Item::Original(3)]);
+        assert_eq!((window.attached_turns, window.seen_history_turns), (1, 2));
+        assert_eq!(window.estimated_tokens, 10);
+        let last = select(&mut source(&kinds), &options(true, 1)).expect("a window");
+        assert_eq!(last.items.len(), 4);
+        assert_eq!(last.attached_turns, 1);
+    }
+
+    #[test]
+    fn with_no_current_turn_a_history_without_a_user_message_is_an_empty_window() {
+        let kinds = [Kind::System, Kind::Ai];
+        let window = select(&mut source(&kinds), &options(false, 10)).expect("a window");
+        assert!(window.items.is_empty());
+        assert_eq!((window.estimated_tokens, window.unread_end), (0, 0));
+        assert!(select(&mut source(&kinds), &options(true, 10)).is_err());
+    }
 
     #[test]
     fn recycle_keeps_the_allocation_of_a_same_layout_type() {
