@@ -197,6 +197,22 @@ def test_older_results_of_the_current_turn_become_placeholders(engine: Any) -> N
     assert validate_tool_protocol(window.messages) == []
 
 
+def test_a_placeholder_names_the_tool_of_the_call_it_answers(engine: Any) -> None:
+    # Ids reused per step, as many models number their calls: the result answers the latest
+    # call of its id before it.
+    history: list[Message] = [UserMessage("find it", message_id="q")]
+    for step, tool in enumerate(("search", "fetch")):
+        history.append(AiMessage(None, (ToolCall("call_0", tool, "{}"),), message_id=f"s{step}"))
+        history.append(ToolMessage("call_0", "x" * 200, message_id=f"r{step}"))
+    window = build_window_on(
+        engine, history, max_attached_tokens=10, current_turn_tool_results_kept=1
+    )
+    assert [m.text for m in window.messages if isinstance(m, ToolMessage)] == [
+        "[tool result left out of this window: call call_0, tool search, 200 characters]",
+        "x" * 200,
+    ]
+
+
 def test_placeholders_only_over_the_budget(engine: Any) -> None:
     history = _tool_loop(5)
     whole = build_window_on(engine, history, max_attached_tokens=10_000)

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentctx_fast._reference import api as reference
-from conftest import native_or_skip, select_args
 from agentctx_fast.window import build_window_on
+from conftest import native_or_skip, select_args
 from strategies import histories, tool_loop_histories, tool_loop_options, window_options
 
 SETTINGS = settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])

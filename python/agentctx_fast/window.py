@@ -275,23 +275,18 @@ def _results_left_out(
     if options.current_turn != "last":
         return window  # every turn is history: the limits have left turns out instead
     messages = window.messages
-    results = [
-        index
-        for index, message in enumerate(messages)
-        if isinstance(message, ToolMessage) and not message.message_id.endswith(":missing")
-    ]
+    results = _results(messages)
     replaced = results[: max(len(results) - kept, 0)]
     if not replaced:
         return window
-    callers = _call_names(messages)
-    originals = [messages[index] for index in replaced]
-    placeholders = [_placeholder(message, callers) for message in originals]
+    originals = [message for _, message, _ in replaced]
+    placeholders = [_placeholder(message, tool) for _, message, tool in replaced]
     if count is None:
         tokens = sum(engine.message_tokens(placeholders)) - sum(engine.message_tokens(originals))
     else:
         tokens = count(placeholders) - count(originals)
     new_messages = list(messages)
-    for index, placeholder in zip(replaced, placeholders, strict=True):
+    for (index, _, _), placeholder in zip(replaced, placeholders, strict=True):
         new_messages[index] = placeholder
     return new_window(
         new_messages,
@@ -310,19 +305,27 @@ RESULT_LEFT_OUT = (
 """The text of a placeholder for a tool result left out (SPEC §23)."""
 
 
-def _call_names(messages: Sequence[Message]) -> dict[str, str]:
-    """Tool name by call id, the newest call of each id winning (ids are unique per turn)."""
+def _is_synthetic(message: ToolMessage) -> bool:
+    """A result the window made to close a call left without one (SPEC §6)."""
+    return message.message_id == f"{message.tool_call_id}:missing" and message.is_error
+
+
+def _results(messages: Sequence[Message]) -> list[tuple[int, ToolMessage, str]]:
+    """The window's tool results (synthetic ones aside) with their places and the name of the
+    call each answers: the latest call of its id before it (models reuse ids per step)."""
     names: dict[str, str] = {}
-    for message in messages:
+    results: list[tuple[int, ToolMessage, str]] = []
+    for index, message in enumerate(messages):
         if isinstance(message, AiMessage):
-            for call in message.tool_calls:
-                names[call.id] = call.name
-    return names
+            names.update((call.id, call.name) for call in message.tool_calls)
+        elif isinstance(message, ToolMessage) and not _is_synthetic(message):
+            tool = message.tool_name or names.get(message.tool_call_id, "unknown")
+            results.append((index, message, tool))
+    return results
 
 
-def _placeholder(result: ToolMessage, names: Mapping[str, str]) -> ToolMessage:
+def _placeholder(result: ToolMessage, tool: str) -> ToolMessage:
     """The placeholder standing for ``result`` in the window (the stored one is untouched)."""
-    tool = result.tool_name or names.get(result.tool_call_id, "unknown")
     return ToolMessage(
         result.tool_call_id,
         RESULT_LEFT_OUT.format(call_id=result.tool_call_id, tool=tool, size=len(result.text)),
