@@ -129,7 +129,11 @@ def _window_command(args: argparse.Namespace) -> int:
         print(json.dumps(entries, ensure_ascii=False, indent=2))
     else:
         _print_table(window, closed, estimator)
-    if args.max_tokens is not None and window.estimated_tokens > args.max_tokens:
+    if (
+        args.max_tokens is not None
+        and window.estimated_tokens > args.max_tokens
+        and args.current_turn == "last"
+    ):
         # Only the system message and the current turn are left (rule 3 keeps them whole).
         print(
             f"agentctx: note: the current turn alone (with the system message) is "
