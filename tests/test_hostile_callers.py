@@ -466,7 +466,8 @@ for name, value in [
     ("_limits", (-1, 100, False, 2, None)), ("_limits", (1, 100, 0, 2, None)),
     ("_limits", (2**70, 2**70, True, 0, 2**140)), ("_limits", (True, 100, False, 2, None)),
     ("_limits", (1, 100, False, 2, None, "none")), ("_limits", (1, 100, False, 2, None, "NONE")),
-    ("_limits", (1, 100, False, 2, None, None)), ("_limits", (1, 100, False, 2, None, Text("none"))),
+    ("_limits", (1, 100, False, 2, None, None)),
+    ("_limits", (1, 100, False, 2, None, Text("none"))),
     ("_limits", (1, 100, False, 2, None, "last", 0)), ("current_turn", "bogus"),
     ("current_turn_tool_results_kept", -1),
 ]:
