@@ -112,6 +112,7 @@ fn golden_window_cases() {
                 .get("max_attached_tokens")
                 .and_then(Value::as_u64)
                 .map(u128::from),
+            has_current_turn: options.get("current_turn").and_then(Value::as_str) != Some("none"),
             has_system: !ids.is_empty(),
         };
         // The reference's synthetic result counts 4 + count_text("tool result missing").

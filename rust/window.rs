@@ -17,6 +17,9 @@ pub struct WindowOptions {
     pub compact_completed_tool_turns: bool,
     pub compression_keep_recent_turns: usize,
     pub max_attached_tokens: Option<u128>,
+    /// `current_turn="last"`: the last turn is the current turn; false (`"none"`): every turn
+    /// is a history turn, and a history without a user message gives an empty window.
+    pub has_current_turn: bool,
     pub has_system: bool,
 }
 
@@ -266,8 +269,13 @@ pub fn select_in<S: Source>(
     let mut turns = TurnsBackward::new(source.len());
     let mut turn: Turn<S::Message> = recycle(std::mem::take(&mut buffers.turn));
     turn.reserve(16);
-    let Some((current_start, _)) = turns.next_turn(source, &mut turn)? else {
-        return Err(CoreError::NoUserMessage.into());
+    let current_start = if options.has_current_turn {
+        let Some((current_start, _)) = turns.next_turn(source, &mut turn)? else {
+            return Err(CoreError::NoUserMessage.into());
+        };
+        Some(current_start)
+    } else {
+        None
     };
     let forward = &mut buffers.forward;
     // At most 1 KiB up front: allocators serve small blocks from per-thread caches, and a
@@ -280,11 +288,13 @@ pub fn select_in<S: Source>(
     // calls of its step in progress stay open.
     let mut open = OpenCalls::new();
     let mut violations = Vec::new();
-    view_violations(&turn, true, &mut open, &mut violations);
-    if violations.is_empty() {
-        items.extend(originals(&turn));
-    } else {
-        push_repaired(&mut turn, &violations, &mut items);
+    if current_start.is_some() {
+        view_violations(&turn, true, &mut open, &mut violations);
+        if violations.is_empty() {
+            items.extend(originals(&turn));
+        } else {
+            push_repaired(&mut turn, &violations, &mut items);
+        }
     }
     let current_repairs: Vec<Violation> = violations
         .iter()
@@ -297,7 +307,9 @@ pub fn select_in<S: Source>(
         0
     };
     let mut total_messages = items.len();
-    let current_tokens = if violations.is_empty() {
+    let current_tokens = if items.is_empty() {
+        0
+    } else if violations.is_empty() {
         whole_tokens(source, &turn, &items, forward)?
     } else {
         counted(source, &items, forward)?
@@ -307,7 +319,7 @@ pub fn select_in<S: Source>(
     let (mut attached, mut compacted, mut seen) = (0usize, 0usize, 0usize);
     let (mut older_count, mut older_tokens) = (0usize, 0u128);
     let mut cut_by = None;
-    let mut unread_end = current_start;
+    let mut unread_end = current_start.unwrap_or(0);
     while let Some((start, _)) = turns.next_turn(source, &mut turn)? {
         seen += 1;
         unread_end = start;
@@ -419,7 +431,63 @@ pub fn select_in<S: Source>(
 
 #[cfg(test)]
 mod tests {
-    use super::recycle;
+    use super::{recycle, select, Item, WindowOptions};
+    use crate::model::{Kind, MessageInfo, VecSource};
+    use std::sync::Arc;
+
+    fn source(kinds: &[Kind]) -> VecSource {
+        let messages = kinds
+            .iter()
+            .enumerate()
+            .map(|(index, kind)| {
+                let mut info = MessageInfo::new(*kind, &format!("m{index}"));
+                if *kind == Kind::Ai {
+                    info.final_text = true;
+                }
+                Arc::new(info)
+            })
+            .collect();
+        VecSource {
+            messages,
+            token_counts: vec![5; kinds.len()],
+            statuses: Vec::new(),
+            system_tokens: 0,
+        }
+    }
+
+    fn options(has_current_turn: bool, max_attached_turns: usize) -> WindowOptions {
+        WindowOptions {
+            max_attached_turns,
+            max_attached_messages: 100,
+            compact_completed_tool_turns: false,
+            compression_keep_recent_turns: 2,
+            max_attached_tokens: None,
+            has_current_turn,
+            has_system: false,
+        }
+    }
+
+    #[test]
+    fn with_no_current_turn_every_turn_is_history() {
+        let kinds = [Kind::User, Kind::Ai, Kind::User, Kind::Ai];
+        let window = select(&mut source(&kinds), &options(false, 1));
+        let window = window.expect("a window");
+        assert_eq!(window.items, vec![Item::Original(2), Item::Original(3)]);
+        assert_eq!((window.attached_turns, window.seen_history_turns), (1, 2));
+        assert_eq!(window.estimated_tokens, 10);
+        let last = select(&mut source(&kinds), &options(true, 1)).expect("a window");
+        assert_eq!(last.items.len(), 4);
+        assert_eq!(last.attached_turns, 1);
+    }
+
+    #[test]
+    fn with_no_current_turn_a_history_without_a_user_message_is_an_empty_window() {
+        let kinds = [Kind::System, Kind::Ai];
+        let window = select(&mut source(&kinds), &options(false, 10)).expect("a window");
+        assert!(window.items.is_empty());
+        assert_eq!((window.estimated_tokens, window.unread_end), (0, 0));
+        assert!(select(&mut source(&kinds), &options(true, 10)).is_err());
+    }
 
     #[test]
     fn recycle_keeps_the_allocation_of_a_same_layout_type() {

@@ -124,6 +124,8 @@ def select_args(history: list[Any], options: dict[str, Any]) -> tuple[Any, ...]:
             compact_completed_tool_turns=options.get("compact_completed_tool_turns", False),
             compression_keep_recent_turns=options.get("compression_keep_recent_turns", 2),
             max_attached_tokens=options.get("max_attached_tokens"),
+            current_turn=options.get("current_turn", "last"),
+            current_turn_tool_results_kept=options.get("current_turn_tool_results_kept"),
         ),
         None,
         options.get("turn_statuses"),

@@ -202,5 +202,50 @@ def window_options(history: list[Message]) -> st.SearchStrategy[dict[str, Any]]:
             "compression_keep_recent_turns": st.integers(0, 4),
             "max_attached_tokens": st.one_of(st.none(), st.integers(0, 600)),
             "turn_statuses": st.one_of(st.none(), statuses),
+            "current_turn": st.sampled_from(["last", "none"]),
+            "current_turn_tool_results_kept": st.one_of(st.none(), st.integers(0, 4)),
         },
     )
+
+
+@st.composite
+def tool_loop_histories(draw: st.DrawFn) -> list[Message]:
+    """`histories` ending in a long tool loop within one turn (SPEC §23): step after step of
+    calls with results of up to a few hundred characters, some missing or stored late."""
+    prefix = draw(st.uuids()).hex[:8] + "-"
+    out = list(draw(histories()))
+    turn_id = draw(st.one_of(st.none(), st.just("LOOP")))
+    out.append(UserMessage("collect the pages", message_id=f"{prefix}lu", turn_id=turn_id))
+    results = st.one_of(TEXT, st.text(min_size=100, max_size=400))
+    for step in range(draw(st.integers(1, 12))):
+        n = draw(st.integers(1, 2))
+        calls = tuple(ToolCall(f"call_{step}_{i}", "fetch", f'{{"p": {step}}}') for i in range(n))
+        out.append(AiMessage(None, calls, message_id=f"{prefix}la{step}", turn_id=turn_id))
+        for i in range(n):
+            if draw(st.integers(0, 9)) > 0:
+                name = draw(st.one_of(st.none(), st.just("fetch")))
+                out.append(
+                    ToolMessage(
+                        f"call_{step}_{i}",
+                        draw(results),
+                        tool_name=name,
+                        message_id=f"{prefix}lt{step}.{i}",
+                        turn_id=turn_id,
+                    )
+                )
+    if draw(st.booleans()):
+        _stored_out_of_order(draw, out, 1)
+    if draw(st.booleans()):
+        out.append(AiMessage("all read", message_id=f"{prefix}lf", turn_id=turn_id))
+    return out
+
+
+@st.composite
+def tool_loop_options(draw: st.DrawFn, history: list[Message]) -> dict[str, Any]:
+    """`window_options`, mostly with a budget and results kept in the current turn."""
+    options: dict[str, Any] = draw(window_options(history))
+    if draw(st.integers(0, 3)) > 0:
+        options["current_turn"] = "last"
+        options["max_attached_tokens"] = draw(st.integers(0, 600))
+        options["current_turn_tool_results_kept"] = draw(st.integers(0, 3))
+    return options

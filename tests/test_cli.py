@@ -492,3 +492,42 @@ def test_module_entry_point() -> None:
     lines = result.stdout.splitlines()
     assert any(line.startswith("-- ") for line in lines)
     assert "sys" in result.stdout
+
+
+def test_current_turn_none_and_kept_tool_results(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``--current-turn none`` treats the last turn as history; ``--keep-tool-results N``
+    sends the current turn's older results as placeholders over ``--max-tokens``."""
+    entries: list[dict[str, Any]] = [
+        {"role": "user", "content": "What did I order?", "id": "u1"},
+        {"role": "assistant", "content": "A lamp.", "id": "a1"},
+        {"role": "user", "content": "Read every page of the export.", "id": "u2"},
+    ]
+    for n in range(3):
+        call = {"id": f"c{n}", "type": "function", "function": {"name": "fetch", "arguments": "{}"}}
+        entries.append({"role": "assistant", "content": None, "tool_calls": [call], "id": f"s{n}"})
+        entries.append(
+            {"role": "tool", "tool_call_id": f"c{n}", "content": "x" * 300, "id": f"r{n}"}
+        )
+    path = tmp_path / "loop.json"
+    path.write_text(json.dumps(entries), encoding="utf-8")
+
+    def sent(*args: str) -> list[dict[str, Any]]:
+        assert main(["window", str(path), "--json", "--ids", *args]) == 0
+        parsed: list[dict[str, Any]] = json.loads(capsys.readouterr().out)
+        return parsed
+
+    last = [e["id"] for e in sent("--max-turns", "0")]
+    assert last == ["u2", "s0", "r0", "s1", "r1", "s2", "r2"]
+    assert [e["id"] for e in sent("--max-turns", "1", "--current-turn", "none")] == last
+    assert [e["id"] for e in sent("--max-turns", "0", "--current-turn", "none")] == []
+    tools = [
+        e for e in sent("--max-tokens", "50", "--keep-tool-results", "1") if e["role"] == "tool"
+    ]
+    assert [e["content"] for e in tools] == [
+        "[tool result left out of this window: call c0, tool fetch, 300 characters]",
+        "[tool result left out of this window: call c1, tool fetch, 300 characters]",
+        "x" * 300,
+    ]
+    assert [e["id"] for e in tools] == ["r0", "r1", "r2"]

@@ -453,6 +453,9 @@ show("system liar", lambda: build_window(real, system=ClassLiar()))
 SCENARIOS["options_changed_after_checks"] = HISTORY + """
 from agentctx_fast import WindowOptions, build_window_with
 
+class Text(str):
+    pass
+
 for name, value in [
     ("max_attached_turns", -1), ("max_attached_turns", "3"), ("max_attached_turns", 2**70),
     ("max_attached_messages", True), ("compression_keep_recent_turns", None),
@@ -462,6 +465,11 @@ for name, value in [
     ("_limits", [1, 100, False, 2, None]),
     ("_limits", (-1, 100, False, 2, None)), ("_limits", (1, 100, 0, 2, None)),
     ("_limits", (2**70, 2**70, True, 0, 2**140)), ("_limits", (True, 100, False, 2, None)),
+    ("_limits", (1, 100, False, 2, None, "none")), ("_limits", (1, 100, False, 2, None, "NONE")),
+    ("_limits", (1, 100, False, 2, None, None)),
+    ("_limits", (1, 100, False, 2, None, Text("none"))),
+    ("_limits", (1, 100, False, 2, None, "last", 0)), ("current_turn", "bogus"),
+    ("current_turn_tool_results_kept", -1),
 ]:
     options = WindowOptions(compact_completed_tool_turns=True)
     object.__setattr__(options, name, value)

@@ -208,10 +208,11 @@ def test_compressor_replaces_a_prefix_of_the_plain_window(data: st.DataObject) -
     window = build_window(history, context_compressor=recorder, **options)
     start = 1 if plain.messages and isinstance(plain.messages[0], SystemMessage) else 0
     keep = options.get("compression_keep_recent_turns", 2)
-    # protected: the current turn and the `keep` most recent history turns (attached or not)
+    # protected: the current turn (if any) and the `keep` most recent history turns
+    # (attached or not)
     starts = [int(i) for i in segment_turns(history).starts]
-    history_turns = len(starts) - 1
-    boundary = starts[history_turns - keep] if history_turns > keep else 0
+    history_turns = len(starts) - (options.get("current_turn", "last") == "last")
+    boundary = [*starts, len(history)][history_turns - keep] if history_turns > keep else 0
     position = {id(m): i for i, m in enumerate(history)}
     cut = start
     for message in plain.messages[start:]:
@@ -233,7 +234,10 @@ def test_compressor_replaces_a_prefix_of_the_plain_window(data: st.DataObject) -
         replacement.message_id,
         *_ids(plain.messages[start + len(older) :]),
     ]
-    assert isinstance(window.messages[start + 1], UserMessage)
+    # the next turn (the current one, or with current_turn="none" a protected one, if any)
+    after = window.messages[start + 1 : start + 2]
+    assert all(isinstance(m, UserMessage) for m in after)
+    assert after or options.get("current_turn") == "none"
     assert window.estimated_tokens == _expected_tokens(window.messages)
 
 

@@ -11,8 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentctx_fast._reference import api as reference
+from agentctx_fast.window import build_window_on
 from conftest import native_or_skip, select_args
-from strategies import histories, window_options
+from strategies import histories, tool_loop_histories, tool_loop_options, window_options
 
 SETTINGS = settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -102,3 +103,39 @@ def test_estimator_callback_is_used_the_same_way(native: Any) -> None:
     b[4] = counter(seen_reference)
     assert native.select(*a) == reference.select(*b)
     assert seen_native == seen_reference and seen_native
+
+
+def _window_outcome(fn: Callable[[], Any]) -> Any:
+    """A whole window as comparable values (messages by type, ids and text), or the error."""
+    try:
+        window = fn()
+    except Exception as error:
+        return ("error", type(error), str(error))
+    return (
+        [
+            (
+                type(m).__name__,
+                m.message_id,
+                getattr(m, "text", None),
+                getattr(m, "tool_call_id", None),
+            )
+            for m in window.messages
+        ],
+        window.estimated_tokens,
+        window.attached_turns,
+        window.dropped_turns,
+        window.compacted_turns,
+        window.cut_by,
+        window.repairs,
+    )
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_whole_window_parity_with_a_tool_loop(native: Any, data: st.DataObject) -> None:
+    """Both cores, through the shared layer, give the same window, placeholders included."""
+    history = data.draw(st.one_of(histories(), tool_loop_histories()))
+    options = data.draw(tool_loop_options(history))
+    assert _window_outcome(lambda: build_window_on(native, history, **options)) == (
+        _window_outcome(lambda: build_window_on(reference, history, **options))
+    )

@@ -59,28 +59,20 @@ def check_window(
     progress (its last AI message, when only results follow it) still waiting for results.
     """
     turns = visible_turns(history)
+    has_current = options.get("current_turn", "last") == "last"
     has_system = (
         bool(messages)
         and isinstance(messages[0], SystemMessage)
         and (options.get("system") is not None or messages[0] is _leading_system(history))
     )
-    body = messages[1:] if has_system else messages
+    sent = messages[1:] if has_system else messages
+    body = _placeholders_undone(history, options, sent)
+    if not has_current:
+        return _check_history_only(turns, sent, body)
     assert body and isinstance(body[0], UserMessage), "window must start with a user message"
     groups = _turn_groups(body, turns)
     assert groups and groups[-1][0] == len(turns) - 1, "the current turn is not in the window"
-    for k, shown in groups:
-        turn = turns[k]
-        shown_ids = {id(m) for m in shown}
-        assert [id(m) for m in shown] == [id(m) for m in turn if id(m) in shown_ids], (
-            f"turn {k} out of order"
-        )
-        compacted = (
-            k < len(turns) - 1 and shown == [turn[0], turn[-1]] and isinstance(turn[-1], AiMessage)
-        )
-        kept = [id(m) for m in turn if not isinstance(m, ToolMessage)]
-        assert compacted or kept == [id(m) for m in shown if not isinstance(m, ToolMessage)], (
-            f"turn {k} was cut"
-        )
+    _check_turns(turns, groups, len(turns) - 1)
     current = turns[-1]
     allowed = {
         ("duplicate_call_id", m.message_id)
@@ -94,6 +86,69 @@ def check_window(
         assert (violation.kind, violation.message_id) in allowed, violation
     assert adjacency_problems(body, open_at_end=isinstance(step, AiMessage)) == []
     return body
+
+
+def _check_history_only(
+    turns: list[list[Message]], sent: list[Message], body: list[Message]
+) -> list[Message]:
+    """``current_turn="none"``: every turn is a history turn, each whole, compacted, repaired
+    or left out; the window may be empty, and holds no violation at all."""
+    assert not body or isinstance(body[0], UserMessage), "window must start with a user message"
+    _check_turns(turns, _turn_groups(body, turns), len(turns))
+    assert validate_tool_protocol(sent) == []
+    assert adjacency_problems(body) == []
+    return body
+
+
+def _placeholders_undone(
+    history: list[Message], options: dict[str, Any], sent: list[Message]
+) -> list[Message]:
+    """``sent`` with each placeholder (a tool result left out of the current turn) replaced
+    by the stored result it stands for, after checking it names that result's call and keeps
+    its ids; only results older than the newest ``current_turn_tool_results_kept`` are."""
+    stored = {m.message_id: m for m in history if isinstance(m, ToolMessage)}
+    originals = {id(m) for m in history}
+    undone: list[Message] = []
+    replaced = 0
+    for m in sent:
+        if isinstance(m, ToolMessage) and id(m) not in originals and m.message_id in stored:
+            original = stored[m.message_id]
+            assert m.tool_call_id == original.tool_call_id
+            assert m.text.startswith("[tool result left out of this window")
+            assert f"call {m.tool_call_id}," in m.text
+            assert f"{len(original.text)} characters" in m.text
+            undone.append(original)
+            replaced += 1
+        else:
+            undone.append(m)
+    kept = options.get("current_turn_tool_results_kept")
+    if replaced:
+        assert kept is not None and options.get("max_attached_tokens") is not None
+        results = [m for m in sent if isinstance(m, ToolMessage)]
+        assert all(
+            id(m) in originals or m.message_id.endswith(":missing") for m in results[-kept:] if kept
+        )
+    return undone
+
+
+def _check_turns(
+    turns: list[list[Message]], groups: list[tuple[int, list[Message]]], history_turns: int
+) -> None:
+    """Each group is its turn in order: whole, or (a history turn) compacted; tool results may
+    be left out or added by repairs."""
+    for k, shown in groups:
+        turn = turns[k]
+        shown_ids = {id(m) for m in shown}
+        assert [id(m) for m in shown] == [id(m) for m in turn if id(m) in shown_ids], (
+            f"turn {k} out of order"
+        )
+        compacted = (
+            k < history_turns and shown == [turn[0], turn[-1]] and isinstance(turn[-1], AiMessage)
+        )
+        kept = [id(m) for m in turn if not isinstance(m, ToolMessage)]
+        assert compacted or kept == [id(m) for m in shown if not isinstance(m, ToolMessage)], (
+            f"turn {k} was cut"
+        )
 
 
 def _leading_system(history: list[Message]) -> Message | None:

@@ -53,10 +53,29 @@ def _limit(name: str, value: object) -> int:
     return plain
 
 
+CurrentTurn = Literal["last", "none"]
+CURRENT_TURNS = ("last", "none")
+
+
+def _current_turn(value: object) -> CurrentTurn:
+    """``value`` as one of `CURRENT_TURNS` (an exact str), or `InvalidArgumentError`."""
+    plain = str.__str__(value) if isinstance(value, str) else None
+    if plain == "last":
+        return "last"
+    if plain == "none":
+        return "none"
+    raise InvalidArgumentError(f"current_turn must be 'last' or 'none', got {value!r}")
+
+
 @dataclass(frozen=True, slots=True)
 class WindowOptions:
     """The window options of `build_window`, checked once: `build_window`, `Agent` and both cores
     take this value instead of ten loose parameters.
+
+    ``current_turn="none"`` (SPEC §23) treats every turn as history (a finished conversation;
+    no user message gives an empty window). ``current_turn_tool_results_kept=N`` sends the
+    current turn's tool results but the newest N as placeholders when the window is over
+    ``max_attached_tokens`` (see docs/windows.md).
 
     >>> WindowOptions(max_attached_turns=3).max_attached_messages
     100
@@ -73,10 +92,13 @@ class WindowOptions:
     context_compressor: AgentContextCompressor | None = None
     max_attached_tokens: int | None = None
     token_estimator: TokenEstimator | None = None
+    current_turn: CurrentTurn = "last"
+    current_turn_tool_results_kept: int | None = None
     # The checked limits, as both cores read them: (max_attached_turns, max_attached_messages,
-    # compact_completed_tool_turns, compression_keep_recent_turns, max_attached_tokens).
-    _limits: tuple[int, int, bool, int, int | None] = field(
-        default=(10, 100, False, 2, None), init=False, repr=False, compare=False
+    # compact_completed_tool_turns, compression_keep_recent_turns, max_attached_tokens,
+    # current_turn). `current_turn_tool_results_kept` is applied above the cores (window.py).
+    _limits: tuple[int, int, bool, int, int | None, str] = field(
+        default=(10, 100, False, 2, None, "last"), init=False, repr=False, compare=False
     )
 
     def __post_init__(self) -> None:
@@ -89,8 +111,14 @@ class WindowOptions:
         }
         if self.max_attached_tokens is not None:
             checked["max_attached_tokens"] = _limit("max_attached_tokens", self.max_attached_tokens)
+        if self.current_turn_tool_results_kept is not None:
+            checked["current_turn_tool_results_kept"] = _limit(
+                "current_turn_tool_results_kept", self.current_turn_tool_results_kept
+            )
         for name, value in checked.items():
             object.__setattr__(self, name, value)
+        current_turn = _current_turn(self.current_turn)
+        object.__setattr__(self, "current_turn", current_turn)
         compact = self.compact_completed_tool_turns
         if compact is not True and compact is not False:
             raise InvalidArgumentError(
@@ -107,13 +135,18 @@ class WindowOptions:
             compact,
             self.compression_keep_recent_turns,
             self.max_attached_tokens,
+            current_turn,
         )
         object.__setattr__(self, "_limits", limits)
 
     @property
     def plain(self) -> bool:
         """True when a core can build the whole window: no compressor, the default estimator."""
-        return self.context_compressor is None and self.token_estimator is None
+        return (
+            self.context_compressor is None
+            and self.token_estimator is None
+            and self.current_turn_tool_results_kept is None
+        )
 
 
 class ContextWindow:

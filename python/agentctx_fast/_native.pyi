@@ -2,7 +2,7 @@
 `agentctx_fast._reference.api`. Checked against the built extension by ``mypy.stubtest``."""
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, final
+from typing import Any, Literal, final
 
 from agentctx_fast._core_types import (
     AgentContextCompressor,
@@ -60,6 +60,8 @@ def build_window(
     max_attached_tokens: int | None = None,
     token_estimator: TokenEstimator | None = None,
     turn_statuses: Mapping[str, TurnStatus] | None = None,
+    current_turn: Literal["last", "none"] = "last",
+    current_turn_tool_results_kept: int | None = None,
 ) -> ContextWindow:
     """`agentctx_fast.window.build_window` on the Rust backend: the plain call built here,
     every other call handed to the registered Python implementation."""

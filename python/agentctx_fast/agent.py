@@ -38,6 +38,10 @@ class Agent:
     ``tool_error_formatter(error)`` makes the text the model sees when a tool raises (default:
     ``"tool NAME failed: CLASS: MESSAGE"``): a service redacts there what an exception's message
     may hold (a password, a host name). The exception itself is logged, not sent.
+    ``current_turn_tool_results_kept`` (with ``max_attached_tokens``) bounds a long tool loop
+    within one turn: over the budget, the turn's older tool results are sent as placeholders
+    (see `WindowOptions`). The runner's window always has a current turn (the running one),
+    so an agent has no ``current_turn`` option.
     """
 
     name: str
@@ -55,6 +59,7 @@ class Agent:
     compression_trigger: CompressionTrigger | None = None
     on_compression_error: str = "fail"
     tool_error_formatter: Callable[[Exception], str] | None = None
+    current_turn_tool_results_kept: int | None = None
     _tools_by_name: Mapping[str, Tool] = field(default_factory=dict, init=False, repr=False)
     _window_options: WindowOptions = field(
         default=WindowOptions(), init=False, repr=False, compare=False
@@ -90,6 +95,7 @@ class Agent:
                 if self.token_estimator is None
                 else self.token_estimator
             ),
+            current_turn_tool_results_kept=self.current_turn_tool_results_kept,
         )
         object.__setattr__(self, "_window_options", options)
         if self.compression_trigger is not None:

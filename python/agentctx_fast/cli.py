@@ -106,6 +106,8 @@ def _window_command(args: argparse.Namespace) -> int:
         compression_keep_recent_turns=args.keep_recent,
         max_attached_tokens=args.max_tokens,
         token_estimator=None if args.model is None else estimator,
+        current_turn=args.current_turn,
+        current_turn_tool_results_kept=args.keep_tool_results,
     )
     # Only the current turn can have calls without results: the window repairs the others.
     starts = segment_turns(window.messages).starts
@@ -127,12 +129,17 @@ def _window_command(args: argparse.Namespace) -> int:
         print(json.dumps(entries, ensure_ascii=False, indent=2))
     else:
         _print_table(window, closed, estimator)
-    if args.max_tokens is not None and window.estimated_tokens > args.max_tokens:
+    if (
+        args.max_tokens is not None
+        and window.estimated_tokens > args.max_tokens
+        and args.current_turn == "last"
+    ):
         # Only the system message and the current turn are left (rule 3 keeps them whole).
         print(
             f"agentctx: note: the current turn alone (with the system message) is "
             f"{window.estimated_tokens} estimated tokens, over --max-tokens {args.max_tokens}; "
-            "it is sent whole",
+            "it is sent whole"
+            + ("" if args.keep_tool_results is None else " but for its older tool results"),
             file=sys.stderr,
         )
     return 0
@@ -207,6 +214,15 @@ def _parser() -> argparse.ArgumentParser:
     window.add_argument(
         "--max-tokens", type=int, default=None,
         help="token budget of the window; older turns are dropped to fit (default: none)",
+    )
+    window.add_argument(
+        "--current-turn", choices=("last", "none"), default="last",
+        help='"none": the last turn is finished, every turn is history (default: %(default)s)',
+    )
+    window.add_argument(
+        "--keep-tool-results", type=int, default=None, metavar="N",
+        help="over --max-tokens, send the current turn's tool results but the newest N as "
+        "placeholders (default: all sent)",
     )
     window.add_argument(
         "--compact", action="store_true",

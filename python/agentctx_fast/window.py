@@ -11,6 +11,7 @@ from agentctx_fast._backend import core, native
 from agentctx_fast._core_types import (
     AgentContextCompressor,
     ContextWindow,
+    CurrentTurn,
     ProtocolViolation,
     WindowOptions,
     new_window,
@@ -22,7 +23,7 @@ from agentctx_fast.errors import (
     InvalidArgumentError,
     InvalidMessageTypeError,
 )
-from agentctx_fast.messages import Message, SystemMessage, UserMessage
+from agentctx_fast.messages import AiMessage, Message, SystemMessage, ToolMessage, UserMessage
 from agentctx_fast.protocol import validate_tool_protocol
 from agentctx_fast.tokens import TokenEstimator
 from agentctx_fast.turns import TurnStatus
@@ -44,8 +45,11 @@ DEFAULT_OPTIONS = WindowOptions()
 _window = core.window
 # Options made from plain arguments (exact ints and bools, no compressor or estimator), kept
 # so a service calling `build_window` with the same limits checks them once.
-_PLAIN_OPTIONS: dict[tuple[int, int, bool, int, int | None], WindowOptions] = {}
-_last_plain: tuple[tuple[object, ...], WindowOptions] = ((10, 100, False, 2, None), DEFAULT_OPTIONS)
+_PLAIN_OPTIONS: dict[tuple[int, int, bool, int, int | None, str], WindowOptions] = {}
+_last_plain: tuple[tuple[object, ...], WindowOptions] = (
+    (10, 100, False, 2, None, "last"),
+    DEFAULT_OPTIONS,
+)
 
 
 def _plain_options(
@@ -54,9 +58,11 @@ def _plain_options(
     compact_completed_tool_turns: object,
     compression_keep_recent_turns: object,
     max_attached_tokens: object,
+    current_turn: object,
 ) -> WindowOptions | None:
-    """The options of plain arguments (exact ints >= 0 and a bool), made once per distinct
-    limits; None for any other argument (the caller checks it in full)."""
+    """The options of plain arguments (exact ints >= 0, a bool and an exact `current_turn`
+    str), made once per distinct limits; None for any other argument (the caller checks it
+    in full)."""
     global _last_plain
     if not (
         type(max_attached_turns) is int
@@ -64,6 +70,7 @@ def _plain_options(
         and type(compression_keep_recent_turns) is int
         and (max_attached_tokens is None or type(max_attached_tokens) is int)
         and (compact_completed_tool_turns is True or compact_completed_tool_turns is False)
+        and type(current_turn) is str
     ):
         return None
     key = (
@@ -72,10 +79,13 @@ def _plain_options(
         compact_completed_tool_turns,
         compression_keep_recent_turns,
         max_attached_tokens,
+        current_turn,
     )
     options = _PLAIN_OPTIONS.get(key)
     if options is None:
-        options = WindowOptions(*key[:4], None, max_attached_tokens)
+        options = WindowOptions(
+            *key[:4], None, max_attached_tokens, current_turn=current_turn  # type: ignore[arg-type]
+        )
         if len(_PLAIN_OPTIONS) < 256:
             _PLAIN_OPTIONS[key] = options
     _last_plain = (key, options)
@@ -94,6 +104,8 @@ def build_window(
     max_attached_tokens: int | None = None,
     token_estimator: TokenEstimator | None = None,
     turn_statuses: Mapping[str, TurnStatus] | None = None,
+    current_turn: CurrentTurn = "last",
+    current_turn_tool_results_kept: int | None = None,
 ) -> ContextWindow:
     """Build the window for one model call; ``messages`` (oldest first) is never modified.
 
@@ -105,7 +117,11 @@ def build_window(
     (['system', 'u2'], 'max_attached_turns')
     """
     options: WindowOptions | None = None
-    if context_compressor is None and token_estimator is None:
+    if (
+        context_compressor is None
+        and token_estimator is None
+        and current_turn_tool_results_kept is None
+    ):
         # A service passes the same limit objects every call: the last plain ones are reused
         # when every argument is the very same object (no hashing, no type checks).
         seen, options = _last_plain
@@ -115,6 +131,7 @@ def build_window(
             and compact_completed_tool_turns is seen[2]
             and compression_keep_recent_turns is seen[3]
             and max_attached_tokens is seen[4]
+            and current_turn is seen[5]
         ):
             options = _plain_options(
                 max_attached_turns,
@@ -122,6 +139,7 @@ def build_window(
                 compact_completed_tool_turns,
                 compression_keep_recent_turns,
                 max_attached_tokens,
+                current_turn,
             )
         # The common call goes straight to the core; `_build` checks the rest the same way.
         if options is not None and (turn_statuses is None or type(turn_statuses) is dict):
@@ -140,6 +158,8 @@ def build_window(
             context_compressor,
             max_attached_tokens,
             token_estimator,
+            current_turn,
+            current_turn_tool_results_kept,
         )
     return _build(core, messages, options, system, turn_statuses)
 
@@ -194,10 +214,11 @@ def _build(
         raise InvalidMessageTypeError(
             f"system must be a SystemMessage, a str or None, got {type(system).__name__}"
         )
-    if options.context_compressor is None and options.token_estimator is None:
-        return engine.window(messages, system, options, turn_statuses)  # type: ignore[no-any-return]
     estimator = options.token_estimator
     count = None if estimator is None else _checked(estimator)
+    if options.context_compressor is None and estimator is None:
+        whole: ContextWindow = engine.window(messages, system, options, turn_statuses)
+        return _results_left_out(engine, whole, options, count)
     (
         window,
         has_system,
@@ -220,7 +241,7 @@ def _build(
             tokens += sum(engine.message_tokens(replacement)) - older_tokens
         else:
             tokens += count(replacement) - older_tokens
-    return new_window(
+    built = new_window(
         window,
         tokens,
         attached_turns,
@@ -228,6 +249,92 @@ def _build(
         cut_by,
         [ProtocolViolation(*v) for v in repairs],
         (messages, seen_history_turns, unread_end, engine),
+    )
+    return _results_left_out(engine, built, options, count)
+
+
+def _results_left_out(
+    engine: Any,
+    window: ContextWindow,
+    options: WindowOptions,
+    count: Callable[[Sequence[Message]], int] | None,
+) -> ContextWindow:
+    """``window`` with the current turn's older tool results left out (SPEC §23), when
+    ``current_turn_tool_results_kept`` is set and the window is over ``max_attached_tokens``.
+
+    Over the budget, the window holds no history turn (a history turn is attached only if it
+    fits), so it is the system message (if any) and the current turn. Every tool result of
+    the current turn but the newest ``kept`` becomes a placeholder `ToolMessage` with the same
+    ``message_id`` and ``tool_call_id`` (so each call keeps its result); the tokens are those
+    of the window sent. One implementation for both cores, so both give the same window.
+    """
+    kept = options.current_turn_tool_results_kept
+    budget = options.max_attached_tokens
+    if kept is None or budget is None or window.estimated_tokens <= budget:
+        return window
+    if options.current_turn != "last":
+        return window  # every turn is history: the limits have left turns out instead
+    messages = window.messages
+    results = _results(messages)
+    replaced = results[: max(len(results) - kept, 0)]
+    if not replaced:
+        return window
+    originals = [message for _, message, _ in replaced]
+    placeholders = [_placeholder(message, tool) for _, message, tool in replaced]
+    if count is None:
+        tokens = sum(engine.message_tokens(placeholders)) - sum(engine.message_tokens(originals))
+    else:
+        tokens = count(placeholders) - count(originals)
+    new_messages = list(messages)
+    for (index, _, _), placeholder in zip(replaced, placeholders, strict=True):
+        new_messages[index] = placeholder
+    return new_window(
+        new_messages,
+        window.estimated_tokens + tokens,
+        window.attached_turns,
+        window.compacted_turns,
+        window.cut_by,
+        window.repairs,
+        window._unread,
+    )
+
+
+RESULT_LEFT_OUT = (
+    "[tool result left out of this window: call {call_id}, tool {tool}, {size} characters]"
+)
+"""The text of a placeholder for a tool result left out (SPEC §23)."""
+
+
+def _is_synthetic(message: ToolMessage) -> bool:
+    """A result the window made to close a call left without one (SPEC §6)."""
+    return message.message_id == f"{message.tool_call_id}:missing" and message.is_error
+
+
+def _results(messages: Sequence[Message]) -> list[tuple[int, ToolMessage, str]]:
+    """The window's tool results (synthetic ones aside) with their places and the name of the
+    call each answers: the latest call of its id before it (models reuse ids per step)."""
+    names: dict[str, str] = {}
+    results: list[tuple[int, ToolMessage, str]] = []
+    for index, message in enumerate(messages):
+        if isinstance(message, AiMessage):
+            names.update((call.id, call.name) for call in message.tool_calls)
+        elif isinstance(message, ToolMessage) and not _is_synthetic(message):
+            tool = message.tool_name or names.get(message.tool_call_id, "unknown")
+            results.append((index, message, tool))
+    return results
+
+
+def _placeholder(result: ToolMessage, tool: str) -> ToolMessage:
+    """The placeholder standing for ``result`` in the window (the stored one is untouched)."""
+    return ToolMessage(
+        result.tool_call_id,
+        RESULT_LEFT_OUT.format(call_id=result.tool_call_id, tool=tool, size=len(result.text)),
+        tool_name=result.tool_name,
+        is_error=result.is_error,
+        message_id=result.message_id,
+        metadata=result.metadata,
+        version=result.version,
+        turn_id=result.turn_id,
     )
 
 

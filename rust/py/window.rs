@@ -71,6 +71,15 @@ fn budget(value: &Bound<'_, PyAny>) -> Option<u128> {
     }
 }
 
+/// `current_turn` as the core holds it: an exact str, `"last"` (true) or `"none"` (false).
+fn current_turn(value: &Bound<'_, PyAny>) -> Option<bool> {
+    match value.cast_exact::<PyString>().ok()?.to_str().ok()? {
+        "last" => Some(true),
+        "none" => Some(false),
+        _ => None,
+    }
+}
+
 /// The core's options from the limits the caller's `WindowOptions` were checked into (its
 /// `_limits`), checked again as the reference does: a frozen value can still be changed with
 /// `object.__setattr__`.
@@ -97,7 +106,7 @@ fn options(library: &Library, options: &Bound<'_, PyAny>) -> Result<WindowOption
     let limits = limits.cast_exact::<PyTuple>().ok();
     let read = || -> Option<WindowOptions> {
         let limits = limits?;
-        if limits.len() != 5 {
+        if limits.len() != 6 {
             return None;
         }
         let item = |index| limits.get_item(index).ok();
@@ -114,6 +123,7 @@ fn options(library: &Library, options: &Bound<'_, PyAny>) -> Result<WindowOption
             compact_completed_tool_turns: compact.cast_exact::<PyBool>().ok()?.is_true(),
             compression_keep_recent_turns: limit(&item(3)?, usize::MAX)?,
             max_attached_tokens,
+            has_current_turn: current_turn(&item(5)?)?,
             has_system: false,
         })
     };
@@ -364,7 +374,7 @@ pub fn register_build_window(
 }
 
 /// `build_window`'s keywords, in the order of its signature.
-const KEYWORDS: [&str; 9] = [
+const KEYWORDS: [&str; 11] = [
     "system",
     "max_attached_turns",
     "max_attached_messages",
@@ -374,6 +384,8 @@ const KEYWORDS: [&str; 9] = [
     "max_attached_tokens",
     "token_estimator",
     "turn_statuses",
+    "current_turn",
+    "current_turn_tool_results_kept",
 ];
 
 /// The plain arguments of one call: what the Rust core builds alone, with the options
@@ -389,8 +401,8 @@ struct Plain<'py> {
 /// `build_window`. The loop between two steps of the dict's iterator runs no Python code and
 /// makes no object the garbage collector tracks (it leaves on the first odd key), so nothing
 /// can change the dict while it is iterated.
-fn keywords<'py>(kwargs: &Bound<'py, PyDict>) -> Option<[Option<Bound<'py, PyAny>>; 9]> {
-    let mut values: [Option<Bound<'py, PyAny>>; 9] = Default::default();
+fn keywords<'py>(kwargs: &Bound<'py, PyDict>) -> Option<[Option<Bound<'py, PyAny>>; 11]> {
+    let mut values: [Option<Bound<'py, PyAny>>; 11] = Default::default();
     for (key, value) in kwargs.iter() {
         let key = key.cast_exact::<PyString>().ok()?.to_str().ok()?;
         let place = KEYWORDS.iter().position(|name| *name == key)?;
@@ -420,6 +432,7 @@ fn plain<'py>(
         compact_completed_tool_turns: false,
         compression_keep_recent_turns: 2,
         max_attached_tokens: None,
+        has_current_turn: true,
         has_system: false,
     };
     if args.len() != 1 {
@@ -434,13 +447,21 @@ fn plain<'py>(
             statuses: None,
         }));
     };
-    let Some([system, turns, max_messages, compact, keep, compressor, tokens, estimator, statuses]) =
-        keywords(kwargs)
+    let Some(
+        [system, turns, max_messages, compact, keep, compressor, tokens, estimator, statuses, current, kept],
+    ) = keywords(kwargs)
     else {
         return Ok(None);
     };
-    if given(&compressor).is_some() || given(&estimator).is_some() {
+    // Results kept in the current turn are applied above the core (window.py).
+    if given(&compressor).is_some() || given(&estimator).is_some() || given(&kept).is_some() {
         return Ok(None);
+    }
+    if let Some(current) = &current {
+        let Some(current) = current_turn(current) else {
+            return Ok(None);
+        };
+        options.has_current_turn = current;
     }
     if let Some(turns) = &turns {
         let Some(turns) = limit(turns, usize::MAX) else {
@@ -508,7 +529,8 @@ fn plain<'py>(
     text_signature = "(messages, *, system=None, max_attached_turns=10, \
         max_attached_messages=100, compact_completed_tool_turns=False, \
         compression_keep_recent_turns=2, context_compressor=None, max_attached_tokens=None, \
-        token_estimator=None, turn_statuses=None)"
+        token_estimator=None, turn_statuses=None, current_turn='last', \
+        current_turn_tool_results_kept=None)"
 )]
 pub fn build_window<'py>(
     py: Python<'py>,

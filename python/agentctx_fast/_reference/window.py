@@ -160,29 +160,39 @@ def select(
 ) -> WindowCore:
     """Apply rules 1-7 of SPEC §5; see `agentctx_fast.window.build_window`."""
     history = History(messages)
-    max_attached_turns, max_attached_messages, keep_recent, max_attached_tokens, compact = _limits(
-        options
-    )
+    (
+        max_attached_turns,
+        max_attached_messages,
+        keep_recent,
+        max_attached_tokens,
+        compact,
+        has_current,
+    ) = _limits(options)
     count = _counter(count_tokens)
     if use_leading_system:
         system = leading_system(history)
     turns = turns_backward(history)
-    current_bounds = next(turns, None)
-    if current_bounds is None:
-        raise InvalidArgumentError(
-            "messages holds no UserMessage: a window must start with a user message"
-        )
-    # Turns are read as SPEC §20 says (a result answers its call only in the run of results
-    # right after the call's AI message). The current turn is repaired like a history turn but
-    # never left out: a call id repeated inside one of its AI messages stays, unrepaired, and
-    # the calls of its step in progress stay open.
-    current_turn = visible_turn(history, *current_bounds)
-    found = validate_segment([v for _, _, v in current_turn], adjacent=True)
-    if found:
-        step = _step_in_progress(current_turn)
-        found = [f for f in found if not (f[0] == step and f[2][0] == "missing_result")]
-    current = _repaired(current_turn, found) if found else _items(current_turn)
-    current_repairs = [v for _, _, v in found if v[0] != "duplicate_call_id"]
+    current: list[Item] = []
+    current_repairs: list[Violation] = []
+    unread_end = 0
+    if has_current:
+        current_bounds = next(turns, None)
+        if current_bounds is None:
+            raise InvalidArgumentError(
+                "messages holds no UserMessage: a window must start with a user message"
+            )
+        unread_end = current_bounds[0]
+        # Turns are read as SPEC §20 says (a result answers its call only in the run of
+        # results right after the call's AI message). The current turn is repaired like a
+        # history turn but never left out: a call id repeated inside one of its AI messages
+        # stays, unrepaired, and the calls of its step in progress stay open.
+        current_turn = visible_turn(history, *current_bounds)
+        found = validate_segment([v for _, _, v in current_turn], adjacent=True)
+        if found:
+            step = _step_in_progress(current_turn)
+            found = [f for f in found if not (f[0] == step and f[2][0] == "missing_result")]
+        current = _repaired(current_turn, found) if found else _items(current_turn)
+        current_repairs = [v for _, _, v in found if v[0] != "duplicate_call_id"]
     if system is None:
         system_tokens = 0
     elif count_tokens is not None:
@@ -190,12 +200,11 @@ def select(
     else:
         system_tokens = tokens(system, view(system, "system"), "system", count_text)
     total_messages = len(current)
-    total_tokens = system_tokens + count(current)
+    total_tokens = system_tokens + (count(current) if current else 0)
     kept: list[tuple[int, list[Item], int]] = []  # newest first: (history position, view, tokens)
     repairs_by_turn: list[list[Violation]] = []  # newest turn first
     attached = compacted = seen = 0
     cut_by: str | None = None
-    unread_end = current_bounds[0]
     for start, end in turns:
         seen += 1
         unread_end = start
@@ -269,19 +278,21 @@ def select(
     )
 
 
-def _limits(options: WindowOptions) -> tuple[int, int, int, int | None, bool]:
+def _limits(options: WindowOptions) -> tuple[int, int, int, int | None, bool, bool]:
     """The limits the options were checked into, checked again (a frozen value can still be
     changed with ``object.__setattr__``; both cores then raise the same error)."""
     if type(options) is not WindowOptions:
         raise InvalidArgumentError(f"options must be a WindowOptions, got {type_name(options)}")
     limits = options._limits
     unchecked = InvalidArgumentError("options were not checked: make them with WindowOptions(...)")
-    if type(limits) is not tuple or len(limits) != 5:
+    if type(limits) is not tuple or len(limits) != 6:
         raise unchecked
-    turns, messages, compact, keep_recent, budget = limits
+    turns, messages, compact, keep_recent, budget, current_turn = limits
     for value in (turns, messages, keep_recent, 0 if budget is None else budget):
         if type(value) is not int or value < 0:
             raise unchecked
     if compact is not True and compact is not False:
         raise unchecked
-    return turns, messages, keep_recent, budget, compact
+    if type(current_turn) is not str or current_turn not in ("last", "none"):
+        raise unchecked
+    return turns, messages, keep_recent, budget, compact, current_turn == "last"

@@ -43,7 +43,9 @@ async def read_history(
 
     ``must_include`` is a message id the result must reach back to (a resumed turn's first
     message). ``current_stored=False`` says the current turn is not written yet (a new turn
-    reads before it stores its user message), so the newest stored turn is a history turn.
+    reads before it stores its user message), so the newest stored turn is a history turn;
+    it is also the reach of a ``current_turn="none"`` window (a finished conversation).
+    ``current_turn_tool_results_kept`` changes no reach (it only shortens the current turn).
     ``first_page`` sizes the first read (the runner passes what the conversation's last read
     needed, plus a margin); without it the first read covers the agent's message limit.
     The result starts at a turn boundary unless it is the whole history.
