@@ -167,3 +167,18 @@ def test_a_window_of_options_that_are_not_window_options_is_refused(store: Any) 
         with pytest.raises(InvalidArgumentError, match="options must be a WindowOptions"):
             memory.window(options)
     assert [m.message_id for m in memory.window().messages] == ["u1"]
+
+
+@pytest.mark.parametrize("turns", [1, 2, 3])
+def test_a_finished_conversation_s_window_is_the_one_of_the_whole_history(
+    store: Any, turns: int
+) -> None:
+    """With ``current_turn="none"`` the newest turn is history too: the tail read must reach
+    one more turn back than with a turn in progress."""
+    memory: ChatMemory = store.chat_memory(new_conversation_id())
+    memory.add_messages_if_absent(_tool_heavy(60))
+    options = WindowOptions(
+        max_attached_turns=turns, current_turn="none", compact_completed_tool_turns=True
+    )
+    whole = outcome(build_window_with, memory.get_messages(), options, system="Be brief.")
+    assert outcome(memory.window, options, "Be brief.") == whole
