@@ -50,7 +50,7 @@ from agentctx_fast.messages import (
     ToolMessage,
     UserMessage,
 )
-from agentctx_fast.openai import _URI_SCHEME, _image_mime, _parse_data_url, _where
+from agentctx_fast.openai import _URI_SCHEME, _image_mime, _parse_data_url, _where, read_field
 
 if TYPE_CHECKING:
     from anthropic.types import MessageParam, TextBlockParam
@@ -174,11 +174,7 @@ def to_anthropic(
 
 
 def _get(block: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    value = block.get(key)
-    if not isinstance(value, kind) or isinstance(value, bool):
-        shown = "missing" if key not in block else f"a {type(value).__name__}"
-        raise AnthropicFormatError(f"{where}: {key!r} is {shown}")
-    return value
+    return read_field(block, key, kind, where, AnthropicFormatError)
 
 
 def _media(block: Mapping[str, Any], where: str) -> dict[str, Any]:

@@ -312,12 +312,24 @@ def openai_tools(tools: Sequence[Any]) -> list[ChatCompletionToolParam]:
 # --- reading -------------------------------------------------------------------------------
 
 
-def _get(entry: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+def read_field(
+    entry: Mapping[str, Any],
+    key: str,
+    kind: type | tuple[type, ...],
+    where: str,
+    error: type[InvalidArgumentError],
+) -> Any:
+    """``entry[key]`` when it is a ``kind`` (never a bool), else ``error`` naming it: how
+    every wire format (Chat Completions, Responses, Anthropic) reads a field."""
     value = entry.get(key)
     if not isinstance(value, kind) or isinstance(value, bool):
         shown = "missing" if key not in entry else f"a {type(value).__name__}"
-        raise OpenAIFormatError(f"{where}: {key!r} is {shown}")
+        raise error(f"{where}: {key!r} is {shown}")
     return value
+
+
+def _get(entry: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    return read_field(entry, key, kind, where, OpenAIFormatError)
 
 
 def _part_from_openai(part: Any, where: str) -> Part:

@@ -59,6 +59,7 @@ from agentctx_fast.openai import (
     _image_mime,
     _parse_data_url,
     _where,
+    read_field,
 )
 
 if TYPE_CHECKING:
@@ -227,11 +228,7 @@ def to_responses(
 
 
 def _get(item: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    value = item.get(key)
-    if not isinstance(value, kind) or isinstance(value, bool):
-        shown = "missing" if key not in item else f"a {type(value).__name__}"
-        raise ResponsesFormatError(f"{where}: {key!r} is {shown}")
-    return value
+    return read_field(item, key, kind, where, ResponsesFormatError)
 
 
 def _b64(text: str, where: str) -> bytes:
