@@ -72,7 +72,7 @@ class WindowOptions:
     """The window options of `build_window`, checked once: `build_window`, `Agent` and both cores
     take this value instead of ten loose parameters.
 
-    ``current_turn="none"`` (SPEC §23) treats every turn as history (a finished conversation;
+    ``current_turn="none"`` treats every turn as history (a finished conversation;
     no user message gives an empty window). ``current_turn_tool_results_kept=N`` sends the
     current turn's tool results but the newest N as placeholders when the window is over
     ``max_attached_tokens`` (see docs/windows.md).

@@ -1,4 +1,4 @@
-"""Conversion to and from the Anthropic Messages request format (SPEC §23).
+"""Conversion to and from the Anthropic Messages request format.
 
 `to_anthropic` gives ``(system, messages)`` for ``client.messages.create(system=...,
 messages=...)``: the system messages as the ``system`` parameter (a string, a list of text

@@ -1,4 +1,4 @@
-"""OpenTelemetry for the runners (SPEC §22), with the ``otel`` extra (opentelemetry-api only).
+"""OpenTelemetry for the runners, with the ``otel`` extra (opentelemetry-api only).
 
 `OtelTracing` makes the spans of the OpenTelemetry GenAI semantic conventions: one
 ``invoke_agent {agent}`` span per ``run``/``resume`` call, a ``chat {model}`` span per model call

@@ -1,4 +1,4 @@
-"""Conversion to and from OpenAI Responses API input items (SPEC §23).
+"""Conversion to and from OpenAI Responses API input items.
 
 `to_responses` gives a list ``client.responses.create(input=...)`` accepts: system and user
 messages as input messages, an AI message as its provider items (``reasoning`` with its

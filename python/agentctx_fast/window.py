@@ -259,7 +259,7 @@ def _results_left_out(
     options: WindowOptions,
     count: Callable[[Sequence[Message]], int] | None,
 ) -> ContextWindow:
-    """``window`` with the current turn's older tool results left out (SPEC §23), when
+    """``window`` with the current turn's older tool results left out, when
     ``current_turn_tool_results_kept`` is set and the window is over ``max_attached_tokens``.
 
     Over the budget, the window holds no history turn (a history turn is attached only if it
@@ -302,11 +302,11 @@ def _results_left_out(
 RESULT_LEFT_OUT = (
     "[tool result left out of this window: call {call_id}, tool {tool}, {size} characters]"
 )
-"""The text of a placeholder for a tool result left out (SPEC §23)."""
+"""The text of a placeholder for a tool result left out."""
 
 
 def _is_synthetic(message: ToolMessage) -> bool:
-    """A result the window made to close a call left without one (SPEC §6)."""
+    """A result the window made to close a call left without one."""
     return message.message_id == f"{message.tool_call_id}:missing" and message.is_error
 
 
