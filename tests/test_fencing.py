@@ -472,12 +472,14 @@ def test_two_resumes_interleaved_at_each_store_step(store: Any, then: str | None
                 )
             except AgentCtxError as error:
                 out["a"] = error
+            finally:
+                stepper.paused.set()  # held at step ``at``, or ended before it
 
         thread = threading.Thread(target=first)
         thread.start()
-        stepper.paused.wait(20)
+        assert stepper.paused.wait(20)
         try:
-            if not stepper.paused.is_set() or "a" in out:
+            if "a" in out:
                 thread.join(20)
                 break  # A made fewer than ``at`` store calls: every step was tried
             try:
