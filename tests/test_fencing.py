@@ -465,6 +465,7 @@ def test_two_resumes_interleaved_at_each_store_step(store: Any, then: str | None
             cid: str = cid,
             turn_id: str = suspended.turn_id,
             out: dict[str, Any] = out,
+            stepper: _Stepper = stepper,
         ) -> None:
             try:
                 out["a"] = runner.resume(
