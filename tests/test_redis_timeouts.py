@@ -94,17 +94,19 @@ def test_a_url_socket_timeout_of_zero_means_no_limit_and_the_store_connects(
 
 def test_a_call_cancelled_by_its_caller_stays_cancelled(redis_server: RedisServer) -> None:
     async def main() -> None:
-        store = AsyncRedisAgentStore(redis_server.url + "?socket_timeout=0.3")
+        # The cancel comes 0.1 s in; the call's limit (2 s) and the pause (2.5 s) are far
+        # beyond it, so a loaded machine's slow loop does not let the limit fire first.
+        store = AsyncRedisAgentStore(redis_server.url + "?socket_timeout=2")
         memory = store.chat_memory(new_conversation_id())
         try:
             await memory.message_count()
-            _paused(redis_server.url, 600)
+            _paused(redis_server.url, 2500)
             call = asyncio.ensure_future(memory.message_count())
             await asyncio.sleep(0.1)
             call.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await call
-            await asyncio.sleep(1.0)  # the pause is over
+            await asyncio.sleep(2.6)  # the pause is over
             assert await memory.message_count() == 0
         finally:
             await store.aclose()
