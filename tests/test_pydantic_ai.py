@@ -9,14 +9,19 @@ runs on both cores (``AGENTCTX_FAST_BACKEND=rust`` and ``=python``).
 from __future__ import annotations
 
 import doctest
+import os
+import subprocess
+import sys
 import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic_ai import Agent, ModelRetry
 from pydantic_ai.capabilities import ProcessHistory
 from pydantic_ai.messages import (
+    CompactionPart,
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
@@ -200,8 +205,8 @@ CASES: list[tuple[str, Callable[[], list[ModelMessage]], dict[str, Any], list[li
             resp(TextPart("a1"), run="r1"),
             req(UserPromptPart("q2"), run="r2"),
         ],
-        {"max_attached_turns": 0},
-        [["S:Be brief."], ["U:q2"]],
+        {"max_attached_turns": 1},
+        [["S:Be brief.", "U:q1"], ["C:c1"], ["R:c1", "U:steer"], ["T:a1"], ["U:q2"]],
     ),
     (
         # without run ids every prompt starts a turn: the request is kept in part
@@ -249,6 +254,29 @@ CASES: list[tuple[str, Callable[[], list[ModelMessage]], dict[str, Any], list[li
         ],
         {},
         [["S:Be brief.", "U:q1"], ["T:a1"], ["U:q2"], ["T:a2"], ["U:q3"]],
+    ),
+    (
+        # a summary before the first prompt is the oldest history: a turn of its own
+        "a-leading-compaction-summary-is-the-oldest-turn",
+        lambda: [
+            req(SystemPromptPart(SYSTEM), CompactionPart("q1 to q4: orders shipped")),
+            req(UserPromptPart("q5")),
+            resp(TextPart("a5")),
+            req(UserPromptPart("q6")),
+        ],
+        {"max_attached_turns": 1},
+        [["S:Be brief."], ["U:q5"], ["T:a5"], ["U:q6"]],
+    ),
+    (
+        "a-leading-compaction-summary-kept-while-it-fits",
+        lambda: [
+            req(SystemPromptPart(SYSTEM), CompactionPart("q1 to q4: orders shipped")),
+            req(UserPromptPart("q5")),
+            resp(TextPart("a5")),
+            req(UserPromptPart("q6")),
+        ],
+        {"max_attached_turns": 2},
+        [["S:Be brief.", "compaction"], ["U:q5"], ["T:a5"], ["U:q6"]],
     ),
     (
         "no-system-prompt",
@@ -381,6 +409,24 @@ def test_options_are_checked_when_the_processor_is_made() -> None:
         AgentCtxHistoryProcessor({"max_attached_turns": 2})  # type: ignore[arg-type]
     options = WindowOptions(max_attached_turns=0)
     assert AgentCtxHistoryProcessor(options).options is options
+
+
+def test_importable_without_the_other_frameworks() -> None:
+    others = "langchain_core,langchain,langgraph,agents,openai,anthropic"
+    code = (
+        "from pydantic_ai.messages import ModelRequest, UserPromptPart\n"
+        "from agentctx_fast.integrations.pydantic_ai import window_model_messages\n"
+        "print(len(window_model_messages([ModelRequest(parts=[UserPromptPart('hi')])])))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).parent / "without_packages.py"), others, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (0, "1\n"), done.stderr
 
 
 def test_docstring_examples() -> None:
