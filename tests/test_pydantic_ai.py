@@ -9,6 +9,7 @@ runs on both cores (``AGENTCTX_FAST_BACKEND=rust`` and ``=python``).
 from __future__ import annotations
 
 import doctest
+import itertools
 import os
 import subprocess
 import sys
@@ -41,7 +42,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 import agentctx_fast.integrations.pydantic_ai as integration
-from agentctx_fast import InvalidArgumentError, InvalidMessageTypeError, WindowOptions
+from agentctx_fast import InvalidArgumentError, InvalidMessageTypeError, WindowOptions, build_window
 from agentctx_fast.integrations.pydantic_ai import AgentCtxHistoryProcessor, window_model_messages
 
 SYSTEM = "Be brief."
@@ -279,6 +280,31 @@ CASES: list[tuple[str, Callable[[], list[ModelMessage]], dict[str, Any], list[li
         [["S:Be brief.", "compaction"], ["U:q5"], ["T:a5"], ["U:q6"]],
     ),
     (
+        # a system prompt sent with a prompt comes with it, whichever turns are kept
+        "a-system-prompt-before-a-prompt-is-of-its-turn",
+        lambda: [
+            req(SystemPromptPart(SYSTEM), UserPromptPart("q1")),
+            resp(call("c1")),
+            req(ret("c1"), SystemPromptPart("note"), UserPromptPart("q2")),
+            resp(TextPart("a2")),
+            req(UserPromptPart("q3")),
+        ],
+        {"max_attached_turns": 1},
+        [["S:Be brief."], ["S:note", "U:q2"], ["T:a2"], ["U:q3"]],
+    ),
+    (
+        "a-system-prompt-of-a-turn-left-out-is-left-out",
+        lambda: [
+            req(SystemPromptPart(SYSTEM), UserPromptPart("q1")),
+            resp(TextPart("a1")),
+            req(SystemPromptPart("note"), UserPromptPart("q2")),
+            resp(TextPart("a2")),
+            req(UserPromptPart("q3")),
+        ],
+        {"max_attached_turns": 0},
+        [["S:Be brief."], ["U:q3"]],
+    ),
+    (
         "no-system-prompt",
         lambda: [req(UserPromptPart("q1")), resp(TextPart("a1")), req(UserPromptPart("q2"))],
         {"max_attached_turns": 0},
@@ -309,6 +335,41 @@ def test_the_window_of_a_history(
     assert [list(message.parts) for message in messages] == parts_before
     # The processor (the same window) answers the same.
     assert shape(AgentCtxHistoryProcessor(**options)(messages)) == expected
+
+
+def full_window(messages: list[ModelMessage], **options: Any) -> list[ModelMessage]:
+    """The window read from the first message on (no reach)."""
+    reading = integration._Reading(messages, 0)
+    window = build_window(reading.messages, **options)
+    return integration._rebuilt(messages, reading, window.messages)
+
+
+def same(window: list[Any], other: list[Any], messages: list[ModelMessage]) -> bool:
+    """Equal windows: the same parts, the caller's own messages where either has one."""
+
+    def own(message: Any) -> bool:
+        return any(message is m for m in messages)
+
+    return shape(window) == shape(other) and all(
+        a is b if own(a) or own(b) else True for a, b in zip(window, other, strict=True)
+    )
+
+
+def test_reading_only_the_turns_the_window_can_reach_gives_the_same_window() -> None:
+    histories = [case[1]() for case in CASES]
+    histories.append(run_conversation(AgentCtxHistoryProcessor(), 7, [])[0])
+    for messages in histories:
+        for turns, current_turn, cap in itertools.product(range(9), ("last", "none"), (1, 100)):
+            options = {
+                "max_attached_turns": turns,
+                "current_turn": current_turn,
+                "max_attached_messages": cap,
+            }
+            assert same(
+                window_model_messages(messages, **options),
+                full_window(messages, **options),
+                messages,
+            ), (shape(messages), options)
 
 
 def test_whole_messages_are_the_callers_own_objects_and_a_part_kept_request_a_copy() -> None:
@@ -464,9 +525,7 @@ def scripted_model(inputs: list[list[ModelMessage]]) -> FunctionModel:
     def reply(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         inputs.append(list(messages))
         prompt = [p for p in messages[-1].parts if isinstance(p, UserPromptPart)]
-        asked = [
-            p.content for m in messages for p in m.parts if isinstance(p, UserPromptPart)
-        ][-1]
+        asked = [p.content for m in messages for p in m.parts if isinstance(p, UserPromptPart)][-1]
         n = int(str(asked)[1:])
         if prompt:
             return ModelResponse(parts=[call_part(f"{asked}-a"), call_part(f"{asked}-b")])
@@ -548,9 +607,7 @@ def check_turns(sent: list[ModelMessage], per_run: list[list[ModelMessage]]) -> 
 
 def test_every_model_input_of_a_long_conversation_is_a_valid_window() -> None:
     inputs: list[list[ModelMessage]] = []
-    history, per_run = run_conversation(
-        AgentCtxHistoryProcessor(max_attached_turns=3), 12, inputs
-    )
+    history, per_run = run_conversation(AgentCtxHistoryProcessor(max_attached_turns=3), 12, inputs)
     assert len(inputs) == 36  # 2 to 4 model calls a run: parallel, sequential, retried tools
     for sent in inputs:
         runs = check_turns(sent, per_run)

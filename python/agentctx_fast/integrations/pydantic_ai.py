@@ -64,7 +64,9 @@ Where = tuple[int, int]
 class _Reading:
     """PydanticAI messages read as ours: each of ours with the parts it stands for."""
 
-    def __init__(self, history: Sequence[Any]) -> None:
+    def __init__(self, history: Sequence[Any], start: int = 0) -> None:
+        """Reads ``history[start:]`` (``start`` a turn's first request, see `_reach`) and the
+        leading system prompt before it."""
         self.messages: list[Message] = []
         self.parts: dict[str, tuple[Message, tuple[Where, ...]]] = {}
         self.tool_names: dict[str, str] = {}
@@ -72,22 +74,34 @@ class _Reading:
         self._turn_run: str | None = None
         self._turns = 0
         self._system: list[tuple[Where, str]] = []
-        for index, message in enumerate(history):
+        for index in range(start):  # before the reach: only the leading system prompt
+            message = history[index]
+            if isinstance(message, pm.ModelRequest) and not self._leading_system(index, message):
+                break
+        if start:
+            self._turn = "t0"  # the turns before the reach: what is left of them is not sent
+        for index in range(start, len(history)):
+            message = history[index]
             where = f"messages[{index}]"
             try:
                 if isinstance(message, pm.ModelResponse):
                     self._response(index, message)
-                elif isinstance(message, pm.ModelRequest):
-                    self._request(index, message)
                 else:
-                    raise InvalidMessageTypeError(
-                        f"{where} is not a PydanticAI ModelRequest or ModelResponse: "
-                        f"got {type(message).__name__}"
-                    )
+                    self._request(index, message)
             except AgentCtxError as error:
                 if str(error).startswith(where):
                     raise
                 raise type(error)(f"{where}: {error}") from None
+
+    def _leading_system(self, index: int, message: Any) -> bool:
+        """Takes the system prompts of a request before the first turn; False once a part
+        that starts a turn is reached."""
+        for j, part in enumerate(message.parts):
+            if isinstance(part, pm.SystemPromptPart):
+                self._system.append(((index, j), part.content))
+            elif not isinstance(part, pm.ToolReturnPart | pm.RetryPromptPart):
+                return False
+        return True
 
     def _add(self, message: Message, where: tuple[Where, ...]) -> None:
         self.messages.append(message)
@@ -118,9 +132,29 @@ class _Reading:
         )
         self._add(reply, tuple((index, j) for j in range(len(message.parts))))
 
+    def _in_turn_order(self, message: Any) -> list[tuple[int, Any]]:
+        """The parts of a request in the order they are read: where a prompt starts a turn,
+        the system and other parts before it are read after it (they come with the new
+        prompt), the results before it before it (they close the previous turn's calls)."""
+        parts = list(enumerate(message.parts))
+        run_id = message.run_id
+        if self._turn is None or (run_id is not None and run_id == self._turn_run):
+            return parts
+        first = next((j for j, part in parts if isinstance(part, pm.UserPromptPart)), None)
+        if first is None:
+            return parts
+        results = pm.ToolReturnPart | pm.RetryPromptPart
+        before = parts[:first]
+        return [
+            *(p for p in before if isinstance(p[1], results)),
+            parts[first],
+            *(p for p in before if not isinstance(p[1], results)),
+            *parts[first + 1 :],
+        ]
+
     def _request(self, index: int, message: Any) -> None:
         run_id = message.run_id
-        for j, part in enumerate(message.parts):
+        for j, part in self._in_turn_order(message):
             ours: Message
             if isinstance(part, pm.SystemPromptPart):
                 if self._turn is None:
@@ -201,6 +235,37 @@ def _checked_options(
     return WindowOptions(**window_options)
 
 
+def _reach(history: Sequence[Any], turns: int) -> int:
+    """The index of the request starting the ``turns``-th turn from the end (0 when there are
+    not that many): the window never attaches a turn before it (``max_attached_turns``), so
+    only the messages from there on (and the leading system prompt) are read. Checks that
+    every item is a PydanticAI message."""
+    reach = 0
+    later: tuple[int, str | None] | None = None  # the latest prompt seen (scanning back)
+    for index in range(len(history) - 1, -1, -1):
+        message = history[index]
+        if isinstance(message, pm.ModelResponse):
+            continue
+        if not isinstance(message, pm.ModelRequest):
+            raise InvalidMessageTypeError(
+                f"messages[{index}] is not a PydanticAI ModelRequest or ModelResponse: "
+                f"got {type(message).__name__}"
+            )
+        if reach or turns == 0:
+            continue
+        for part in reversed(message.parts):
+            if not isinstance(part, pm.UserPromptPart):
+                continue
+            # The later prompt starts a turn unless this one is of its run (`_Reading._request`).
+            if later is not None and (later[1] is None or later[1] != message.run_id):
+                turns -= 1
+                if turns == 0:
+                    reach = later[0]
+                    break
+            later = (index, message.run_id)
+    return reach
+
+
 def window_model_messages(
     messages: Sequence[Any], options: WindowOptions | None = None, **window_options: Any
 ) -> list[Any]:
@@ -216,7 +281,8 @@ def window_model_messages(
     raises `InvalidMessageTypeError` naming its index.
     """
     checked = _checked_options(options, window_options)
-    reading = _Reading(messages)
+    turns = checked.max_attached_turns + (checked.current_turn == "last")
+    reading = _Reading(messages, _reach(messages, turns))
     if not any(isinstance(message, UserMessage) for message in reading.messages):
         return list(messages)
     window = build_window_with(reading.messages, checked)
