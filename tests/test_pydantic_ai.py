@@ -22,7 +22,9 @@ import pytest
 from pydantic_ai import Agent, ModelRetry
 from pydantic_ai.capabilities import ProcessHistory
 from pydantic_ai.messages import (
+    BinaryContent,
     CompactionPart,
+    FilePart,
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
@@ -419,6 +421,16 @@ def test_thinking_and_native_tool_parts_travel_with_their_reply_and_count() -> N
     assert len(window_model_messages(small, max_attached_tokens=60)) == 3
 
 
+def test_media_counts_as_a_marker_not_its_size() -> None:
+    image = BinaryContent(b"\x89PNG" + bytes(300_000), media_type="image/png")
+    messages = [
+        req(SystemPromptPart(SYSTEM), UserPromptPart(["what is this?", image])),
+        resp(FilePart(image), TextPart("a picture")),
+        req(UserPromptPart("q2")),
+    ]
+    assert window_model_messages(messages, max_attached_tokens=60) == messages
+
+
 def test_the_current_turns_older_results_become_placeholders_in_copies() -> None:
     messages = [
         req(SystemPromptPart(SYSTEM), UserPromptPart("q1")),
@@ -470,6 +482,9 @@ def test_options_are_checked_when_the_processor_is_made() -> None:
         AgentCtxHistoryProcessor({"max_attached_turns": 2})  # type: ignore[arg-type]
     options = WindowOptions(max_attached_turns=0)
     assert AgentCtxHistoryProcessor(options).options is options
+    # capabilities compare by their options
+    assert AgentCtxHistoryProcessor(options) == AgentCtxHistoryProcessor(max_attached_turns=0)
+    assert AgentCtxHistoryProcessor(options) != AgentCtxHistoryProcessor(max_attached_turns=1)
 
 
 def test_importable_without_the_other_frameworks() -> None:

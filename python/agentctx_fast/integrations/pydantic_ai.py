@@ -23,7 +23,7 @@ summaries, capability parts) a user-channel message of the turn it is in. A turn
 ``UserPromptPart`` starts one unless it is from the run of the turn's first prompt (a steering
 message); without ``run_id``s every ``UserPromptPart`` starts one. Media in a prompt counts as a
 short marker, not its size; a request's ``instructions`` are sent with every request and not
-counted.
+counted. A history with no user prompt has no turn to window: it is sent as it is.
 """
 
 from __future__ import annotations
@@ -188,6 +188,12 @@ class _Reading:
             self._add(ours, ((index, j),))
 
 
+def _marker(media: Any) -> str:
+    """A file, image or audio as text to count: a marker (its bytes are not what the model
+    is charged for)."""
+    return f"[{getattr(media, 'media_type', None) or type(media).__name__}]"
+
+
 def _prompt_text(content: Any) -> str:
     if isinstance(content, str):
         return content
@@ -197,8 +203,8 @@ def _prompt_text(content: Any) -> str:
             texts.append(item)
         elif isinstance(item, pm.TextContent):
             texts.append(item.content)
-        else:  # media: a marker (its bytes are not what the model is charged for)
-            texts.append(f"[{getattr(item, 'media_type', None) or type(item).__name__}]")
+        else:
+            texts.append(_marker(item))
     return "\n".join(texts)
 
 
@@ -215,6 +221,8 @@ def _part_text(part: Any) -> str:
         return content
     if content is None:
         return ""
+    if hasattr(content, "media_type"):  # a file the model made
+        return _marker(content)
     return json.dumps(content, ensure_ascii=False, default=repr)
 
 
@@ -364,7 +372,7 @@ def _response(message: AiMessage) -> Any:
     return pm.ModelResponse(parts=parts)
 
 
-@dataclasses.dataclass(init=False, repr=False, eq=False)
+@dataclasses.dataclass(init=False, repr=False)
 class AgentCtxHistoryProcessor(AbstractCapability[Any]):
     """A PydanticAI capability sending each model request the window of the run's messages.
 
