@@ -534,8 +534,8 @@ def check_window(sent: Sequence[ModelMessage]) -> list[str]:
 
 
 def scripted_model(inputs: list[list[ModelMessage]]) -> FunctionModel:
-    """Answers each prompt ``qN`` by calling ``lookup`` N % 3 + 1 times (some in parallel, one
-    of them retried), then with text; records every model input."""
+    """Answers each prompt ``qN`` with two ``lookup`` calls at once (the second retried for
+    an even N), then N % 3 more one by one, then text; records every model input."""
 
     def reply(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         inputs.append(list(messages))
