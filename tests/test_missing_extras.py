@@ -80,6 +80,8 @@ API_CASES = [
     ("AsyncOpenAIChatModel", "openai", "openai",
      "from agentctx_fast import AsyncOpenAIChatModel\nAsyncOpenAIChatModel(object(), 'm')"),
     ("langchain", "langchain_core", "langchain", "import agentctx_fast.integrations.langchain"),
+    ("pydantic_ai", "pydantic_ai", "pydantic-ai",
+     "import agentctx_fast.integrations.pydantic_ai"),
 ]  # fmt: skip
 
 
