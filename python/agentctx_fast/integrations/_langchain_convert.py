@@ -214,7 +214,7 @@ def _reads_as(content: list[Any], message: Message) -> bool:
 
 def _filled(layout: list[Any], message: Message) -> list[Any] | None:
     """Kept content with its markers replaced by the message's provider items or parts;
-    None when they do not match up."""
+    None when there are more markers than those."""
     if isinstance(message, AiMessage):
         fills: list[Any] = list(message.provider_items)
         slot = _ITEM_SLOT
@@ -233,7 +233,7 @@ def _filled(layout: list[Any], message: Message) -> list[Any] | None:
             taken += 1
         else:
             out.append(_copy(block))
-    return out if taken == len(fills) else None
+    return out  # `_reads_as` checks that every item and part is in it
 
 
 def to_langchain(messages: Sequence[Message]) -> list[lc.BaseMessage]:
