@@ -110,7 +110,10 @@ def _check_input(
     assert places == sorted(places)
     current = places[humans[-1]]
     assert places[humans[-1] :] == list(range(current, current + len(body) - humans[-1]))
-    assert all(sent_m is not None and sent_m.id == state[p].id for sent_m, p in zip(body, places, strict=True))
+    assert all(
+        sent_m is not None and sent_m.id == state[p].id
+        for sent_m, p in zip(body, places, strict=True)
+    )
 
 
 def _check_run(
@@ -217,9 +220,41 @@ def test_the_hook_reads_state_objects_and_refuses_a_state_without_messages() -> 
     hook = agentctx_pre_model_hook(max_attached_turns=0)
 
     class State:
-        messages = [lc.HumanMessage("q1", id="u1"), lc.AIMessage("a", id="a1"),
-                    lc.HumanMessage("q2", id="u2")]  # fmt: skip
+        def __init__(self) -> None:
+            self.messages = [
+                lc.HumanMessage("q1", id="u1"),
+                lc.AIMessage("a", id="a1"),
+                lc.HumanMessage("q2", id="u2"),
+            ]
 
     assert [m.id for m in hook(State())["llm_input_messages"]] == ["u2"]
     with pytest.raises(InvalidArgumentError, match="no 'messages'"):
         hook({})
+
+
+def test_langchain_core_alone_runs_all_but_the_middleware() -> None:
+    """Without the ``langchain`` package the module imports, the hook, the history and the
+    converters work, and only making the middleware names the extra."""
+    from test_missing_extras import _run
+
+    code = (
+        "from langchain_core.messages import HumanMessage\n"
+        "from agentctx_fast import InMemoryAgentStore\n"
+        "from agentctx_fast.integrations.langchain import (\n"
+        "    AgentCtxChatMessageHistory, AgentCtxMiddleware, agentctx_pre_model_hook)\n"
+        "hook = agentctx_pre_model_hook(max_attached_turns=0)\n"
+        "print(len(hook({'messages': [HumanMessage('q')]})['llm_input_messages']))\n"
+        "history = AgentCtxChatMessageHistory('s', InMemoryAgentStore())\n"
+        "history.add_messages([HumanMessage('q', id='u1')])\n"
+        "print([m.id for m in history.messages])\n"
+        "try:\n    AgentCtxMiddleware()\n"
+        "except Exception as error:\n    print(type(error).__name__, error)\n"
+    )
+    result = _run("langchain", "-c", code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "1",
+        "['u1']",
+        "MissingDependencyError langchain is not installed; install the extra: "
+        "pip install 'agentctx-fast[langchain]'",
+    ]

@@ -33,7 +33,9 @@ IDS = [case[0] for case in CASES]
 
 
 @pytest.mark.parametrize(("name", "message", "expected"), CASES, ids=IDS)
-def test_each_provider_shape_is_classified(name: str, message: Any, expected: dict[str, Any]) -> None:
+def test_each_provider_shape_is_classified(
+    name: str, message: Any, expected: dict[str, Any]
+) -> None:
     (ours,) = from_langchain([message])
     assert type(ours).__name__ == expected["kind"]
     assert ours.message_id == message.id

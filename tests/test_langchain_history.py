@@ -72,14 +72,20 @@ def test_a_window_of_the_stored_history(store: Any) -> None:
     read = windowed.messages
     assert read[0] == conversation[0]  # the system message
     humans = [m for m in read if isinstance(m, lc.HumanMessage)]
-    assert [m.id for m in humans] == [m.id for m in conversation if isinstance(m, lc.HumanMessage)][-2:]
+    assert [m.id for m in humans] == [m.id for m in conversation if isinstance(m, lc.HumanMessage)][
+        -2:
+    ]
     start = [m.id for m in conversation].index(humans[0].id)
     _same(read[1:], conversation[start:])
 
 
 def _chain(replies: list[lc.AIMessage], store: Any) -> Any:
     prompt = ChatPromptTemplate.from_messages(
-        [("system", "You are a support agent."), MessagesPlaceholder("history"), ("human", "{question}")]
+        [
+            ("system", "You are a support agent."),
+            MessagesPlaceholder("history"),
+            ("human", "{question}"),
+        ]
     )
     model = FakeMessagesListChatModel(responses=replies)
     return RunnableWithMessageHistory(

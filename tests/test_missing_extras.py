@@ -80,6 +80,8 @@ API_CASES = [
     ("AsyncOpenAIChatModel", "openai", "openai",
      "from agentctx_fast import AsyncOpenAIChatModel\nAsyncOpenAIChatModel(object(), 'm')"),
     ("langchain", "langchain_core", "langchain", "import agentctx_fast.integrations.langchain"),
+    ("langchain-agents", "langchain", "langchain",
+     "from agentctx_fast.integrations.langchain import AgentCtxMiddleware\nAgentCtxMiddleware()"),
 ]  # fmt: skip
 
 

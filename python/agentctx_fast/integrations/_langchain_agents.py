@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from agentctx_fast._extras import missing_dependency
 from agentctx_fast.errors import InvalidArgumentError
@@ -15,7 +15,7 @@ except ImportError as error:
     raise missing_dependency("langchain", error) from error
 
 
-class AgentCtxMiddleware(AgentMiddleware):  # type: ignore[type-arg]
+class AgentCtxMiddleware(AgentMiddleware):
     """Sends every model call of a ``create_agent`` agent the window of the state's messages
     (`window_messages` with ``window_options``, checked here once) and never changes the
     graph's state: ``state["messages"]`` stays complete, checkpointed as it is.
@@ -23,8 +23,6 @@ class AgentCtxMiddleware(AgentMiddleware):  # type: ignore[type-arg]
     The agent's system prompt stays the request's system message; it is counted in a
     ``max_attached_tokens`` limit. ``system=`` is refused: give the instructions to
     ``create_agent(system_prompt=...)``.
-
-    >>> middleware = AgentCtxMiddleware(max_attached_turns=4, compact_completed_tool_turns=True)
     """
 
     def __init__(self, **window_options: Any) -> None:
@@ -36,25 +34,25 @@ class AgentCtxMiddleware(AgentMiddleware):  # type: ignore[type-arg]
             )
         self._options, _, self._turn_statuses = _checked_options(window_options)
 
-    def _windowed(self, request: ModelRequest) -> ModelRequest:  # type: ignore[type-arg]
+    def _windowed(self, request: ModelRequest) -> ModelRequest:
         system = request.system_message
         window = _window_of(request.messages, self._options, system, self._turn_statuses)
         if system is not None and window and window[0] is system:
             window = window[1:]  # the request puts its system message first itself
-        return request.override(messages=window)
+        return request.override(messages=cast("list[Any]", window))
 
     def wrap_model_call(
         self,
-        request: ModelRequest,  # type: ignore[type-arg]
-        handler: Callable[[ModelRequest], Any],  # type: ignore[type-arg]
+        request: ModelRequest,
+        handler: Callable[[ModelRequest], Any],
     ) -> Any:
         """Calls the model on the window."""
         return handler(self._windowed(request))
 
     async def awrap_model_call(
         self,
-        request: ModelRequest,  # type: ignore[type-arg]
-        handler: Callable[[ModelRequest], Awaitable[Any]],  # type: ignore[type-arg]
+        request: ModelRequest,
+        handler: Callable[[ModelRequest], Awaitable[Any]],
     ) -> Any:
         """Calls the model on the window."""
         return await handler(self._windowed(request))

@@ -297,9 +297,10 @@ def _block_part(block: Any, where: str) -> Part | None:
     else:
         fields["uri"] = block.get("url") or block.get("file_id")
     try:
-        return media(**fields)
+        part: Part = media(**fields)
     except ContentTooLargeError:
         return None  # inline data over the cap is no part; the block is kept as it is
+    return part
 
 
 def _human_content(content: Any, where: str) -> tuple[tuple[Part, ...], list[Any]]:
@@ -429,7 +430,9 @@ def _checked_name(message: lc.BaseMessage, kept: dict[str, Any]) -> str | None:
     return name
 
 
-def _ai_from_langchain(message: lc.AIMessage, ids: dict[str, Any], where: str, keep: bool) -> AiMessage:
+def _ai_from_langchain(
+    message: lc.AIMessage, ids: dict[str, Any], where: str, keep: bool
+) -> AiMessage:
     calls = [
         ToolCall(str(c.get("id") or ""), c["name"], json.dumps(c["args"], ensure_ascii=False))
         for c in message.tool_calls

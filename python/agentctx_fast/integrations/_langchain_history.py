@@ -50,9 +50,7 @@ class AgentCtxChatMessageHistory(BaseChatMessageHistory):
     `InvalidArgumentError`. ``clear`` removes the conversation's messages.
     """
 
-    def __init__(
-        self, session_id: str, store: Any, *, window: WindowOptions | None = None
-    ) -> None:
+    def __init__(self, session_id: str, store: Any, *, window: WindowOptions | None = None) -> None:
         check_identifier(session_id, "session_id")
         if window is not None and type(window) is not WindowOptions:
             raise InvalidArgumentError(

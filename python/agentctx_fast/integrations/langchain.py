@@ -163,7 +163,9 @@ def agentctx_pre_model_hook(
 
     def agentctx_window(state: Any) -> dict[str, list[lc.BaseMessage]]:
         messages = (
-            state.get("messages") if isinstance(state, Mapping) else getattr(state, "messages", None)
+            state.get("messages")
+            if isinstance(state, Mapping)
+            else getattr(state, "messages", None)
         )
         if not isinstance(messages, Sequence):
             raise InvalidArgumentError("the graph state has no 'messages' list")
