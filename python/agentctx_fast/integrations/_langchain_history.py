@@ -48,6 +48,10 @@ class AgentCtxChatMessageHistory(BaseChatMessageHistory):
     store, whose connections belong to its event loop, serves the async ones
     (``aget_messages``, ``aadd_messages``, ``aclear``) and its sync ones raise
     `InvalidArgumentError`. ``clear`` removes the conversation's messages.
+
+    LangChain deprecates ``BaseChatMessageHistory`` and ``RunnableWithMessageHistory`` (for
+    removal in 2.0) in favour of LangGraph's persistence; for agents, `AgentCtxMiddleware`
+    and `agentctx_pre_model_hook` are the window on that path.
     """
 
     def __init__(self, session_id: str, store: Any, *, window: WindowOptions | None = None) -> None:
