@@ -95,12 +95,10 @@ def _middleware() -> Any:
 _WINDOW_FIELDS = frozenset(f.name for f in dataclasses.fields(WindowOptions) if f.init)
 
 
-def _checked_options(
-    window_options: Mapping[str, Any], *, system: bool = True
-) -> tuple[WindowOptions, Any, Any]:
+def _checked_options(window_options: Mapping[str, Any]) -> tuple[WindowOptions, Any, Any]:
     """``(options, system, turn_statuses)`` of `build_window` keyword arguments, checked once
     (an unknown name is an `InvalidArgumentError` naming it)."""
-    allowed = _WINDOW_FIELDS | {"turn_statuses"} | ({"system"} if system else set())
+    allowed = _WINDOW_FIELDS | {"system", "turn_statuses"}
     for name in window_options:
         if name not in allowed:
             raise InvalidArgumentError(
