@@ -82,6 +82,8 @@ API_CASES = [
     ("langchain", "langchain_core", "langchain", "import agentctx_fast.integrations.langchain"),
     ("pydantic_ai", "pydantic_ai", "pydantic-ai",
      "import agentctx_fast.integrations.pydantic_ai"),
+    ("langchain-agents", "langchain", "langchain",
+     "from agentctx_fast.integrations.langchain import AgentCtxMiddleware\nAgentCtxMiddleware()"),
 ]  # fmt: skip
 
 
