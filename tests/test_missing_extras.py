@@ -80,6 +80,8 @@ API_CASES = [
     ("AsyncOpenAIChatModel", "openai", "openai",
      "from agentctx_fast import AsyncOpenAIChatModel\nAsyncOpenAIChatModel(object(), 'm')"),
     ("langchain", "langchain_core", "langchain", "import agentctx_fast.integrations.langchain"),
+    ("openai-agents", "agents", "openai-agents",
+     "import agentctx_fast.integrations.openai_agents"),
 ]  # fmt: skip
 
 
