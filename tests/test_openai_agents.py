@@ -621,4 +621,3 @@ def test_the_filter_checks_its_options() -> None:
         AgentCtxInputFilter(max_attached_turns=-1)
     options = WindowOptions(max_attached_turns=2)
     assert AgentCtxInputFilter(options).options is options
-
