@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -315,6 +316,7 @@ class RacingMemory(ChatMemory):
     def __init__(self) -> None:
         self.inner = InMemoryChatMemory()
         self.raced = False
+        self.threads: set[int] = set()  # the threads that read it
 
     def _race(self, message_id: str) -> None:
         if not self.raced:
@@ -338,6 +340,7 @@ class RacingMemory(ChatMemory):
         return self.inner.add_messages_if_absent(messages)
 
     def get_messages(self, count: int | None = None, *, offset: int = 0) -> list[Message]:
+        self.threads.add(threading.get_ident())
         return self.inner.get_messages(count, offset=offset)
 
     def get_message(self, message_id: str) -> Message | None:
@@ -373,6 +376,18 @@ def test_a_pop_that_loses_the_race_pops_the_next_item(last: int) -> None:
         assert await session.pop_item() == items[-last - 1]  # the other writer took `newest`
         assert store.memory.get_message(newest.message_id) is None
         assert await session.get_items() == items[: -last - 1]
+
+    asyncio.run(scenario())
+
+
+def test_a_blocking_store_is_driven_off_the_event_loop() -> None:
+    store = RacingStore()
+    session = AgentCtxSession("s", store)
+
+    async def scenario() -> None:
+        await session.add_items(turn(1))
+        assert await session.get_items() == turn(1)
+        assert store.memory.threads and threading.get_ident() not in store.memory.threads
 
     asyncio.run(scenario())
 
@@ -428,7 +443,7 @@ def test_the_session_is_the_sdks_session() -> None:
         AgentCtxSession("", InMemoryAgentStore())
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgresql", "redis"])
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgresql", "redis", "redis-cluster"])
 def test_from_url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     if kind == "memory":
         url = "memory:"
@@ -439,7 +454,11 @@ def test_from_url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> 
         if kind == "postgresql":
             url = url.replace("postgresql", "postgres", 1)  # the short scheme too
     prefix = {"sqlite": "table_prefix", "postgresql": "table_prefix", "redis": "key_prefix"}
-    options = {prefix[kind]: f"s{new_conversation_id()[-8:]}_"} if kind in prefix else {}
+    options: dict[str, Any] = (
+        {prefix[kind]: f"s{new_conversation_id()[-8:]}_"} if kind in prefix else {}
+    )
+    if kind == "redis-cluster":
+        options["cluster"] = True  # a Redis Cluster reached through one node's URL
 
     async def scenario() -> None:
         session_id = new_conversation_id()

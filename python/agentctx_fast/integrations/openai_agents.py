@@ -277,7 +277,8 @@ class AgentCtxSession(SessionABC):
         """A session on the asyncio store of ``url``: ``sqlite:///PATH``, ``postgresql://…``
         (or ``postgres://``), ``redis://…``, or ``memory:`` (an in-process store); the store's
         keyword ``store_options`` (``table_prefix``, ``key_prefix``, ``ttl_seconds``…) are
-        passed on. ``create_tables=True`` creates a SQL store's tables (if absent) on first
+        passed on (``cluster=True``: a Redis Cluster reached through the node of ``url``).
+        ``create_tables=True`` creates a SQL store's tables (if absent) on first
         use; otherwise they are created with ``agentctx schema``. `close` closes the store."""
         if url == "memory:":
             from agentctx_fast.stores import AsyncInMemoryAgentStore
