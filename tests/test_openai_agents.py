@@ -38,8 +38,9 @@ from agentctx_fast import (
 )
 from agentctx_fast.integrations.openai_agents import AgentCtxInputFilter, AgentCtxSession
 from agentctx_fast.memory import ChatMemory, InMemoryChatMemory
-from agentctx_fast.responses import ResponsesFormatError, from_responses
+from agentctx_fast.responses import ResponsesFormatError, from_responses, to_responses
 from agentctx_fast.stores import InMemoryAgentStore
+from agentctx_fast.window import build_window_with
 from store_fixtures import make_async_store, new_conversation_id, store_url
 
 MISSING = "tool result missing"  # the window's synthetic result for a call without one
@@ -640,3 +641,27 @@ def test_the_filter_checks_its_options() -> None:
         AgentCtxInputFilter(max_attached_turns=-1)
     options = WindowOptions(max_attached_turns=2)
     assert AgentCtxInputFilter(options).options is options
+
+
+@pytest.mark.parametrize("current_turn", ["last", "none"])
+@pytest.mark.parametrize("compact", [False, True])
+def test_the_filter_gives_the_window_of_the_whole_input(current_turn: str, compact: bool) -> None:
+    """The filter converts only the turns a window can reach; what it sends is the window of
+    the whole input, whatever the limits."""
+    developer = {"role": "developer", "content": "Be brief."}
+    history = [developer, *turn(1), *turn(2, outputs=False), developer, *turn(3), *turn(4)]
+    history = [i for i in history if i.get("output") != MISSING]
+    items = [*history, {"role": "user", "content": "now"}, *turn(5)[1:5]]
+    for turns in range(7):
+        for messages in (3, 8, 100):
+            options = WindowOptions(
+                max_attached_turns=turns,
+                max_attached_messages=messages,
+                compact_completed_tool_turns=compact,
+                current_turn=current_turn,  # type: ignore[arg-type]
+            )
+            whole = build_window_with(from_responses(items), options).messages
+            sent = filtered(items, options=options)
+            expected = [{k: v for k, v in i.items() if k != "name" or i.get("type") != (
+                "function_call_output")} for i in to_responses(whole)]  # fmt: skip
+            assert to_responses(from_responses(sent)) == expected, options

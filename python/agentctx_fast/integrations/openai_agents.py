@@ -99,7 +99,7 @@ def _items_of(message: Message) -> list[Item]:
     if isinstance(marker, dict):
         verbatim = marker.get("items")
         if isinstance(verbatim, list):
-            return list(verbatim)
+            return copy.deepcopy(verbatim)  # the caller may edit them; the store keeps its own
         kept = marker.get("id")
     elif isinstance(message, ToolMessage) and message.tool_name is not None:
         message = replace(message, tool_name=None)  # function_call_output takes no name
@@ -346,6 +346,32 @@ class AgentCtxSession(SessionABC):
 # -- the input filter ----------------------------------------------------------------------------
 
 
+def _is_user(item: object) -> bool:
+    """Whether ``item`` is a user input message: where a turn starts."""
+    return (
+        isinstance(item, Mapping)
+        and item.get("role") == "user"
+        and item.get("type") in (None, "message")
+    )
+
+
+def _reachable(items: list[Any], options: WindowOptions) -> list[Any]:
+    """The items a window of ``options`` can reach (the filter converts only those, as the
+    runner reads only a store's tail): the last ``max_attached_turns + 1`` turns and what
+    precedes the first user message (where the leading system message is). A compressor
+    summarizes older turns too, so it is given them all."""
+    if options.context_compressor is not None:
+        return items
+    turns, start = 0, 0
+    for index in range(len(items) - 1, -1, -1):
+        if _is_user(items[index]):
+            if turns == options.max_attached_turns + 1:
+                head = next(i for i, item in enumerate(items) if _is_user(item))
+                return [*items[:head], *items[start:]]
+            turns, start = turns + 1, index
+    return items
+
+
 class AgentCtxInputFilter:
     """A ``RunConfig(call_model_input_filter=...)`` sending each model call the window of its
     input (``options`` or the `WindowOptions` keyword arguments; the current turn is the
@@ -367,7 +393,7 @@ class AgentCtxInputFilter:
         self.options = options
 
     def __call__(self, data: CallModelData[Any]) -> ModelInputData:
-        items = data.model_data.input
+        items = _reachable(data.model_data.input, self.options)
         origin: dict[int, list[Any]] = {}
         messages: list[Message] = []
         start = 0
