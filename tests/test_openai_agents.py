@@ -478,6 +478,8 @@ def test_from_url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> 
     asyncio.run(scenario())
     with pytest.raises(InvalidArgumentError, match="unknown store URL"):
         AgentCtxSession.from_url("s", "mysql://nowhere/db")
+    with pytest.raises(InvalidArgumentError, match="the memory: store takes no options"):
+        AgentCtxSession.from_url("s", "memory:", key_prefix="p")
 
 
 # -- Runner.run with a scripted model -----------------------------------------------------------

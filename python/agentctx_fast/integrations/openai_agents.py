@@ -283,7 +283,11 @@ class AgentCtxSession(SessionABC):
         if url == "memory:":
             from agentctx_fast.stores import AsyncInMemoryAgentStore
 
-            store: Any = AsyncInMemoryAgentStore(**store_options)
+            if store_options:
+                raise InvalidArgumentError(
+                    f"the memory: store takes no options, got {', '.join(sorted(store_options))}"
+                )
+            store: Any = AsyncInMemoryAgentStore()
         else:
             from agentctx_fast.cli_doctor import open_store
 
