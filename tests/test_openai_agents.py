@@ -444,16 +444,19 @@ def test_the_session_is_the_sdks_session() -> None:
         AgentCtxSession("", InMemoryAgentStore())
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgresql", "redis", "redis-cluster"])
+@pytest.mark.parametrize(
+    "kind", ["memory", "sqlite", "postgresql", "postgres", "redis", "redis-cluster"]
+)
 def test_from_url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     if kind == "memory":
         url = "memory:"
     elif kind == "sqlite":
         url = f"sqlite:///{tmp_path / 'sessions.db'}"
+    elif kind == "postgres":  # the short scheme
+        url = str(store_url("postgresql", request)).replace("postgresql", "postgres", 1)
+        kind = "postgresql"
     else:
         url = str(store_url(kind, request))
-        if kind == "postgresql":
-            url = url.replace("postgresql", "postgres", 1)  # the short scheme too
     prefix = {"sqlite": "table_prefix", "postgresql": "table_prefix", "redis": "key_prefix"}
     options: dict[str, Any] = (
         {prefix[kind]: f"s{new_conversation_id()[-8:]}_"} if kind in prefix else {}

@@ -232,6 +232,11 @@ class AgentCtxSession(SessionABC):
     items. Without ``window``, ``get_items`` returns exactly what was stored. ``limit`` (or
     ``session_settings.limit``) returns the last ``limit`` items, with ``window`` the last
     whole turns of the window that fit in ``limit`` items; a limit <= 0 returns no items.
+
+    The SDK checks the tail it wrote by reading it back (``get_items(limit=N)``) when it
+    resumes a run state with a pending session write or rewinds after a conversation lock
+    error; those checks need the stored items, so a session used for them keeps
+    ``window=None`` and windows each model call with `AgentCtxInputFilter` instead.
     """
 
     def __init__(
