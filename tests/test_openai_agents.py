@@ -608,6 +608,51 @@ def test_runner_with_a_windowed_session(sessions: Sessions) -> None:
     sessions.run(scenario)
 
 
+@function_tool(needs_approval=True)
+def refund(order_id: str) -> str:
+    """Refunds ``order_id``."""
+    return f"refunded {order_id}"
+
+
+@pytest.mark.parametrize("window", [None, WindowOptions()], ids=["stored", "windowed"])
+def test_runner_resumes_an_approved_tool_call(
+    sessions: Sessions, window: WindowOptions | None
+) -> None:
+    """A run paused for an approval, then resumed from its state: the session holds the call
+    and its output once, nothing the window added."""
+
+    async def scenario(make: Sessions) -> None:
+        session_id = new_conversation_id()
+        call = ResponseFunctionToolCall(
+            id="fc_1",
+            call_id="c1",
+            type="function_call",
+            name="refund",
+            arguments='{"order_id": "7"}',
+        )
+        model = ScriptedModel([text_step(0), [call], text_step(2)])
+        agent = Agent(name="helper", instructions="Answer briefly.", model=model, tools=[refund])
+        config = RunConfig(call_model_input_filter=AgentCtxInputFilter(), tracing_disabled=True)
+        session = make(session_id, window=window)
+        await Runner.run(agent, "hello", session=session, run_config=config)
+        paused = await Runner.run(agent, "refund 7", session=session, run_config=config)
+        [approval] = paused.interruptions
+        state = paused.to_state()
+        state.approve(approval)
+        done = await Runner.run(
+            agent, state, session=make(session_id, window=window), run_config=config
+        )
+        assert done.final_output == "answer 2"
+        assert_valid_window(model.inputs[-1])
+        stored = await make(session_id).get_items()
+        kinds = [(i.get("type") or i.get("role"), i.get("output")) for i in stored]
+        assert kinds == [("user", None), ("message", None), ("user", None),
+                         ("function_call", None), ("function_call_output", "refunded 7"),
+                         ("message", None)]  # fmt: skip
+
+    sessions.run(scenario)
+
+
 # -- the input filter alone ---------------------------------------------------------------------
 
 
