@@ -77,6 +77,7 @@ MODULES = [
     "agentctx_fast.messages",
     "agentctx_fast.openai",
     "agentctx_fast.integrations.langchain",
+    "agentctx_fast.integrations.openai_agents",
     "agentctx_fast.protocol",
     "agentctx_fast.tokens",
     "agentctx_fast.responses",

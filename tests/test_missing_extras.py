@@ -84,6 +84,8 @@ API_CASES = [
      "import agentctx_fast.integrations.pydantic_ai"),
     ("langchain-agents", "langchain", "langchain",
      "from agentctx_fast.integrations.langchain import AgentCtxMiddleware\nAgentCtxMiddleware()"),
+    ("openai-agents", "agents", "openai-agents",
+     "import agentctx_fast.integrations.openai_agents"),
 ]  # fmt: skip
 
 

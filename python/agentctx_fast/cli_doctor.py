@@ -11,10 +11,10 @@ from typing import Any
 from agentctx_fast.errors import AgentCtxError, InvalidArgumentError
 
 
-def open_store(url: str, prefix: str | None, cluster: bool = False) -> Any:
+def open_store(url: str, prefix: str | None, cluster: bool = False, **options: Any) -> Any:
     """The async store of ``url`` (SQLite, PostgreSQL or Redis; with ``cluster``, a Redis
-    Cluster reached through the node of ``url``); make it on the loop that uses it."""
-    options: dict[str, Any] = {}
+    Cluster reached through the node of ``url``), made with the store's keyword ``options``;
+    make it on the loop that uses it."""
     try:
         if url.startswith(("redis://", "rediss://", "unix://")):
             if prefix is not None:

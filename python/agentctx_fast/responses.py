@@ -413,23 +413,36 @@ def _input_message(item: Mapping[str, Any], role: Any, where: str) -> Message:
     return UserMessage(content, **common)
 
 
-def _read(items: Sequence[Mapping[str, Any]]) -> list[Message]:
+def _read(items: Sequence[Mapping[str, Any]]) -> tuple[list[Message], list[int]]:
+    """The messages of ``items`` and the index of each one's first item."""
     out: list[Message] = []
+    starts: list[int] = []
     reply: _Reply | None = None
+    reply_start = 0
     for index, item in enumerate(items):
         where = f"item {index}"
+        before, ended = len(out), reply
         try:
             reply = _take(out, reply, item, where)
         except (ResponsesFormatError, ContentTooLargeError):
             raise
         except AgentCtxError as error:  # a value a message class refuses
             raise ResponsesFormatError(f"{where}: {error}") from None
+        added = len(out) - before
+        if ended is not None and reply is not ended:  # the reply read so far ended here
+            starts.append(reply_start)
+            added -= 1
+        if added:
+            starts.append(index)
+        if reply is not None and reply is not ended:
+            reply_start = index
     if reply is not None:
         try:
             out.append(reply.message())
         except AgentCtxError as error:
             raise ResponsesFormatError(f"{reply.where}: {error}") from None
-    return out
+        starts.append(reply_start)
+    return out, starts
 
 
 def _take(out: list[Message], reply: _Reply | None, item: Any, where: str) -> _Reply | None:
@@ -485,4 +498,13 @@ def from_responses(items: Sequence[Mapping[str, Any]]) -> list[Message]:
     raises `ResponsesFormatError` (an `InvalidArgumentError`) naming the item, or
     `ContentTooLargeError` for inline content over the cap.
     """
-    return _read(items)
+    return _read(items)[0]
+
+
+def group_responses(items: Sequence[Mapping[str, Any]]) -> list[tuple[Message, int]]:
+    """`from_responses`, each message with the number of items it was read from (in order, so
+    they add up to ``len(items)``): what a store of items needs to give each message's items
+    back."""
+    messages, starts = _read(items)
+    ends = [*starts[1:], len(items)]
+    return [(m, end - start) for m, start, end in zip(messages, starts, ends, strict=True)]
