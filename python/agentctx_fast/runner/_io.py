@@ -15,12 +15,12 @@ no lease taken but not held). The turn then stops at its next check and ends can
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from agentctx_fast.messages import AiMessage, Message
-from agentctx_fast.runner._threads import in_worker
 from agentctx_fast.runner.events import StreamEvent, TextDelta
 from agentctx_fast.tools import Tool, ToolOutcome, is_async_callable
 
@@ -142,13 +142,16 @@ class AsyncTurnIO:
         either way): even a cancellation of the turn's own task (the loop shutting down) lets
         it finish and is remembered, so the turn keeps the result and ends.
 
-        Such a cancellation mostly arrives once the call has ended (the future cannot be
-        cancelled: the task is woken by its end), but one made before the turn's task first
-        ran is thrown in at once, the call still running: it is waited for all the same."""
-        future = in_worker(fn, *args)  # cannot be cancelled: a cancellation waits for it
+        This is `asyncio.to_thread`'s call (the loop's default executor, in a copy of the
+        caller's context) made for its future, which no task owns: awaiting the coroutine
+        would put the call in a task, which a loop shutting down cancels with the others,
+        losing the result."""
+        future = asyncio.get_running_loop().run_in_executor(
+            None, contextvars.copy_context().run, fn, *args
+        )
         while not future.done():
             try:
-                await future
+                await asyncio.shield(future)
             except asyncio.CancelledError:
                 self.cancelled = True
         return future.result()
