@@ -15,11 +15,11 @@ no lease taken but not held). The turn then stops at its next check and ends can
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+from agentctx_fast._tasks import in_thread
 from agentctx_fast.messages import AiMessage, Message
 from agentctx_fast.runner.events import StreamEvent, TextDelta
 from agentctx_fast.tools import Tool, ToolOutcome, is_async_callable
@@ -140,15 +140,8 @@ class AsyncTurnIO:
     async def _in_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` in a worker thread, which is never cut off (its side effect happens
         either way): even a cancellation of the turn's own task (the loop shutting down) lets
-        it finish and is remembered, so the turn keeps the result and ends.
-
-        This is `asyncio.to_thread`'s call (the loop's default executor, in a copy of the
-        caller's context) made for its future, which no task owns: awaiting the coroutine
-        would put the call in a task, which a loop shutting down cancels with the others,
-        losing the result."""
-        future = asyncio.get_running_loop().run_in_executor(
-            None, contextvars.copy_context().run, fn, *args
-        )
+        it finish and is remembered, so the turn keeps the result and ends (`in_thread`)."""
+        future = in_thread(fn, *args)
         while not future.done():
             try:
                 await asyncio.shield(future)
