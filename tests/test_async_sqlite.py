@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import gc
 import sqlite3
 import threading
 import time
