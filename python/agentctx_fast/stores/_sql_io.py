@@ -1,11 +1,11 @@
 """The I/O ports of the SQL store: its one implementation awaits them, blocking or async.
 
 A port runs one statement in its own connection (in a transaction when it writes, or on its
-own in autocommit, which is as atomic: PostgreSQL, and the async store's SQLite engine) and
+own in autocommit on PostgreSQL, which is as atomic) and
 hands back what the statement returned, already fetched: the rows, or the number of rows
 changed. Database errors become typed store errors; the transaction has rolled back by then.
-``together`` runs several calls as one unit of I/O where the driver allows it (the async store's
-SQLite engine: one trip to a connection's thread, held for the unit; the async store on
+``together`` runs several calls as one unit of I/O where the driver allows it (the async store
+on SQLite: one worker-thread hop for the unit; the async store on
 PostgreSQL: one connection, checked out and pinged once, in one greenlet); each call is still
 its own statement or transaction, so a unit is not a transaction.
 
@@ -227,7 +227,7 @@ class SqlPort(Protocol):
 
     async def together(self, action: str, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """``work()``, whose awaits are this port's calls, as one unit of I/O where the
-        driver allows (the async SQLite engine: one trip to a connection's thread for all of
+        driver allows (the async store on SQLite: one worker-thread hop for all of
         them); each call is still a statement or transaction of its own."""
         ...
 
@@ -247,9 +247,9 @@ class BlockingSqlPort:
 
     On PostgreSQL every statement runs on its own in autocommit: a single statement is atomic
     by itself, and skipping ``BEGIN`` and ``COMMIT`` halves the round trips of each call.
-    ``single`` and ``writer`` replace the engines single statements and write transactions run
-    on, and ``checkpoint`` is called before each operation's first statement and again once a
-    transaction has begun (`AsyncSqlPort` runs this port on its SQLite connection's thread)."""
+    ``single`` and ``writer`` replace the connections single statements and write transactions
+    run on, and ``checkpoint`` is called before each operation's first statement and again once a
+    transaction has begun (`ThreadedSqlPort` runs this port in a worker thread)."""
 
     def __init__(
         self,
