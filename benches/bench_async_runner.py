@@ -7,15 +7,15 @@
    already inside its loop, never pays per turn; so also ``runner turns in a running loop
    (…) KIND``: ten turns per call, the blocking runner's in a plain loop and the async
    runner's in one coroutine, on the same stored conversation (1,000 messages). The plain tool
-   (``async``) costs a worker-thread hop per call; ``async-async-tool`` has the same tool as an
-   ``async def``, and ``async-to-thread-tool`` as the ``async def`` a user would write without
-   the runner's workers (``await asyncio.to_thread(plain)``). Those rows run one after the
-   other, and on a shared machine the load moves between them by more than the runners
+   (``async``) costs a worker-thread hop per call (the runner's ``asyncio.to_thread``);
+   ``async-async-tool`` has the same tool as an ``async def``, and ``async-to-thread-tool``
+   as an ``async def`` that awaits ``asyncio.to_thread(plain)`` itself. Those rows run one
+   after the other, and on a shared machine the load moves between them by more than the runners
    differ: ``runner turns alternating (…) KIND`` runs the same batches round by round, every
    runner kind in each round, and gives the async/blocking ratios in ``extra_info`` (printed
    with ``-s``).
-2. ``plain call hop (…)``: that hop alone, the runner's workers (``in_worker``) beside
-   ``asyncio.to_thread``, ``loop.run_in_executor(None, …)`` and an inline call (the floor), for
+2. ``plain call hop (…)``: that hop alone, ``asyncio.to_thread`` beside
+   ``loop.run_in_executor(None, …)`` and an inline call (the floor), for
    the call a turn hands over (the plain ``get_order`` tool's ``invoke``: parse the arguments,
    call, render the result, some 5-10 µs), many calls per round in a running loop: back to
    back, and each after some work on the loop thread (as in a turn, where the worker has gone
@@ -262,11 +262,9 @@ def _loop_work(rounds: int) -> int:
 
 
 @pytest.mark.parametrize("spacing", ["back to back", "after loop work"])
-@pytest.mark.parametrize("hop", ["workers", "to_thread", "run_in_executor", "inline"])
+@pytest.mark.parametrize("hop", ["to_thread", "run_in_executor", "inline"])
 def test_plain_call_hop(benchmark: Any, hop: str, spacing: str) -> None:
     """One plain call from a running loop, by each way there is to make it."""
-    from agentctx_fast.runner._threads import in_worker
-
     benchmark.group = f"plain call hop ({CALLS_PER_ROUND} calls per round, {spacing})"
     benchmark.extra_info["calls_per_round"] = CALLS_PER_ROUND
     work = HOP_WORK if spacing == "after loop work" else 0
@@ -278,9 +276,7 @@ def test_plain_call_hop(benchmark: Any, hop: str, spacing: str) -> None:
         for _ in range(CALLS_PER_ROUND):
             if work:
                 _loop_work(work)
-            if hop == "workers":
-                outcome = await in_worker(_PLAIN_TOOL.invoke, _ARGUMENTS)
-            elif hop == "to_thread":
+            if hop == "to_thread":
                 outcome = await asyncio.to_thread(_PLAIN_TOOL.invoke, _ARGUMENTS)
             elif hop == "run_in_executor":
                 outcome = await running.run_in_executor(None, _PLAIN_TOOL.invoke, _ARGUMENTS)

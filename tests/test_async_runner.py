@@ -7,8 +7,6 @@ and continues what the async store wrote, and the reverse.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import subprocess
 import sys
 import textwrap
@@ -58,28 +56,6 @@ def store_kind(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(params=("async-sqlite", "async-postgresql", "async-redis", "async-redis-cluster"))
 def db_kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-def _start_modes() -> list[str]:
-    """How this Python can start a turn's task (`aio._START`): natively eager (3.12+), by the
-    emulation (asyncio's task switch present) and always plainly."""
-    from agentctx_fast.runner import aio
-
-    modes = ["native"] if sys.version_info >= (3, 12) else []
-    if getattr(aio, "_EMULABLE", True):
-        modes.append("emulated")
-    return [*modes, "plain"]
-
-
-EAGER_MODES = [mode for mode in _start_modes() if mode != "plain"]
-
-
-@pytest.fixture(params=_start_modes())
-def start_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    from agentctx_fast.runner import aio
-
-    monkeypatch.setattr(aio, "_START", request.param, raising=False)
     return str(request.param)
 
 
@@ -852,27 +828,6 @@ def test_a_cancellation_while_a_stream_closes_goes_on(request: pytest.FixtureReq
     assert [m.text for m in results] == ["slow result"]
 
 
-def test_a_plain_call_never_waits_behind_another_in_a_worker() -> None:
-    """The worker threads of plain models and tools: a call starts at once while the thread
-    limit allows, even when the only idle worker has just been claimed by a call that blocks
-    until this one has run; failures reach the caller as they are."""
-    from agentctx_fast.runner._threads import MAX_WORKERS, in_worker
-
-    async def main() -> list[Any]:
-        await in_worker(lambda: None)
-        await asyncio.sleep(0.05)  # that worker is idle again
-        gate = threading.Event()
-        first = in_worker(gate.wait, 10)  # claims the idle worker and blocks on `second`
-        second = in_worker(gate.set)
-        done = await asyncio.gather(first, second)
-        with pytest.raises(ValueError, match="invalid literal"):
-            await in_worker(int, "not a number")
-        return done
-
-    assert MAX_WORKERS >= 2
-    assert asyncio.run(main()) == [True, None]
-
-
 def test_plain_tools_of_concurrent_turns_run_side_by_side() -> None:
     """Two conversations at once, each with a plain tool: one waits until the other's tool has
     run, which it can only do in a thread of its own."""
@@ -946,42 +901,6 @@ def test_a_plain_tool_sees_the_callers_context_variables() -> None:
     assert after == "r-42"
 
 
-def test_worker_threads_count_what_they_do_when_calls_outnumber_them() -> None:
-    """More calls than the thread limit: every call runs, no more threads start than the
-    limit, and once all are done every worker is counted idle exactly once."""
-    from agentctx_fast.runner import _threads
-
-    workers = _threads._Workers()
-    gate = threading.Event()
-    calls = _threads.MAX_WORKERS * 3
-
-    async def main() -> list[int]:
-        futures = [workers.submit(lambda i=i: gate.wait(10) and i) for i in range(calls)]
-        await asyncio.sleep(0.05)
-        gate.set()
-        return list(await asyncio.gather(*futures))
-
-    assert asyncio.run(main()) == list(range(calls))
-    assert workers._threads == _threads.MAX_WORKERS
-    # A worker counts itself idle before it answers: once every answer is in, all are idle.
-    assert (len(workers._idle), len(workers._backlog)) == (_threads.MAX_WORKERS, 0)
-
-
-def test_one_worker_serves_plain_calls_made_one_after_another() -> None:
-    """A worker counts itself idle before it answers, so the next call, made as soon as its
-    caller has the answer, finds it: calls in a row never start a second thread."""
-    from agentctx_fast.runner import _threads
-
-    workers = _threads._Workers()
-
-    async def main() -> list[int]:
-        return [await workers.submit(lambda i=i: i * i) for i in range(50)]
-
-    assert asyncio.run(main()) == [i * i for i in range(50)]
-    assert workers._threads == 1
-    assert (len(workers._idle), len(workers._backlog)) == (1, 0)
-
-
 def test_the_runner_imports_and_runs_plain_calls_where_os_has_no_fork() -> None:
     """On a platform without ``os.register_at_fork`` (Windows) the package imports and a
     plain tool runs in a worker thread."""
@@ -1009,136 +928,8 @@ def test_the_runner_imports_and_runs_plain_calls_where_os_has_no_fork() -> None:
     assert done.stdout.strip() == "completed"
 
 
-@pytest.mark.skipif(
-    not hasattr(os, "fork") or not os.path.isdir("/proc/self/fd"), reason="fork and /proc needed"
-)
-def test_a_forked_child_closes_the_parents_worker_pipes_and_runs_plain_calls(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A child forked after plain calls ran has none of the parent's worker threads: the
-    pipes that woke them are closed there (nothing would ever read them), and its own
-    plain calls start workers of its own."""
-    import warnings
-
-    from agentctx_fast.runner import _threads
-
-    async def one_call() -> int:
-        return await _threads.in_worker(lambda: 6 * 7)
-
-    monkeypatch.setattr(_threads, "_workers", _threads._Workers())  # none started yet
-    before = _pipes()
-    assert asyncio.run(one_call()) == 42
-    fds = sorted(_pipes() - before)  # the two ends of the worker's pipe that call started
-    assert len(fds) == 2
-    read, write = os.pipe()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # fork in a threaded process
-        pid = os.fork()
-    if pid == 0:  # the child: report, then leave without running the parent's cleanup
-        try:
-            still_open = [fd for fd in fds if _is_open(fd)]
-            answer = asyncio.run(one_call())
-            os.write(write, repr((still_open, answer)).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as pipe:
-        report = pipe.read()
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    assert report == repr(([], 42))
-    assert all(_is_open(fd) for fd in fds)  # the parent's are untouched
-
-
-def _pipes() -> set[int]:
-    """This process's open pipe descriptors."""
-    found = set()
-    for name in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):
-            if os.readlink(f"/proc/self/fd/{name}").startswith("pipe:"):
-                found.add(int(name))
-    return found
-
-
-def _is_open(fd: int) -> bool:
-    try:
-        os.fstat(fd)
-    except OSError:
-        return False
-    return True
-
-
-def test_a_call_in_a_worker_runs_to_its_end_whatever_its_caller_does() -> None:
-    """The future of a plain call cannot be cancelled: a task cancelled while it waits for one
-    gets `asyncio.CancelledError` once the call has ended, and the result is kept."""
-    from agentctx_fast.runner._threads import in_worker
-
-    release = threading.Event()
-    seen: list[str] = []
-
-    async def main() -> tuple[bool, bool, str]:
-        future = in_worker(lambda: release.wait(10) and "done")
-        refused = future.cancel()
-
-        async def wait() -> str:
-            return await future
-
-        waiting = asyncio.ensure_future(wait())
-        await asyncio.sleep(0.01)
-        waiting.cancel()
-        await asyncio.sleep(0.05)
-        still_waiting = not waiting.done()  # the cancellation waits for the call
-        release.set()
-        try:
-            await waiting
-        except asyncio.CancelledError:
-            seen.append("cancelled")
-        return refused, still_waiting, future.result()
-
-    assert asyncio.run(main()) == (False, True, "done")
-    assert seen == ["cancelled"]
-
-
-@pytest.mark.parametrize("mode", EAGER_MODES)
-def test_a_turn_that_never_waits_takes_no_round_of_the_event_loop(
-    monkeypatch: pytest.MonkeyPatch, mode: str
-) -> None:
-    """On the in-memory store with an async model and async tools a turn never waits: it runs
-    to its end in the caller's task, before anything else the loop has ready."""
-    from agentctx_fast import AsyncInMemoryAgentStore
-    from agentctx_fast.runner import aio
-
-    monkeypatch.setattr(aio, "_START", mode, raising=False)
-
-    async def lookup(order_id: str) -> str:
-        return f"{order_id} shipped"
-
-    agent = Agent(
-        "a",
-        AsyncScriptedChatModel(
-            [_call("c1", "lookup", '{"order_id": "ORD-1"}'), AiMessage("Shipped.")]
-        ),
-        tools=[Tool("lookup", lookup)],
-    )
-
-    async def main() -> tuple[list[str], Any, list[str]]:
-        runner = AsyncAgentRunner(AsyncInMemoryAgentStore())
-        ran: list[str] = []
-        asyncio.get_running_loop().call_soon(ran.append, "other work")
-        turn = await runner.run(agent, "conversation", "where is ORD-1?")
-        before = list(ran)
-        await asyncio.sleep(0)
-        await runner.aclose()
-        return before, turn, ran
-
-    before, turn, ran = asyncio.run(main())
-    assert turn.status is TurnStatus.COMPLETED
-    assert [m.text for m in turn.messages][-2:] == ["ORD-1 shipped", "Shipped."]
-    assert before == [] and ran == ["other work"]
-
-
 @pytest.mark.parametrize("waits", [False, True], ids=["never-waits", "waits"])
-def test_a_turn_runs_in_a_copy_of_the_callers_context(start_mode: str, waits: bool) -> None:
+def test_a_turn_runs_in_a_copy_of_the_callers_context(waits: bool) -> None:
     """As in a task of its own: an async tool sees the caller's context variables, and what it
     sets stays in the turn (before and after the turn's first wait) and never reaches the
     caller."""
@@ -1176,17 +967,12 @@ def test_a_turn_runs_in_a_copy_of_the_callers_context(start_mode: str, waits: bo
     assert after == "r-42"
 
 
-@pytest.mark.parametrize("mode", EAGER_MODES)
-def test_a_turn_whose_task_is_cancelled_before_it_first_runs_frees_the_conversation(
-    monkeypatch: pytest.MonkeyPatch, mode: str
-) -> None:
-    """The loop stops just after a turn started and waited (its lease taken, the rest of it
-    handed to a task that has not run yet); shutting the loop down cancels every task, as
-    `asyncio.run` does: the turn still ends cancelled and frees its conversation."""
+def test_a_turn_whose_task_is_cancelled_before_it_first_runs_frees_the_conversation() -> None:
+    """The loop stops just after a caller started a turn, before the turn's task first ran;
+    shutting the loop down cancels every task, as `asyncio.run` does: the caller is cancelled,
+    nothing of the turn is stored and the conversation is free."""
     from agentctx_fast import AsyncInMemoryAgentStore
-    from agentctx_fast.runner import aio
 
-    monkeypatch.setattr(aio, "_START", mode, raising=False)
     store = AsyncInMemoryAgentStore()
     model = _WaitingModel()
     loop = asyncio.new_event_loop()
@@ -1195,25 +981,24 @@ def test_a_turn_whose_task_is_cancelled_before_it_first_runs_frees_the_conversat
         caller = loop.create_task(runner.run(Agent("a", model), "conversation", "first"))
         loop.call_soon(loop.stop)  # after the caller's first step, before the turn's task
         loop.run_forever()
-        assert model.entered.is_set() and not caller.done()
+        assert not model.entered.is_set() and not caller.done()
         tasks = asyncio.all_tasks(loop)
-        assert len(tasks) >= 2  # the caller and the rest of its turn (and the lease keeper)
+        assert len(tasks) >= 2  # the caller and its turn's task
         for task in tasks:
             task.cancel()
         loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
         assert caller.cancelled()
 
-        async def after() -> tuple[Any, Any]:
+        async def after() -> tuple[list[Message], Any]:
             stored = await store.chat_memory("conversation").get_messages()
-            first = await runner.turn("conversation", stored[0].turn_id)
             second = Agent("a", AsyncScriptedChatModel([AiMessage("second answer")]))
-            return first, await runner.run(second, "conversation", "second")
+            return stored, await runner.run(second, "conversation", "second")
 
-        first, nxt = loop.run_until_complete(after())
+        stored, nxt = loop.run_until_complete(after())
         loop.run_until_complete(runner.aclose())
     finally:
         loop.close()
-    assert first.status is TurnStatus.CANCELLED
+    assert stored == []
     assert nxt.status is TurnStatus.COMPLETED
 
 
@@ -1249,53 +1034,10 @@ def _shut_down_while_the_tool_runs(
     assert nxt.status is TurnStatus.COMPLETED
 
 
-@pytest.mark.parametrize("fails", [False, True], ids=["returns", "raises"])
-def test_a_call_done_before_its_caller_has_left_submit_is_answered_at_once(
-    monkeypatch: pytest.MonkeyPatch, fails: bool
-) -> None:
-    """The worker ran the call while the caller was still waking it (here: the caller waits
-    for that): the caller takes the answer itself, and its future is done when it gets it."""
-    from agentctx_fast.runner import _threads
-
-    give = _threads._Worker.give
-
-    def give_and_wait(worker: Any, job: Any) -> None:
-        give(worker, job)
-        for _ in range(1000):
-            if job.outcome is not None:
-                return
-            time.sleep(0.005)
-        raise AssertionError("the worker never ran the call")
-
-    def call(value: str) -> str:
-        if fails:
-            raise ValueError(value)
-        return value
-
-    workers = _threads._Workers()
-
-    async def main() -> list[tuple[bool, str]]:
-        await workers.submit(str, "a worker, idle again")
-        monkeypatch.setattr(_threads._Worker, "give", give_and_wait)
-        answers = []
-        for value in ("first", "second"):
-            future = workers.submit(call, value)
-            done = future.done()
-            try:
-                answers.append((done, await future))
-            except ValueError as error:
-                answers.append((done, f"raised {error}"))
-        return answers
-
-    expected = ["raised first", "raised second"] if fails else ["first", "second"]
-    assert asyncio.run(main()) == [(True, text) for text in expected]
-    assert workers._threads == 1
-
-
-def test_a_turn_runs_as_its_own_task_from_its_first_step(start_mode: str) -> None:
-    """The turn's first step runs at once but as the task that carries the turn on (as an
-    eager task does): a tool sees one task before and after it waits, never its caller's,
-    and a timeout entered before the wait ends the tool's wait, not the caller."""
+def test_a_turn_runs_as_its_own_task_from_its_first_step() -> None:
+    """The turn runs as a task of its own: a tool sees one task before and after it waits,
+    never its caller's, and a timeout entered before the wait ends the tool's wait, not the
+    caller."""
     from agentctx_fast import AsyncInMemoryAgentStore
 
     seen: list[asyncio.Task[Any] | None] = []
@@ -1331,23 +1073,12 @@ def test_a_turn_runs_as_its_own_task_from_its_first_step(start_mode: str) -> Non
     assert results["c2"].is_error and "TimeoutError" in results["c2"].text
 
 
-@pytest.mark.parametrize(
-    ("when", "mode"),
-    [("while the tool runs", None)]
-    + [("before the turn's task first ran", mode) for mode in EAGER_MODES],
-)
-def test_a_plain_tool_running_when_the_loop_shuts_down_keeps_its_result(
-    monkeypatch: pytest.MonkeyPatch, when: str, mode: str | None
-) -> None:
+def test_a_plain_tool_running_when_the_loop_shuts_down_keeps_its_result() -> None:
     """Every task is cancelled (as `asyncio.run` does on its way out) while a plain tool runs
-    in its worker, either once the turn's task ran, or before it first ran (the turn's first
-    step, run with its caller's, reached the tool; the loop stopped then): the tool finishes,
-    its result is stored, the turn ends cancelled and the conversation is free."""
+    in its worker thread: the tool finishes, its result is stored, the turn ends cancelled and
+    the conversation is free."""
     from agentctx_fast import AsyncInMemoryAgentStore
-    from agentctx_fast.runner import aio
 
-    if mode is not None:
-        monkeypatch.setattr(aio, "_START", mode, raising=False)
     store = AsyncInMemoryAgentStore()
     tool, entered, release = _blocked_tool("slow_refund", "refund issued")
     model = AsyncScriptedChatModel([_call("c1", "slow_refund"), AiMessage("never used")])
@@ -1355,12 +1086,7 @@ def test_a_plain_tool_running_when_the_loop_shuts_down_keeps_its_result(
     try:
         runner = AsyncAgentRunner(store)
         caller = loop.create_task(runner.run(Agent("a", model, tools=[tool]), "conv", "go"))
-        if mode is None:
-            loop.run_until_complete(loop.run_in_executor(None, entered.wait, 10))
-        else:
-            loop.call_soon(loop.stop)  # after the caller's first step, before the turn's task
-            loop.run_forever()
-            assert entered.wait(10) and not caller.done()
+        loop.run_until_complete(loop.run_in_executor(None, entered.wait, 10))
         _shut_down_while_the_tool_runs(loop, store, runner, caller, release)
     finally:
         release.set()
@@ -1382,38 +1108,22 @@ async def _cancel_a_waiting_turn(runner: Any, conversation: str) -> Any:
     return await runner.turn(conversation, "turn-cancel")
 
 
-def _eager_task_factory() -> Any:
-    """``asyncio.eager_task_factory`` (3.12+), or on 3.11 a factory that does what it does:
-    the new task's first step runs inside ``create_task``, as that task."""
-    if sys.version_info >= (3, 12):
-        return asyncio.eager_task_factory
-    from asyncio.tasks import _enter_task, _leave_task
-
-    def factory(
-        loop: asyncio.AbstractEventLoop, coro: Any, *, context: Any = None
-    ) -> asyncio.Task[Any]:
-        task = asyncio.Task(coro, loop=loop, context=context)
-        handle = loop._ready.pop()  # type: ignore[attr-defined]  # the task's first step
-        caller = asyncio.current_task(loop)
-        if caller is not None:
-            _leave_task(loop, caller)
-        try:
-            handle._run()
-        finally:
-            if caller is not None:
-                _enter_task(loop, caller)
-        return task
-
-    return factory
-
-
 def _two_argument_task_factory(loop: asyncio.AbstractEventLoop, coro: Any) -> asyncio.Task[Any]:
     """A ``(loop, coro)`` factory, as older instrumentation installs (it takes no context)."""
     return asyncio.Task(coro, loop=loop)
 
 
-@pytest.mark.parametrize("factory", ["two-argument", "eager"])
-def test_turns_run_whatever_task_factory_the_loop_has(start_mode: str, factory: str) -> None:
+@pytest.mark.parametrize(
+    "factory",
+    [
+        "two-argument",
+        pytest.param(
+            "eager",
+            marks=pytest.mark.skipif(sys.version_info < (3, 12), reason="eager tasks: 3.12+"),
+        ),
+    ],
+)
+def test_turns_run_whatever_task_factory_the_loop_has(factory: str) -> None:
     """The turn's task is the runner's own: a loop's task factory that takes no context, or
     one that runs a new task's first step itself, changes nothing (turns that never wait,
     that wait on an async model, on a plain tool, and a turn cancelled while it waits)."""
@@ -1434,7 +1144,9 @@ def test_turns_run_whatever_task_factory_the_loop_has(start_mode: str, factory: 
     async def main() -> tuple[list[Any], Any]:
         loop = asyncio.get_running_loop()
         loop.set_task_factory(
-            _two_argument_task_factory if factory == "two-argument" else _eager_task_factory()
+            _two_argument_task_factory
+            if factory == "two-argument"
+            else asyncio.eager_task_factory  # type: ignore[attr-defined,unused-ignore]
         )
         runner = AsyncAgentRunner(AsyncInMemoryAgentStore())
         agents = [
@@ -1460,64 +1172,15 @@ def test_turns_run_whatever_task_factory_the_loop_has(start_mode: str, factory: 
     assert cancelled.status is TurnStatus.CANCELLED
 
 
-def test_without_asyncios_task_switch_the_runner_imports_and_starts_turns_plainly(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Were asyncio's private ``_enter_task``/``_leave_task`` gone (renamed in some Python),
-    the runner's module still imports and, before 3.12's eager start, starts the turn's task
-    plainly; its turns run, wait and are cancelled as ever."""
-    import importlib.util
-
-    from agentctx_fast import AsyncInMemoryAgentStore
-    from agentctx_fast.runner import aio
-
-    spec = importlib.util.spec_from_file_location("_aio_without_task_switch", aio.__file__)
-    assert spec is not None and spec.loader is not None
-    copy = importlib.util.module_from_spec(spec)
-    with monkeypatch.context() as patched:
-        patched.delattr(asyncio.tasks, "_enter_task")
-        patched.delattr(asyncio.tasks, "_leave_task")
-        spec.loader.exec_module(copy)
-    assert copy._EMULABLE is False
-    assert copy._START == ("native" if sys.version_info >= (3, 12) else "plain")
-
-    async def lookup() -> str:
-        await asyncio.sleep(0)
-        return "looked up"
-
-    async def main() -> tuple[Any, Any, Any]:
-        runner = copy.AsyncAgentRunner(AsyncInMemoryAgentStore())
-        agent = Agent(
-            "a",
-            AsyncScriptedChatModel([_call("c1", "lookup"), AiMessage("done")]),
-            tools=[Tool("lookup", lookup)],
-        )
-        done = await runner.run(agent, "c1", "go")
-        cancelled = await _cancel_a_waiting_turn(runner, "c2")
-        again = await runner.run(Agent("a", AsyncScriptedChatModel([AiMessage("free")])), "c2", "x")
-        await runner.aclose()
-        return done, cancelled, again
-
-    done, cancelled, again = asyncio.run(main())
-    assert done.status is TurnStatus.COMPLETED
-    assert [m.text for m in done.messages][-2:] == ["looked up", "done"]
-    assert cancelled.status is TurnStatus.CANCELLED
-    assert again.status is TurnStatus.COMPLETED
-
-
-@pytest.mark.parametrize("mode", EAGER_MODES)
 @pytest.mark.parametrize("error", [KeyboardInterrupt, SystemExit])
-def test_a_keyboard_interrupt_in_the_turns_first_step_leaves_no_task_after_a_round(
-    monkeypatch: pytest.MonkeyPatch, error: type[BaseException], mode: str
+def test_a_keyboard_interrupt_in_a_turn_leaves_no_task_after_a_round(
+    error: type[BaseException],
 ) -> None:
-    """A KeyboardInterrupt (or SystemExit) raised in the turn's eagerly run first step goes on
-    through its caller, as from any task's step, and the task made for the turn ends quietly
-    at the loop's next round (it never resumes the finished turn, nor reports the error its
-    caller already got; started by emulation, it is pending until that round)."""
+    """A KeyboardInterrupt (or SystemExit) raised in a turn's task goes on out of the loop, as
+    from any task's step, and out once more from its caller's task, which awaits the turn (as
+    any task awaiting a task does); then no task of the turn is left, no error is reported and
+    the conversation is free."""
     from agentctx_fast import AsyncInMemoryAgentStore
-    from agentctx_fast.runner import aio
-
-    monkeypatch.setattr(aio, "_START", mode, raising=False)
 
     class InterruptedModel:
         async def chat(self, messages: Sequence[Message], tools: Sequence[Any]) -> AiMessage:
@@ -1528,8 +1191,12 @@ def test_a_keyboard_interrupt_in_the_turns_first_step_leaves_no_task_after_a_rou
     loop.set_exception_handler(lambda _, context: reported.append(context))
     try:
         runner = AsyncAgentRunner(AsyncInMemoryAgentStore())
+        caller = loop.create_task(runner.run(Agent("a", InterruptedModel()), "conv", "go"))
         with pytest.raises(error):
-            loop.run_until_complete(runner.run(Agent("a", InterruptedModel()), "conv", "go"))
+            loop.run_until_complete(caller)  # from the turn's task
+        with pytest.raises(error):
+            loop.run_until_complete(caller)  # from the caller's
+        assert caller.done()
 
         async def after() -> Any:
             for _ in range(3):
@@ -1551,9 +1218,7 @@ def test_a_keyboard_interrupt_in_the_turns_first_step_leaves_no_task_after_a_rou
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.05], ids=["at-once", "later"])
-def test_a_timeout_entered_before_the_call_fires_in_the_turns_first_wait(
-    start_mode: str, delay: float
-) -> None:
+def test_a_timeout_entered_before_the_call_fires_in_the_turns_first_wait(delay: float) -> None:
     """The caller enters ``asyncio.timeout`` before calling the runner, and it fires while the
     turn waits for its model in its first step (before its task first ran, for an eager
     start): the turn ends cancelled, the caller gets `TimeoutError`, the conversation is
@@ -1575,18 +1240,14 @@ def test_a_timeout_entered_before_the_call_fires_in_the_turns_first_wait(
         return stored, first, nxt
 
     stored, first, nxt = asyncio.run(main())
-    if start_mode != "plain":  # the first step took the conversation and asked the model
-        assert first is not None and first.status is TurnStatus.CANCELLED
-        assert [m.text for m in stored] == ["go"]
-    elif first is not None:  # a plain task may have been cancelled before it started
+    if first is not None:  # the turn's task may have been cancelled before it started
         assert first.status is TurnStatus.CANCELLED
+        assert [m.text for m in stored] == ["go"]
     assert nxt.status is TurnStatus.COMPLETED and nxt.messages[-1].text == "next"
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.05], ids=["at-once", "later"])
-def test_a_timeout_a_tool_enters_in_the_turns_first_step_is_the_turns(
-    start_mode: str, delay: float
-) -> None:
+def test_a_timeout_a_tool_enters_in_the_turns_first_step_is_the_turns(delay: float) -> None:
     """A tool in the turn's first step (nothing waited before it) enters ``asyncio.timeout``
     and waits: the timeout fires in that first wait and ends the tool's wait (an error result
     the turn goes on from), never the caller."""

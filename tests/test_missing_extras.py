@@ -59,8 +59,6 @@ API_CASES = [
     ("stores.SqlAgentStore", "sqlalchemy", "sql",
      "from agentctx_fast.stores import SqlAgentStore\nSqlAgentStore('sqlite://')"),
     ("SqlChatMemory", "sqlalchemy", "sql", "from agentctx_fast.stores.sql import SqlChatMemory"),
-    ("AsyncSqlAgentStore-aiosqlite", "aiosqlite", "sql",
-     "from agentctx_fast import AsyncSqlAgentStore\nAsyncSqlAgentStore('sqlite://')"),
     ("SqlAgentStore-postgresql", "psycopg", "postgresql",
      f"from agentctx_fast import SqlAgentStore\nSqlAgentStore({DEAD_PG!r})"),
     ("SqlAgentStore-postgres", "psycopg", "postgresql",
@@ -105,7 +103,6 @@ CLI_CASES = [
     ("demo-postgres", "psycopg", "postgresql", ["demo", "--store", "postgres://u@127.0.0.1:1/db"]),
     ("schema", "sqlalchemy", "sql", ["schema", "--url", DEAD_PG]),
     ("doctor-sqlite", "sqlalchemy", "sql", ["doctor", "--store", "sqlite:///doctor.db"]),
-    ("doctor-aiosqlite", "aiosqlite", "sql", ["doctor", "--store", "sqlite:///doctor.db"]),
     ("doctor-postgresql", "psycopg", "postgresql", ["doctor", "--store", DEAD_PG]),
     ("doctor-redis", "redis", "redis", ["doctor", "--store", DEAD_REDIS]),
     ("doctor-cluster", "redis", "redis", ["doctor", "--store", DEAD_REDIS, "--cluster"]),
@@ -144,3 +141,23 @@ def test_star_import_works_without_the_store_extras() -> None:
         "sqlalchemy is not installed; install the extra: pip install 'agentctx-fast[sql]'",
         "redis is not installed; install the extra: pip install 'agentctx-fast[redis]'",
     ]
+
+
+def test_the_async_sqlite_store_needs_no_aiosqlite() -> None:
+    """An `AsyncSqlAgentStore` made from an ``sqlite://`` URL runs on the blocking engine, so
+    the ``sql`` extra (SQLAlchemy alone) serves it: it writes and reads without aiosqlite."""
+    code = (
+        "import asyncio\n"
+        "from agentctx_fast import AsyncSqlAgentStore, UserMessage\n"
+        "async def main():\n"
+        "    store = AsyncSqlAgentStore('sqlite://')\n"
+        "    await store.schema().initialize()\n"
+        "    memory = store.chat_memory('c')\n"
+        "    await memory.add_message_if_absent(UserMessage('hi', message_id='u1'))\n"
+        "    print([m.text for m in await memory.get_messages()])\n"
+        "    await store.aclose()\n"
+        "asyncio.run(main())\n"
+    )
+    result = _run("aiosqlite", "-c", code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['hi']"

@@ -261,7 +261,7 @@ def test_run_history_checks_out_no_connection(tmp_path: Path) -> None:
 
     async def main() -> tuple[str, int, int]:
         store = AsyncSqlAgentStore(url)
-        event.listen(store.engine.sync_engine, "checkout", lambda *_: checkouts.append(1))
+        event.listen(store.engine, "checkout", lambda *_: checkouts.append(1))
         runner = AsyncAgentRunner(store)
         try:
             turn = await runner.run_history(

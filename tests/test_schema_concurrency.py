@@ -117,7 +117,8 @@ def test_event_loops_initialize_one_async_store_at_once(
     url = str(store_url(kind, request))
     prefix = f"a{uuid.uuid4().hex[:10]}_"
     store = AsyncSqlAgentStore(url, table_prefix=prefix)
-    hold_at_first_create(store.engine.sync_engine, threading.Barrier(INITIALIZERS))
+    engine = getattr(store.engine, "sync_engine", store.engine)  # SQLite's: a blocking engine
+    hold_at_first_create(engine, threading.Barrier(INITIALIZERS))
     start = threading.Barrier(INITIALIZERS)
 
     def initialize() -> None:

@@ -119,9 +119,10 @@ def test_an_async_write_waits_the_configured_busy_timeout_once(path: str, write_
     async def main() -> None:
         store = AsyncSqlAgentStore(f"sqlite:///{path}?timeout={BUSY_TIMEOUT}")
         try:
-            engine = store.engine.sync_engine
-            async with store.engine.connect() as connection:
-                timeout = await connection.exec_driver_sql("PRAGMA busy_timeout")
+            engine = store.engine
+            assert isinstance(engine, sa.engine.Engine)  # the blocking store's
+            with engine.connect() as connection:
+                timeout = connection.exec_driver_sql("PRAGMA busy_timeout")
                 assert timeout.scalar() == 300
             for name, write in _writes(store):
                 attempts = Attempts(engine)

@@ -3,7 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import contextvars
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def in_thread(fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+    """The future of ``fn(*args)`` in a worker thread: `asyncio.to_thread`'s call (the loop's
+    default executor, in a copy of the caller's context) made for its future, which no task
+    owns. Awaiting `asyncio.to_thread` would put the call in a task, which a loop shutting
+    down cancels with the others, losing what the call did; this future is only ever done
+    when the call is (nothing here cancels it)."""
+    loop = asyncio.get_running_loop()
+    return loop.run_in_executor(None, contextvars.copy_context().run, fn, *args)
 
 
 async def wait_uncut(task: asyncio.Future[Any]) -> bool:

@@ -19,8 +19,8 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+from agentctx_fast._tasks import in_thread
 from agentctx_fast.messages import AiMessage, Message
-from agentctx_fast.runner._threads import in_worker
 from agentctx_fast.runner.events import StreamEvent, TextDelta
 from agentctx_fast.tools import Tool, ToolOutcome, is_async_callable
 
@@ -140,15 +140,11 @@ class AsyncTurnIO:
     async def _in_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` in a worker thread, which is never cut off (its side effect happens
         either way): even a cancellation of the turn's own task (the loop shutting down) lets
-        it finish and is remembered, so the turn keeps the result and ends.
-
-        Such a cancellation mostly arrives once the call has ended (the future cannot be
-        cancelled: the task is woken by its end), but one made before the turn's task first
-        ran is thrown in at once, the call still running: it is waited for all the same."""
-        future = in_worker(fn, *args)  # cannot be cancelled: a cancellation waits for it
+        it finish and is remembered, so the turn keeps the result and ends (`in_thread`)."""
+        future = in_thread(fn, *args)
         while not future.done():
             try:
-                await future
+                await asyncio.shield(future)
             except asyncio.CancelledError:
                 self.cancelled = True
         return future.result()

@@ -95,8 +95,8 @@ class EngineState:
     ) -> T:
         """``work()``, whose awaits are calls of this turn's turn store and chat memory only
         (no model, tool, event or task), as one unit of I/O when both are handles of one
-        database store that can: on the async SQLite store, one trip to a connection's thread
-        instead of one per call. Each call is still the store's own (its statement, its
+        database store that can: on the async SQLite store, one worker-thread hop instead of
+        one per call. Each call is still the store's own (its statement, its
         transaction); a unit is not a transaction.
 
         A unit may run on another thread, outside the caller's context, so no callable of the

@@ -147,7 +147,7 @@ class WindowBuilding(EngineState):
             async def load() -> list[AgentTurnSnapshot | None]:
                 return [await self.turn_store.load_turn(conversation_id, t) for t in unknown]
 
-            # all of them as one unit of store I/O (one trip on the async SQLite store)
+            # all of them as one unit of store I/O (one thread hop on the async SQLite store)
             snapshots = await self._together(run, "loading turn statuses", load)
             for turn_id, snapshot in zip(unknown, snapshots, strict=True):
                 # No record: written without the runner, its status is inferred; a record is

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import sys
-from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from agentctx_fast._tasks import wait_uncut
 from agentctx_fast.agent import Agent, AgentTurn
@@ -43,19 +42,6 @@ from agentctx_fast.stores.turns import AsyncAgentTurnStore, InMemoryAgentTurnSto
 
 if TYPE_CHECKING:
     from agentctx_fast.otel import OtelTracing
-
-try:  # asyncio's own (private) switch of the current task, which an eager task needs
-    from asyncio.tasks import _enter_task, _leave_task
-except ImportError:  # pragma: no cover - a Python without them: the turn's task starts plainly
-    _EMULABLE = False
-else:
-    _EMULABLE = True
-
-# How `_started` starts the turn's task: "native" (Python 3.12's eager start), "emulated"
-# (its first step run in `_started`, as that task) or "plain" (it first runs at the event
-# loop's next round, as any new task).
-_START = "native" if sys.version_info >= (3, 12) else "emulated" if _EMULABLE else "plain"
-
 
 class AsyncAgentRunner:
     """`AgentRunner` for asyncio programs: the same turns, leases and busy protection (also
@@ -178,130 +164,18 @@ class AsyncAgentRunner:
                     raise asyncio.CancelledError
 
 
-def _started(io: AsyncTurnIO, turn: Coroutine[Any, Any, AgentTurn]) -> asyncio.Future[AgentTurn]:
+def _started(io: AsyncTurnIO, turn: Coroutine[Any, Any, AgentTurn]) -> asyncio.Task[AgentTurn]:
     """The turn in a task of its own, so that a cancellation of its caller is handed to it as
     a request (`AsyncTurnIO.interrupt`) and never cuts a store write in the middle.
 
-    The task starts eagerly, as Python 3.12's eager tasks do: its first step runs at once, as
-    that task (``asyncio.current_task()``, a timeout or a cancel scope entered meanwhile are
-    its own) and in its copy of the caller's context. A turn that ends in that step (one whose
-    store, model and tools never wait, such as the in-memory store with async callables) is
-    answered at once: its caller takes no round of the event loop to get it.
-
-    The task is an `asyncio.Task` made here, never one from the loop's task factory: a factory
-    may take no ``context`` (the older ``(loop, coro)`` form) or run the task's first step
-    itself (``asyncio.eager_task_factory``), which is ours to run.
+    The task runs in a copy of the caller's context. It is an `asyncio.Task` made here, not
+    one from the loop's task factory: a factory may take no ``context`` (the older ``(loop,
+    coro)`` form) or run the task's first step before it is bound (``eager_task_factory``).
     """
     loop = asyncio.get_running_loop()
-    context = contextvars.copy_context()
-    if _START == "native" and sys.version_info >= (3, 12):
-        # Nothing can interrupt the turn while its first step runs in `__init__` (its caller
-        # is not running), so the task is bound after it.
-        task: asyncio.Task[AgentTurn] = asyncio.Task.__new__(asyncio.Task)
-        try:
-            asyncio.Task.__init__(task, turn, loop=loop, context=context, eager_start=True)
-        except BaseException:  # KeyboardInterrupt, SystemExit: the task holds it too
-            if task.done() and not task.cancelled():
-                task.exception()  # it goes on through the caller: the task need not report it
-            raise
-    elif _START == "emulated":
-        return _emulated(loop, context, io, turn)
-    else:
-        task = asyncio.Task(turn, loop=loop, context=context)
+    task = asyncio.Task(turn, loop=loop, context=contextvars.copy_context())
     io.bind(task)
     return task
-
-
-def _emulated(
-    loop: asyncio.AbstractEventLoop,
-    context: contextvars.Context,
-    io: AsyncTurnIO,
-    turn: Coroutine[Any, Any, AgentTurn],
-) -> asyncio.Future[AgentTurn]:
-    """`_started` before Python 3.12: the task's first step run here, as that task."""
-    carried = _Carried(turn)
-    steps = carried.run()
-    steps.send(None)  # to its first line: see `_Carried.__await__`
-    task = asyncio.Task(steps, loop=loop, context=context)
-    io.bind(task)
-    caller = asyncio.current_task(loop)
-    if caller is not None:
-        _leave_task(loop, caller)
-    _enter_task(loop, task)
-    try:
-        carried.waiting = context.run(turn.send, None)
-    except BaseException as outcome:  # it ended without waiting
-        carried.ended = True  # the task ends at its first step, with nothing to do
-        if not isinstance(outcome, (Exception, asyncio.CancelledError)):
-            raise  # KeyboardInterrupt, SystemExit: on through the caller, as from any step
-        ended: asyncio.Future[AgentTurn] = loop.create_future()
-        if isinstance(outcome, StopIteration):
-            ended.set_result(outcome.value)
-        elif isinstance(outcome, asyncio.CancelledError):
-            ended.cancel()
-        else:
-            ended.set_exception(outcome)
-        return ended
-    finally:
-        _leave_task(loop, task)
-        if caller is not None:
-            _enter_task(loop, caller)
-    return cast("asyncio.Task[AgentTurn]", task)  # its None is for a turn already answered
-
-
-class _Carried:
-    """A turn whose first step `_started` runs, carried on by its task from where it waits."""
-
-    __slots__ = ("_turn", "ended", "waiting")
-
-    def __init__(self, turn: Coroutine[Any, Any, AgentTurn]) -> None:
-        self._turn = turn
-        self.waiting: object = None  # what the turn yielded (waits for) after its first step
-        self.ended = False  # the first step ended it: the task has nothing left to do
-
-    async def run(self) -> AgentTurn | None:
-        return await self
-
-    def __await__(self) -> Generator[Any, None, AgentTurn | None]:
-        turn = self._turn
-        thrown: BaseException | None = None
-        try:
-            # `_started` runs us to here before the task gets us, so that a cancellation of
-            # the task before it first runs reaches the turn (which holds its lease by then)
-            # instead of ending an unstarted coroutine.
-            yield
-        except GeneratorExit:
-            if not self.ended:
-                turn.close()
-            raise
-        except BaseException as error:
-            if self.ended:
-                raise
-            thrown = error
-            # What the turn waits for was yielded to `_started`, never taken by the task: clear
-            # the flag a task clears when it takes a future, or the turn could not await that
-            # future again once the error is in (asyncio: "await wasn't used with future").
-            if getattr(self.waiting, "_asyncio_future_blocking", False):
-                setattr(self.waiting, "_asyncio_future_blocking", False)  # noqa: B010
-        if self.ended:
-            return None
-        waiting = self.waiting
-        while True:
-            if thrown is not None:  # thrown in by the task (a cancellation): passed on
-                try:
-                    waiting = turn.throw(thrown)
-                except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
-                thrown = None
-            try:
-                yield waiting  # the task waits for it as it would have for the turn
-            except GeneratorExit:
-                turn.close()
-                raise
-            except BaseException as error:
-                thrown = error
-                continue
-            return (yield from turn.__await__())
 
 
 async def _ended(

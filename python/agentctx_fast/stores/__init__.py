@@ -1,7 +1,7 @@
 """Stores: chat memories and compression states in memory, SQL or Redis.
 
-`SqlAgentStore` / `AsyncSqlAgentStore` need SQLAlchemy (and psycopg for PostgreSQL, aiosqlite
-for async SQLite), `RedisAgentStore` / `AsyncRedisAgentStore` need redis-py; they are imported
+`SqlAgentStore` / `AsyncSqlAgentStore` need SQLAlchemy (and psycopg for PostgreSQL),
+`RedisAgentStore` / `AsyncRedisAgentStore` need redis-py; they are imported
 on first use, so the in-memory stores work without either, and a missing package raises
 `MissingDependencyError` naming the extra to install (where the store is made, when the name
 was imported from this package: ``from agentctx_fast import *`` works without the extras).

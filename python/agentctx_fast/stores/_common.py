@@ -88,7 +88,7 @@ def _library_own(obj: object) -> bool:
 def shared_port(*handles: object) -> Any:
     """The I/O port of the one database store behind every handle (a turn store, a chat
     memory) given, or None: calls on that port can then run as one unit (its ``together``:
-    on the async SQLite store, one trip to a connection's thread). Only a handle of a
+    on the async SQLite store, one worker-thread hop). Only a handle of a
     `unit_handle` class whose methods are the library's own offers its port: a subclass, or a
     class or instance with a method replaced, may await other things, and runs call by call.
     So does a handle whose store has a serializer of the user's (a unit may run on another

@@ -1,11 +1,11 @@
 """The I/O ports of the SQL store: its one implementation awaits them, blocking or async.
 
 A port runs one statement in its own connection (in a transaction when it writes, or on its
-own in autocommit, which is as atomic: PostgreSQL, and the async store's SQLite engine) and
+own in autocommit on PostgreSQL, which is as atomic) and
 hands back what the statement returned, already fetched: the rows, or the number of rows
 changed. Database errors become typed store errors; the transaction has rolled back by then.
-``together`` runs several calls as one unit of I/O where the driver allows it (the async store's
-SQLite engine: one trip to a connection's thread, held for the unit; the async store on
+``together`` runs several calls as one unit of I/O where the driver allows it (the async store
+on SQLite: one worker-thread hop for the unit; the async store on
 PostgreSQL: one connection, checked out and pinged once, in one greenlet); each call is still
 its own statement or transaction, so a unit is not a transaction.
 
@@ -22,8 +22,6 @@ the restart fails, and the unit's next calls reconnect).
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import os
 import sqlite3
 import threading
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
@@ -37,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from agentctx_fast._extras import missing_dependency, require
 from agentctx_fast._sync import run_sync
-from agentctx_fast._tasks import wait_uncut
+from agentctx_fast._tasks import in_thread, wait_uncut
 from agentctx_fast.errors import (
     InvalidArgumentError,
     SchemaNotInitializedError,
@@ -50,7 +48,7 @@ try:
     import sqlalchemy as sa
     from sqlalchemy import exc as sa_exc
     from sqlalchemy.engine import Connection, Engine
-    from sqlalchemy.pool import Pool, StaticPool
+    from sqlalchemy.pool import StaticPool
 except ImportError as _error:
     raise missing_dependency("sql", _error) from _error
 
@@ -67,6 +65,7 @@ __all__ = [
     "AsyncSqlPort",
     "BlockingSqlPort",
     "SqlPort",
+    "ThreadedSqlPort",
     "async_engine",
     "blocking_engine",
     "check_dialect",
@@ -228,7 +227,7 @@ class SqlPort(Protocol):
 
     async def together(self, action: str, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """``work()``, whose awaits are this port's calls, as one unit of I/O where the
-        driver allows (the async SQLite engine: one trip to a connection's thread for all of
+        driver allows (the async store on SQLite: one worker-thread hop for all of
         them); each call is still a statement or transaction of its own."""
         ...
 
@@ -248,9 +247,9 @@ class BlockingSqlPort:
 
     On PostgreSQL every statement runs on its own in autocommit: a single statement is atomic
     by itself, and skipping ``BEGIN`` and ``COMMIT`` halves the round trips of each call.
-    ``single`` and ``writer`` replace the engines single statements and write transactions run
-    on, and ``checkpoint`` is called before each operation's first statement and again once a
-    transaction has begun (`AsyncSqlPort` runs this port on its SQLite connection's thread)."""
+    ``single`` and ``writer`` replace the connections single statements and write transactions
+    run on, and ``checkpoint`` is called before each operation's first statement and again once a
+    transaction has begun (`ThreadedSqlPort` runs this port in a worker thread)."""
 
     def __init__(
         self,
@@ -336,63 +335,113 @@ def _counted(
         return int(connection.execute(statement).rowcount)
 
 
+class ThreadedSqlPort:
+    """The async port over a blocking engine (the async store made from an ``sqlite://`` URL,
+    whose engine is the blocking store's): each operation is the blocking port's code run
+    whole in one worker thread (`agentctx_fast._tasks.in_thread`, `asyncio.to_thread`'s
+    call), and `together` runs several operations in one. SQLite's statements cost a few
+    microseconds each; one thread hop per operation costs less than aiosqlite's one per
+    DB-API call (cursor, execute, fetch, close, commit).
+
+    A caller cancelled meanwhile waits for its operation to end (a transaction never stays
+    open, the one connection of an in-memory database is never dropped); the operations of a
+    unit that have not started are skipped, and the caller is then cancelled. The runner's
+    turn is such a caller only when its own task is cancelled: a cancelled caller of the
+    runner cancels no store call."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._port = BlockingSqlPort(engine, checkpoint=self._checkpoint)
+        self.dialect = self._port.dialect
+        self._unit = threading.local()  # on a worker thread during a unit: its `_Unit`
+
+    async def rows(
+        self,
+        action: str,
+        statement: Any,
+        *,
+        write: bool = False,
+        params: Mapping[str, Any] | None = None,
+    ) -> Sequence[Any]:
+        port = self._port
+        return await self.together(
+            action, lambda: port.rows(action, statement, write=write, params=params)
+        )
+
+    async def changed(self, action: str, statement: Any) -> int:
+        port = self._port
+        return await self.together(action, lambda: port.changed(action, statement))
+
+    async def run(self, action: str, work: Callable[[Connection], Any]) -> None:
+        port = self._port
+        return await self.together(action, lambda: port.run(action, work))
+
+    async def many(
+        self, action: str, statement: Any, params: Sequence[Mapping[str, Any]]
+    ) -> Sequence[Any]:
+        port = self._port
+        return await self.together(action, lambda: port.many(action, statement, params))
+
+    async def together(self, action: str, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """``work()``, whose awaits are this port's calls, in one worker thread."""
+        if getattr(self._unit, "current", None) is not None:
+            return await work()  # in a unit already, on its thread: run as it comes
+        unit = _Unit()
+        done = in_thread(self._in_unit, unit, work)
+        while not done.done():
+            try:
+                await asyncio.wait((done,))
+            except asyncio.CancelledError:
+                unit.cancelled = True  # its next call, or a transaction's start, stops
+        if unit.cancelled:
+            if not done.cancelled():
+                done.exception()  # the caller left: the unit's own failure is not reported
+            raise asyncio.CancelledError
+        result: T = done.result()
+        return result
+
+    def _in_unit(self, unit: _Unit, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """On the worker thread: ``work`` driven by the blocking driver."""
+        self._unit.current = unit
+        try:
+            return run_sync(work())
+        finally:
+            self._unit.current = None
+
+    def _checkpoint(self) -> None:
+        """In a unit: stop if its caller was cancelled."""
+        unit: _Unit | None = getattr(self._unit, "current", None)
+        if unit is not None and unit.cancelled:
+            raise asyncio.CancelledError
+
+
+class _Unit:
+    """One unit of `ThreadedSqlPort.together`; ``cancelled`` once its caller was."""
+
+    __slots__ = ("cancelled",)
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+
 class AsyncSqlPort:
-    """The port over an SQLAlchemy `AsyncEngine` (aiosqlite, psycopg's async mode); on
-    PostgreSQL each statement runs on its own in autocommit, as in `BlockingSqlPort`.
+    """The port over an SQLAlchemy `AsyncEngine` (psycopg's async mode, or a caller's engine
+    on aiosqlite); on PostgreSQL each statement runs on its own in autocommit, as in
+    `BlockingSqlPort`."""
 
-    On the SQLite engine `async_engine` makes (`agentctx_fast.stores._aiosqlite`) each call
-    is one trip to the thread of a pooled aiosqlite connection, where the blocking port's code
-    runs it on that connection's own sqlite3 connection (single statements in autocommit,
-    transactions begun with ``BEGIN IMMEDIATE`` and ended within the trip), and `together`
-    runs several calls in that one trip. A caller of the port cancelled meanwhile leaves the
-    trip to end (a transaction never stays open, the connection is never dropped, which for an
-    in-memory database is the database), and its remaining calls and any transaction not yet
-    begun are skipped: it is cancelled when the trip is over and its connection is back in the
-    pool or kept for the next unit (`_keep`; a return that waits for another task's calls on
-    the one connection of an in-memory database is waited for too). The runner's turn is such
-    a caller only when its own task is cancelled: a cancelled caller of the runner cancels no
-    store call, so the trip runs whole.
-
-    There the statements run through `_aiosqlite.thread_engines`, whose events and logging
-    are those of ``engine.sync_engine`` (dispatched only while a listener other than the
-    store's own is there: `_aiosqlite.follow_listeners`, at the start of each trip); a trip
-    runs in a copy of its caller's context."""
-
-    def __init__(self, engine: AsyncEngine, *, keep: bool = False) -> None:
+    def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         self.dialect = check_dialect(engine.dialect.name)
         # One shared connection (an in-memory SQLite engine of the caller's): one operation at
-        # a time, or the tasks' transactions would interleave on it (on the engine
-        # `async_engine` makes, each call is whole on the connection's thread instead).
+        # a time, or the tasks' transactions would interleave on it.
         self._shared = isinstance(engine.sync_engine.pool, StaticPool)
         self._serial: AbstractAsyncContextManager[Any] = (
             asyncio.Lock() if self._shared else nullcontext()
         )
         single: AsyncEngine | None = None
         self._writer = engine  # where `run` and `many` begin their transactions
-        self._on_thread: BlockingSqlPort | None = None  # the port a trip runs
-        self._trip = threading.local()  # on a connection's thread during a trip: its `_Trip`
-        # Connections out of the pool between units, taken by the next (see `_keep`): at most
-        # as many as the pool keeps open, and only on an engine the store made (``keep``: a
-        # caller's engine is the caller's to share, and a store on it needs no closing), and
-        # none on the one connection of an in-memory database.
-        self._kept: list[_Kept] = []
-        self._thread_engines: tuple[Engine, ...] = ()
-        self._keep_at_most = 0
         if self.dialect == "postgresql":
             single = engine.execution_options(isolation_level="AUTOCOMMIT")
-        elif _one_trip(engine):
-            from agentctx_fast.stores._aiosqlite import follow_listeners, thread_engines
-
-            self._follow_listeners = follow_listeners
-            blocking, on_its_own, writing = thread_engines(engine.sync_engine)
-            self._thread_engines = (blocking, on_its_own, writing)
-            self._on_thread = BlockingSqlPort(
-                blocking, single=on_its_own, writer=writing, checkpoint=self._checkpoint
-            )
-            if keep and not self._shared:  # a file database: its pool's connections, one a unit
-                pool: Any = engine.sync_engine.pool
-                self._keep_at_most = int(pool.size())
         # Elsewhere a single statement is the blocking port's code run in one greenlet of
         # SQLAlchemy's asyncio layer (`greenlet_spawn`, what `AsyncConnection` runs each call
         # in): the checkout, the statement and the return to the pool in one, where
@@ -420,29 +469,18 @@ class AsyncSqlPort:
         write: bool = False,
         params: Mapping[str, Any] | None = None,
     ) -> Sequence[Any]:
-        inner = self._on_thread
-        if inner is not None:
-            return await self.together(
-                action, lambda: inner.rows(action, statement, write=write, params=params)
-            )
         unit = self._unit()
         if unit is not None:
             return await unit.rows(action, statement, write=write, params=params)
         return await self._whole(self._rows(action, statement, write, params))
 
     async def changed(self, action: str, statement: Any) -> int:
-        inner = self._on_thread
-        if inner is not None:
-            return await self.together(action, lambda: inner.changed(action, statement))
         unit = self._unit()
         if unit is not None:
             return await unit.changed(action, statement)
         return await self._whole(self._changed(action, statement))
 
     async def run(self, action: str, work: Callable[[Connection], Any]) -> None:
-        inner = self._on_thread
-        if inner is not None:
-            return await self.together(action, lambda: inner.run(action, work))
         unit = self._unit()
         if unit is not None:
             return await unit.run(action, work)
@@ -451,60 +489,20 @@ class AsyncSqlPort:
     async def many(
         self, action: str, statement: Any, params: Sequence[Mapping[str, Any]]
     ) -> Sequence[Any]:
-        inner = self._on_thread
-        if inner is not None:
-            return await self.together(action, lambda: inner.many(action, statement, params))
         unit = self._unit()
         if unit is not None:
             return await unit.many(action, statement, params)
         return await self._whole(self._many(action, statement, params))
 
     async def together(self, action: str, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
-        """``work()``, whose awaits are this port's calls: on the async SQLite engine, all of
-        them in one trip to a connection's thread; on PostgreSQL, all of them on one
+        """``work()``, whose awaits are this port's calls: on PostgreSQL, all of them on one
         connection, checked out (and pinged) once, in one greenlet; elsewhere, each as it
         comes."""
         if not self._connected:
             await self._first_connection(action)
-        if self._held is not None:
-            if self._held.current() is not None:
-                return await work()  # already in a unit: run as it comes
-            return await _greenlet_spawn(self._hold, action, work)
-        if self._on_thread is None or getattr(self._trip, "current", None) is not None:
-            return await work()  # not SQLite, or already on the trip: run as it comes
-        pool = self.engine.sync_engine.pool
-        kept = self._kept.pop() if self._kept else None
-        if kept is not None and not kept.usable(pool):
-            await kept.discard()
-            kept = None
-        if kept is None:
-            with translated(action):
-                connection = await _greenlet_spawn(self.engine.sync_engine.connect)
-        else:
-            connection = kept.connection
-        driver: Any = connection.connection.driver_connection  # a OneTripConnection
-        try:
-            trip = _Trip()
-            # in a copy of the caller's context, as a call on the loop would see it (tracing)
-            done = driver.send(contextvars.copy_context().run, self._travel, trip, work)
-            try:
-                result: T = await done
-            except asyncio.CancelledError:
-                trip.cancelled = True  # its next call, or a transaction's start, stops
-                if done.cancelled():
-                    # The trip goes on; the connection goes back once it is over: the thread
-                    # runs its calls in order, so the end of a call queued now is the trip's.
-                    await wait_uncut(driver.send(_nothing))
-                else:
-                    # Not cut off (the caller was cancelled before it first waited, or after
-                    # the trip ended): the connection goes back once the trip is over.
-                    await wait_uncut(done)
-                    done.exception()  # the caller left: the trip's own failure is not reported
-                raise
-            return result
-        finally:
-            if not self._keep(connection, pool, driver):
-                await _returned(connection)
+        if self._held is None or self._held.current() is not None:
+            return await work()  # not PostgreSQL, or already in a unit: run as it comes
+        return await _greenlet_spawn(self._hold, action, work)
 
     async def _first_connection(self, action: str) -> None:
         """The engine's first connection, made once, in a worker thread running an event loop
@@ -531,42 +529,6 @@ class AsyncSqlPort:
                 await connection.invalidate()
         finally:
             await connection.close()
-
-    def _keep(self, connection: Connection, pool: Pool, driver: Any) -> bool:
-        """Whether ``connection``, whose trip is over, is kept for the next unit instead of
-        going back to ``pool``, its pool: when this port keeps connections (a file
-        database's pool), has room, ``pool`` is still the engine's (not disposed since) and
-        it has nothing left to reset (no transaction open, no call queued: what the pool's
-        rollback on return would do is done). Keeping it skips a checkout and a return (two
-        runs of SQLAlchemy's pool code in greenlets) on each unit.
-
-        Only while the pool has no more out than the kept ones could be (its size): a pool
-        under pressure gets its connections back, so no caller of the engine ever waits for
-        one that sits idle here."""
-        if (
-            len(self._kept) >= self._keep_at_most
-            or connection.closed
-            or connection.invalidated
-            or pool is not self.engine.sync_engine.pool
-            or pool.checkedout() > self._keep_at_most  # type: ignore[attr-defined]
-            or not driver._running
-            or driver._connection is None
-            or not driver._settled()
-        ):
-            return False
-        self._kept.append(_Kept(connection, pool))
-        return True
-
-    async def aclose(self) -> None:
-        """The connections this port keeps (`together`) back to their pool (closed, if the
-        pool was disposed since)."""
-        pool = self.engine.sync_engine.pool
-        while self._kept:
-            kept = self._kept.pop()
-            if kept.usable(pool):
-                await _returned(kept.connection)
-            else:
-                await kept.discard()
 
     def _hold(self, action: str, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """In a greenlet of SQLAlchemy's asyncio layer: ``work`` driven by the blocking driver,
@@ -599,22 +561,6 @@ class AsyncSqlPort:
         if held is None or held.current() is None:
             return None
         return self._in_unit
-
-    def _travel(self, trip: _Trip, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
-        """On the connection's thread: ``work`` driven by the blocking driver, its port calls
-        run by `BlockingSqlPort` on this thread's connection."""
-        self._follow_listeners(self.engine.sync_engine, self._thread_engines)
-        self._trip.current = trip
-        try:
-            return run_sync(work())
-        finally:
-            self._trip.current = None
-
-    def _checkpoint(self) -> None:
-        """On a trip: stop if its caller was cancelled."""
-        trip: _Trip | None = getattr(self._trip, "current", None)
-        if trip is not None and trip.cancelled:
-            raise asyncio.CancelledError
 
     async def _whole(self, operation: Coroutine[Any, Any, T]) -> T:
         """``operation``; on the shared connection of an in-memory database, never cut in the
@@ -667,49 +613,6 @@ class AsyncSqlPort:
         with translated(action):
             async with self._serial, self._writer.begin() as connection:
                 return (await connection.execute(statement, params)).all()
-
-
-async def _returned(connection: Connection) -> None:
-    """``connection`` (of a `OneTripConnection`) back to its pool, never cut off: a close
-    cancelled while its rollback is on a trip makes SQLAlchemy drop the connection, which for
-    an in-memory database is the database. A caller cancelled meanwhile (alone, or with every
-    task, as `asyncio.run` does on its way out) waits for the close, then is cancelled."""
-    from agentctx_fast.stores._aiosqlite import returning
-
-    with returning() as cut:
-        await _greenlet_spawn(connection.close)
-    if cut:
-        raise asyncio.CancelledError
-
-
-def _nothing() -> None:
-    """A call whose end on a connection's thread says every call queued before it ended."""
-
-
-class _Kept:
-    """A connection `AsyncSqlPort` keeps between units, with the pool and the process it came
-    from."""
-
-    __slots__ = ("connection", "pid", "pool")
-
-    def __init__(self, connection: Connection, pool: Pool) -> None:
-        self.connection = connection
-        self.pool = pool
-        self.pid = os.getpid()
-
-    def usable(self, pool: Pool) -> bool:
-        """Whether the next unit can take it: ``pool`` (the engine's now) is still the one it
-        came from, and this is still the process that kept it."""
-        return self.pool is pool and self.pid == os.getpid()
-
-    async def discard(self) -> None:
-        """Closed, when its pool was disposed since (returned to that pool, it would stay
-        open with its thread for good); forgotten in a forked child, which has no thread to
-        serve it (as SQLAlchemy's pool forgets the parent's after ``dispose(close=False)``)."""
-        if self.pid != os.getpid():
-            return
-        await _greenlet_spawn(self.connection.invalidate)
-        await _returned(self.connection)
 
 
 class _Held:
@@ -775,15 +678,6 @@ class _Held:
             raise
 
 
-class _Trip:
-    """One trip of `AsyncSqlPort.together`; ``cancelled`` once its caller was."""
-
-    __slots__ = ("cancelled",)
-
-    def __init__(self) -> None:
-        self.cancelled = False
-
-
 def database_url(url: str, asyncio_mode: bool = False) -> sa.engine.URL:
     """``url`` parsed, with ``postgres://`` read as ``postgresql://`` (the spelling libpq and
     many hosting services give) and PostgreSQL on psycopg, the driver the ``postgresql`` extra
@@ -823,36 +717,17 @@ def blocking_engine(url: str) -> Engine:
     return engine
 
 
-def async_engine(url: str) -> AsyncEngine:
-    """The engine an async store creates for ``url``: ``sqlite://…`` runs on aiosqlite and
-    ``postgresql://…`` on psycopg's async mode."""
+def async_engine(url: str) -> AsyncEngine | Engine:
+    """The engine an async store creates for ``url``: ``postgresql://…`` runs on psycopg's
+    async mode, and ``sqlite://…`` on the blocking store's engine (`blocking_engine`), whose
+    operations `ThreadedSqlPort` runs in a worker thread each."""
+    parsed = _connectable_url(url, asyncio_mode=True)
+    if parsed.get_backend_name() == "sqlite":
+        return blocking_engine(url)
     require("sqlalchemy.ext.asyncio", "sql")
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    parsed = _connectable_url(url, asyncio_mode=True)
-    backend = parsed.get_backend_name()
-    if backend == "sqlite":
-        require("aiosqlite", "sql")
-        parsed = parsed.set(drivername="sqlite+aiosqlite")
-        from agentctx_fast.stores import _aiosqlite
-
-        connect_args: dict[str, Any] = {}
-
-        async def connect() -> Any:
-            return await _aiosqlite.connect(*connect_args["args"], **connect_args["kwargs"])
-
-        if parsed.database in (None, "", ":memory:"):
-            engine = create_async_engine(parsed, poolclass=StaticPool, async_creator=connect)
-        else:
-            engine = create_async_engine(parsed, async_creator=connect)
-            sa.event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
-        args, kwargs = engine.dialect.create_connect_args(parsed)
-        if parsed.database not in (None, "", ":memory:"):
-            kwargs.update(_busy_timeout(parsed))
-        connect_args.update(args=args, kwargs=kwargs)
-        sa.event.listen(engine.sync_engine, "begin", _aiosqlite.begin_immediate)
-        return engine
-    if backend == "postgresql":
+    if parsed.get_backend_name() == "postgresql":
         return create_async_engine(parsed, **POOL_OPTIONS)
     return create_async_engine(parsed)
 
@@ -863,14 +738,6 @@ async def _greenlet_spawn(fn: Callable[..., T], *args: Any) -> T:
 
     result: T = await greenlet_spawn(fn, *args)
     return result
-
-
-def _one_trip(engine: AsyncEngine) -> bool:
-    """Whether ``engine`` is an SQLite engine `async_engine` made (its connections commit each
-    statement by themselves; its transactions begin explicitly)."""
-    from agentctx_fast.stores._aiosqlite import begin_immediate
-
-    return bool(sa.event.contains(engine.sync_engine, "begin", begin_immediate))
 
 
 def _busy_timeout(parsed: sa.engine.URL) -> dict[str, float]:

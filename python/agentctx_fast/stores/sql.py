@@ -62,6 +62,7 @@ from agentctx_fast.stores._sql_io import (
     AsyncSqlPort,
     BlockingSqlPort,
     SqlPort,
+    ThreadedSqlPort,
     async_engine,
     blocking_engine,
     check_dialect,
@@ -430,12 +431,14 @@ class SqlAgentStore(_SqlStoreBase):
 
 
 class AsyncSqlAgentStore(_SqlStoreBase):
-    """`SqlAgentStore` for asyncio programs, on SQLAlchemy's asyncio engine: the same tables and
-    rows, so a conversation written by one is read, continued and resumed by the other.
+    """`SqlAgentStore` for asyncio programs: the same tables and rows, so a conversation
+    written by one is read, continued and resumed by the other.
 
-    ``url_or_async_engine`` is a URL (``sqlite:///agent.db`` runs on aiosqlite,
-    ``postgresql://user@host/db`` on psycopg's async mode; the store owns that engine and
-    `aclose` disposes it) or an `AsyncEngine` the caller keeps.
+    ``url_or_async_engine`` is a URL or an `AsyncEngine` the caller keeps. A store made from a
+    URL owns its engine (`aclose` disposes it): ``postgresql://user@host/db`` runs on psycopg's
+    async mode, and ``sqlite:///agent.db`` on the blocking store's engine (``store.engine`` is
+    then a blocking `Engine`), each store operation run whole in one worker thread, which costs
+    SQLite less than a trip to aiosqlite's thread for every DB-API call.
     """
 
     def __init__(
@@ -451,9 +454,9 @@ class AsyncSqlAgentStore(_SqlStoreBase):
         from sqlalchemy.ext.asyncio import AsyncEngine
 
         engine, owns = _engine_argument(url_or_async_engine, AsyncEngine, async_engine)
-        self.engine: AsyncEngine = engine
+        self.engine: AsyncEngine | Engine = engine
         super().__init__(
-            AsyncSqlPort(engine, keep=owns),
+            AsyncSqlPort(engine) if isinstance(engine, AsyncEngine) else ThreadedSqlPort(engine),
             owns,
             table_prefix,
             serializer,
@@ -502,11 +505,12 @@ class AsyncSqlAgentStore(_SqlStoreBase):
         return await self._purge(older_than, keep_turn_records, batch_size)
 
     async def aclose(self) -> None:
-        """Return the connections the store keeps between calls to its engine's pool, and
-        dispose the engine if this store created it."""
-        if isinstance(self._port, AsyncSqlPort):
-            await self._port.aclose()
-        if self._owns_engine:
+        """Dispose the engine if this store created it."""
+        if not self._owns_engine:
+            return
+        if isinstance(self.engine, sa.engine.Engine):
+            self.engine.dispose()
+        else:
             await self.engine.dispose()
 
 
