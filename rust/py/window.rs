@@ -3,7 +3,7 @@
 
 use super::errors::{invalid_argument, type_name, Failure};
 use super::history::{History, Reads};
-use super::library::{big_int, Library};
+use super::library::{int, Library};
 use crate::protocol::Violation;
 use crate::window::{self as core_window, Buffers, CutBy, Window, WindowOptions};
 use pyo3::exceptions::{PyImportError, PyOverflowError};
@@ -14,12 +14,6 @@ use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString, PyTuple};
 use std::cell::RefCell;
 
 thread_local! {
-    /// The last `_limits` tuple read and the options it held: a service passes the same
-    /// options every call, and a tuple (of exact ints and bools, once read) never changes, so
-    /// the very same tuple object holds the very same options. Holding it keeps it alive, so
-    /// no other tuple can take its identity.
-    static LAST_LIMITS: RefCell<Option<(Py<PyTuple>, WindowOptions)>> =
-        const { RefCell::new(None) };
     /// Room for the next window's selection (`Buffers` holds no message between windows).
     /// A window built while another is (from a callback) finds none and makes its own.
     static BUFFERS: RefCell<Option<Buffers>> = const { RefCell::new(None) };
@@ -95,14 +89,6 @@ fn options(library: &Library, options: &Bound<'_, PyAny>) -> Result<WindowOption
         ));
     }
     let limits = options.getattr(intern!(py, "_limits"))?;
-    let known = LAST_LIMITS.with(|last| {
-        let last = last.try_borrow().ok()?;
-        let (tuple, options) = last.as_ref()?;
-        tuple.is(&limits).then(|| options.clone())
-    });
-    if let Some(known) = known {
-        return Ok(known);
-    }
     let limits = limits.cast_exact::<PyTuple>().ok();
     let read = || -> Option<WindowOptions> {
         let limits = limits?;
@@ -127,19 +113,12 @@ fn options(library: &Library, options: &Bound<'_, PyAny>) -> Result<WindowOption
             has_system: false,
         })
     };
-    let read = read().ok_or_else(|| {
+    read().ok_or_else(|| {
         invalid_argument(
             py,
             "options were not checked: make them with WindowOptions(...)".to_owned(),
         )
-    })?;
-    if let Some(limits) = limits {
-        let entry = (limits.clone().unbind(), read.clone());
-        // The entry it replaces is a tuple of ints and bools: freeing it runs no Python code.
-        let old = LAST_LIMITS.with(|last| last.try_borrow_mut().ok().map(|mut l| l.replace(entry)));
-        drop(old);
-    }
-    Ok(read)
+    })
 }
 
 /// The window's messages (system first) and how they were chosen.
@@ -271,15 +250,15 @@ fn whole_window<'py>(
     }
     let unread: [Bound<'py, PyAny>; 4] = [
         messages.clone(),
-        library.int(py, result.seen_history_turns)?,
-        library.int(py, result.unread_end)?,
+        int(py, result.seen_history_turns),
+        int(py, result.unread_end),
         library.engine.bind(py).clone().into_any(),
     ];
     let values: [Bound<'py, PyAny>; 7] = [
         list.into_any(),
-        big_int(py, result.estimated_tokens)?,
-        library.int(py, result.attached_turns)?,
-        library.int(py, result.compacted_turns)?,
+        int(py, result.estimated_tokens),
+        int(py, result.attached_turns),
+        int(py, result.compacted_turns),
         cut_by_name(py, library, result.cut_by),
         repairs.into_any(),
         PyTuple::new(py, unread)?.into_any(),
@@ -330,15 +309,15 @@ pub fn select<'py>(
     let values: [Bound<'py, PyAny>; 11] = [
         messages.into_any(),
         has_system.into_pyobject(py)?.to_owned().into_any(),
-        library.int(py, result.older_count)?,
-        big_int(py, result.older_tokens)?,
-        big_int(py, result.estimated_tokens)?,
-        library.int(py, result.attached_turns)?,
-        library.int(py, result.compacted_turns)?,
+        int(py, result.older_count),
+        int(py, result.older_tokens),
+        int(py, result.estimated_tokens),
+        int(py, result.attached_turns),
+        int(py, result.compacted_turns),
         cut_by_name(py, library, result.cut_by),
         PyList::new(py, repairs?)?.into_any(),
-        library.int(py, result.seen_history_turns)?,
-        library.int(py, result.unread_end)?,
+        int(py, result.seen_history_turns),
+        int(py, result.unread_end),
     ];
     PyTuple::new(py, values)
 }
