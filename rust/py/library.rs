@@ -39,7 +39,6 @@ pub struct Library {
     pub sequence: Py<PyAny>,
     pub invalid_argument: Py<PyType>,
     pub invalid_message_type: Py<PyType>,
-    pub window_options: Py<PyType>,
     pub protocol_violation: Py<PyType>,
     pub completed: Py<PyAny>,
     pub object_new: Py<PyAny>,
@@ -120,7 +119,6 @@ impl Library {
             invalid_argument: subclass(&errors, "InvalidArgumentError", &base_error)?.unbind(),
             invalid_message_type: subclass(&errors, "InvalidMessageTypeError", &base_error)?
                 .unbind(),
-            window_options: class(&types, "WindowOptions")?.unbind(),
             window_slots: {
                 let [a, b, c, d, e, f, g] =
                     WINDOW_FIELDS.map(|name| Member::capture(&context_window, name));

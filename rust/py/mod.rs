@@ -9,9 +9,9 @@
 //! - `window`, `turns`, `protocol`, `tokens`, `decode`: the entry points of each core concept;
 //! - `errors`: where core errors become the exceptions the pure-Python reference raises.
 //!
-//! Still read from the Python package until the binding defines its own classes: each
-//! message's `_core` slot, `WindowOptions._limits`, and `ContextWindow`'s slots (`_unread`
-//! among them), which the binding writes.
+//! Still reached in the Python package until the binding defines its own classes: each
+//! message's `_core` slot, and `ContextWindow`'s slots (`_unread` among them), which the
+//! binding writes. A `WindowOptions`' limits are handed over by `window.py`.
 
 mod decode;
 mod errors;

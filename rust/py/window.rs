@@ -1,13 +1,12 @@
-//! `window` and `select` (SPEC §5): the caller's `WindowOptions` read into the core's, the
-//! core's window turned into Python objects.
+//! `window` and `select` (SPEC §5): the limits of the caller's `WindowOptions` read into the
+//! core's options, the core's window turned into Python objects.
 
-use super::errors::{invalid_argument, type_name, Failure};
+use super::errors::{invalid_argument, Failure};
 use super::history::{History, Reads};
 use super::library::{int, Library};
 use crate::protocol::Violation;
 use crate::window::{self as core_window, Buffers, CutBy, Window, WindowOptions};
 use pyo3::exceptions::{PyImportError, PyOverflowError};
-use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString, PyTuple};
@@ -74,21 +73,11 @@ fn current_turn(value: &Bound<'_, PyAny>) -> Option<bool> {
     }
 }
 
-/// The core's options from the limits the caller's `WindowOptions` were checked into (its
-/// `_limits`), checked again as the reference does: a frozen value can still be changed with
-/// `object.__setattr__`.
-fn options(library: &Library, options: &Bound<'_, PyAny>) -> Result<WindowOptions, Failure> {
-    let py = options.py();
-    if !options.get_type().is(library.window_options.bind(py)) {
-        return Err(invalid_argument(
-            py,
-            format!(
-                "options must be a WindowOptions, got {}",
-                type_name(options)
-            ),
-        ));
-    }
-    let limits = options.getattr(intern!(py, "_limits"))?;
+/// The core's options from the limits a `WindowOptions` was checked into (its `_limits`, which
+/// `window.py` hands over), checked again as the reference does: a frozen value can still be
+/// changed with `object.__setattr__`.
+fn options(limits: &Bound<'_, PyAny>) -> Result<WindowOptions, Failure> {
+    let py = limits.py();
     let limits = limits.cast_exact::<PyTuple>().ok();
     let read = || -> Option<WindowOptions> {
         let limits = limits?;
@@ -204,16 +193,16 @@ fn cut_by_name<'py>(
 /// a `ContextWindow`, made as `_core_types.new_window` makes it. `system` None takes the
 /// history's leading system message.
 #[pyfunction]
-#[pyo3(signature = (messages, system, options, turn_statuses))]
+#[pyo3(signature = (messages, system, limits, turn_statuses))]
 pub fn window<'py>(
     py: Python<'py>,
     messages: &Bound<'py, PyAny>,
     system: Option<Bound<'py, PyAny>>,
-    options: &Bound<'py, PyAny>,
+    limits: &Bound<'py, PyAny>,
     turn_statuses: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let library = Library::get(py)?;
-    let options = self::options(library, options)?;
+    let options = self::options(limits)?;
     whole_window(library, messages, system, options, turn_statuses)
 }
 
@@ -276,18 +265,18 @@ fn whole_window<'py>(
 /// Rules 1-7 of SPEC §5, for the shared layer to finish (compressor, estimator): the
 /// `WindowCore` tuple of `_reference/window.py`.
 #[pyfunction]
-#[pyo3(signature = (messages, system, use_leading_system, options, count_tokens, turn_statuses))]
+#[pyo3(signature = (messages, system, use_leading_system, limits, count_tokens, turn_statuses))]
 pub fn select<'py>(
     py: Python<'py>,
     messages: &Bound<'py, PyAny>,
     system: Option<Bound<'py, PyAny>>,
     use_leading_system: bool,
-    options: &Bound<'py, PyAny>,
+    limits: &Bound<'py, PyAny>,
     count_tokens: Option<Bound<'py, PyAny>>,
     turn_statuses: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let library = Library::get(py)?;
-    let options = self::options(library, options)?;
+    let options = self::options(limits)?;
     let Chosen {
         messages,
         has_system,
