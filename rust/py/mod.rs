@@ -13,6 +13,9 @@
 //! message's `_core` slot, and `ContextWindow`'s slots (`_unread` among them), which the
 //! binding writes. A `WindowOptions`' limits are handed over by `window.py`.
 
+// The compiler holds the binding to the safe API (PyO3's macros allow their own expansions).
+#![deny(unsafe_code)]
+
 mod decode;
 mod errors;
 mod history;
