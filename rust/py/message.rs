@@ -97,8 +97,10 @@ fn kind_of_subclass(
 }
 
 /// The core of `message`, read on first use and kept on it. A message of a library class has
-/// it as its `_core` attribute; any other (a subclass, which may define `_core` itself) is read
-/// through the library class's slot, as the reference reads every message.
+/// it as its `_core` attribute (a core of another kind found there is not taken); any other (a
+/// subclass, which may define `_core` itself) is read through the library class's slot, as the
+/// reference reads every message. Unlike the reference, a property put on a library class
+/// itself in place of `_core` is read; the binding's own message classes will end that.
 #[inline(always)]
 pub fn core_of<'py>(
     library: &Library,
