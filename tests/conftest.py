@@ -126,7 +126,7 @@ def select_args(history: list[Any], options: dict[str, Any]) -> tuple[Any, ...]:
             max_attached_tokens=options.get("max_attached_tokens"),
             current_turn=options.get("current_turn", "last"),
             current_turn_tool_results_kept=options.get("current_turn_tool_results_kept"),
-        ),
+        )._limits,
         None,
         options.get("turn_statuses"),
     )

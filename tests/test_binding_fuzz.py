@@ -199,7 +199,7 @@ def select_args(
         history,
         system,
         use_leading_system,
-        options,
+        options._limits,
         HeuristicTokenEstimator().estimate if counter else None,
         draw(st.one_of(st.none(), statuses)),
     )
@@ -314,7 +314,7 @@ def test_non_list_containers_get_a_typed_error(
         if name == "count_turns":
             return module.count_turns(messages, 1)
         if name == "select":
-            return module.select(messages, None, True, WindowOptions(), None, None)
+            return module.select(messages, None, True, WindowOptions()._limits, None, None)
         return getattr(module, name)(messages)
 
     got = _outcome(lambda: call(native))
@@ -343,7 +343,7 @@ def test_impostor_is_rejected_as_not_a_message(native: Any, name: str, position:
         if name == "count_turns":
             return module.count_turns(history, len(history))
         if name == "select":
-            return module.select(history, None, True, WindowOptions(), None, None)
+            return module.select(history, None, True, WindowOptions()._limits, None, None)
         return getattr(module, name)(history)
 
     got = _outcome(lambda: call(native))
@@ -373,7 +373,7 @@ def test_message_subclasses_are_messages(native: Any) -> None:
         assert got == _outcome(lambda name=name: getattr(reference, name)(history)), name
         assert got == _outcome(lambda name=name: getattr(native, name)(plain)), name
     options = WindowOptions(compact_completed_tool_turns=True, compression_keep_recent_turns=0)
-    args = (history, None, True, options, None, None)
+    args = (history, None, True, options._limits, None, None)
     got_select = _outcome(lambda: native.select(*args))
     assert got_select == _outcome(lambda: reference.select(*args))
     assert [m.message_id for m in got_select[0]] == ["s0", "s3", "s4"]
@@ -459,7 +459,7 @@ def test_lone_surrogate_in_free_text(native: Any, name: str, field: str) -> None
         if name == "count_turns":
             return module.count_turns(history, len(history))
         if name == "select":
-            return module.select(history, None, True, WindowOptions(), None, None)
+            return module.select(history, None, True, WindowOptions()._limits, None, None)
         return getattr(module, name)(history)
 
     _same(lambda: call(native), lambda: call(reference), f"{name} with a surrogate in {field}")

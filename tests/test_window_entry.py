@@ -181,7 +181,12 @@ def _plain(history: list[Message], call: tuple[Any, ...]) -> tuple[Any, ...]:
     system, turns, messages, compact, keep, tokens, statuses = call
     if isinstance(system, str):
         system = SystemMessage(system, message_id="system")
-    return (history, system, WindowOptions(turns, messages, compact, keep, None, tokens), statuses)
+    return (
+        history,
+        system,
+        WindowOptions(turns, messages, compact, keep, None, tokens)._limits,
+        statuses,
+    )
 
 
 @pytest.mark.parametrize("call", PLAIN_CALLS)
@@ -201,7 +206,7 @@ def test_plain_window_runs_no_python_code(native: Any, call: tuple[Any, ...]) ->
 
 def test_fast_path_window_is_a_whole_context_window(native: Any) -> None:
     history = _history()
-    window = native.window(history, None, WindowOptions(max_attached_turns=0), None)
+    window = native.window(history, None, WindowOptions(max_attached_turns=0)._limits, None)
     assert isinstance(window, ContextWindow)
     assert [m.message_id for m in window.messages] == ["u2"]
     assert window.estimated_tokens > 0
@@ -296,13 +301,13 @@ def test_window_list_is_never_seen_half_filled(native: Any) -> None:
                 if type(candidate) is list and candidate[:1] == [history[0]]:
                     seen.append(len(list(candidate)))  # reads every item
 
-    native.window(history, None, WindowOptions(), None)
+    native.window(history, None, WindowOptions()._limits, None)
     threshold = gc.get_threshold()
     gc.callbacks.append(inspect)
     gc.set_threshold(1)
     try:
         for _ in range(20):
-            window = native.window(history, None, WindowOptions(), None)
+            window = native.window(history, None, WindowOptions()._limits, None)
     finally:
         gc.set_threshold(*threshold)
         gc.callbacks.remove(inspect)
@@ -336,7 +341,7 @@ def test_history_emptied_during_a_build_is_an_error_not_a_crash(native: Any, eng
     history.append(UserMessage("e", message_id="u4", turn_id="t4"))
     statuses = {"t3": _ShrinksHistory(history), "t2": _ShrinksHistory(history)}
     with pytest.raises(IndexError):
-        module.window(history, None, WindowOptions(), statuses)
+        module.window(history, None, WindowOptions()._limits, statuses)
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -393,27 +398,31 @@ def test_windows_built_inside_a_window_get_their_own_room(native: Any) -> None:
     def build_another(phase: str, info: dict[str, Any]) -> None:
         if phase == "start" and len(inner) < 50:
             inner.append(
-                [m.message_id for m in native.window(other, None, WindowOptions(), None).messages]
+                [
+                    m.message_id
+                    for m in native.window(other, None, WindowOptions()._limits, None).messages
+                ]
             )
 
     expected = [
-        m.message_id for m in reference.window(history, None, WindowOptions(), None).messages
+        m.message_id
+        for m in reference.window(history, None, WindowOptions()._limits, None).messages
     ]
     threshold = gc.get_threshold()
     gc.callbacks.append(build_another)
     gc.set_threshold(1)
     try:
-        windows = [native.window(history, None, WindowOptions(), None) for _ in range(20)]
+        windows = [native.window(history, None, WindowOptions()._limits, None) for _ in range(20)]
     finally:
         gc.set_threshold(*threshold)
         gc.callbacks.remove(build_another)
     assert inner, "no collection ran while windows were built"
     other_expected = [
-        m.message_id for m in reference.window(other, None, WindowOptions(), None).messages
+        m.message_id for m in reference.window(other, None, WindowOptions()._limits, None).messages
     ]
     assert all(ids == other_expected for ids in inner)
     for window in windows:
         assert [m.message_id for m in window.messages] == expected
     assert [
-        m.message_id for m in native.window(history, None, WindowOptions(), None).messages
+        m.message_id for m in native.window(history, None, WindowOptions()._limits, None).messages
     ] == expected

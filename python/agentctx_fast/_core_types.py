@@ -67,6 +67,12 @@ def _current_turn(value: object) -> CurrentTurn:
     raise InvalidArgumentError(f"current_turn must be 'last' or 'none', got {value!r}")
 
 
+WindowLimits = tuple[int, int, bool, int, int | None, str]
+"""What a `WindowOptions` is checked into for both cores: (max_attached_turns,
+max_attached_messages, compact_completed_tool_turns, compression_keep_recent_turns,
+max_attached_tokens, current_turn); `window.py` hands it to a core's ``window`` / ``select``."""
+
+
 @dataclass(frozen=True, slots=True)
 class WindowOptions:
     """The window options of `build_window`, checked once: `build_window`, `Agent` and both cores
@@ -94,10 +100,9 @@ class WindowOptions:
     token_estimator: TokenEstimator | None = None
     current_turn: CurrentTurn = "last"
     current_turn_tool_results_kept: int | None = None
-    # The checked limits, as both cores read them: (max_attached_turns, max_attached_messages,
-    # compact_completed_tool_turns, compression_keep_recent_turns, max_attached_tokens,
-    # current_turn). `current_turn_tool_results_kept` is applied above the cores (window.py).
-    _limits: tuple[int, int, bool, int, int | None, str] = field(
+    # The checked limits (`WindowLimits`), as `window.py` hands them to both cores;
+    # `current_turn_tool_results_kept` is applied above the cores (window.py).
+    _limits: WindowLimits = field(
         default=(10, 100, False, 2, None, "last"), init=False, repr=False, compare=False
     )
 

@@ -8,7 +8,7 @@ from agentctx_fast._core_types import (
     AgentContextCompressor,
     ContextWindow,
     TurnStatus,
-    WindowOptions,
+    WindowLimits,
 )
 from agentctx_fast.messages import Message, SystemMessage
 from agentctx_fast.tokens import TokenEstimator
@@ -45,7 +45,7 @@ class MessageCore:
 def window(
     messages: Sequence[object],
     system: Message | None,
-    options: WindowOptions,
+    limits: WindowLimits,
     turn_statuses: Mapping[str, object] | None,
 ) -> ContextWindow: ...
 def build_window(
@@ -73,7 +73,7 @@ def select(
     messages: Sequence[object],
     system: Message | None,
     use_leading_system: bool,
-    options: WindowOptions,
+    limits: WindowLimits,
     count_tokens: Callable[[Sequence[Message]], int] | None,
     turn_statuses: Mapping[str, object] | None,
 ) -> tuple[

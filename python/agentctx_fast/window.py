@@ -144,10 +144,10 @@ def build_window(
         # The common call goes straight to the core; `_build` checks the rest the same way.
         if options is not None and (turn_statuses is None or type(turn_statuses) is dict):
             if system is None or type(system) is SystemMessage:
-                return _window(messages, system, options, turn_statuses)  # type: ignore[no-any-return]
+                return _window(messages, system, options._limits, turn_statuses)  # type: ignore[no-any-return]
             if type(system) is str:
                 return _window(  # type: ignore[no-any-return]
-                    messages, _system_message(system), options, turn_statuses
+                    messages, _system_message(system), options._limits, turn_statuses
                 )
     if options is None:
         options = WindowOptions(
@@ -217,7 +217,7 @@ def _build(
     estimator = options.token_estimator
     count = None if estimator is None else _checked(estimator)
     if options.context_compressor is None and estimator is None:
-        whole: ContextWindow = engine.window(messages, system, options, turn_statuses)
+        whole: ContextWindow = engine.window(messages, system, options._limits, turn_statuses)
         return _results_left_out(engine, whole, options, count)
     (
         window,
@@ -231,7 +231,7 @@ def _build(
         repairs,
         seen_history_turns,
         unread_end,
-    ) = engine.select(messages, system, system is None, options, count, turn_statuses)
+    ) = engine.select(messages, system, system is None, options._limits, count, turn_statuses)
     compressor = options.context_compressor
     if compressor is not None and older_count:
         start = 1 if has_system else 0

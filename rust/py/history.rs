@@ -1,19 +1,15 @@
 //! A caller's history as the core's `Source`: read by index, each index at most once, so what
 //! a window saw of a message stays what it saw, whatever Python code (a status's `__eq__`, an
-//! estimator) does to the list meanwhile. `_reference/turns.py::History` reads the same way.
-//! The one exception, a window's list sliced from the caller's list (`History::into_list`),
-//! is taken only when no Python code can have run since the first read: the slice then holds
-//! exactly the messages read. Every path here that may run Python code (a property, a
-//! callback, a new Python object) calls `may_run_python` first.
+//! estimator) does to the list meanwhile. `_reference/turns.py::History` reads the same way;
+//! the window's list is made of the messages read, never sliced from the caller's list.
 
 use super::errors::{invalid_message_type, type_name, Failure, Where};
 use super::library::Library;
-use super::message::{core_of, may_run_python, python_mark, tokens, MessageCore};
+use super::message::{core_of, tokens, MessageCore};
 use crate::model::{Item, MessageInfo, Source};
 use crate::tokens::missing_result_tokens;
 use crate::window::{leading_system, missing_result_id, recycle, MISSING_RESULT_TEXT};
 use pyo3::exceptions::PyRuntimeError;
-use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
@@ -70,21 +66,10 @@ pub fn sequence<'py>(
     })
 }
 
-/// A message a window read, and its core. The message is held until the window's list takes
-/// it over (`History::into_list`: no count taken and dropped per message).
+/// A message a window read, and its core.
 pub struct Read<'py> {
-    object: Cell<Option<Bound<'py, PyAny>>>,
+    pub object: Bound<'py, PyAny>,
     pub core: Bound<'py, MessageCore>,
-}
-
-impl<'py> Read<'py> {
-    /// A new reference to the message (None once the window's list took it).
-    pub fn object(&self) -> Option<Bound<'py, PyAny>> {
-        let object = self.object.take();
-        let copy = object.clone();
-        self.object.set(object);
-        copy
-    }
 }
 
 /// Where a window keeps what it read: each message is held once, and the turns, the open
@@ -139,8 +124,6 @@ pub struct History<'a, 'py> {
     pub count_tokens: Option<Bound<'py, PyAny>>,
     pub statuses: Option<Bound<'py, PyAny>>,
     synthetic: HashMap<(usize, usize), Bound<'py, PyAny>>,
-    /// `python_mark()` before the first read.
-    first_read_mark: Option<u64>,
 }
 
 impl<'a, 'py> History<'a, 'py> {
@@ -165,7 +148,6 @@ impl<'a, 'py> History<'a, 'py> {
             count_tokens: None,
             statuses: None,
             synthetic: HashMap::new(),
-            first_read_mark: python_mark(),
         })
     }
 
@@ -204,10 +186,7 @@ impl<'a, 'py> History<'a, 'py> {
     ) -> Result<&'a Read<'py>, Failure> {
         let object = self.items.get(index)?;
         let core = core_of(self.library, &object, Where::Index(index))?;
-        let read: &'a Read<'py> = self.reads.alloc(Read {
-            object: Cell::new(Some(object)),
-            core,
-        });
+        let read: &'a Read<'py> = self.reads.alloc(Read { object, core });
         if index == self.head_len {
             match self.head.get_mut(index) {
                 Some(slot) => *slot = Some(read),
@@ -227,14 +206,14 @@ impl<'a, 'py> History<'a, 'py> {
         self.system = None;
         if let Some(index) = leading_system(self)? {
             let read = self.read(index)?;
-            self.system = Some(read.object.take().ok_or_else(given_away)?);
+            self.system = Some(read.object.clone());
         }
         Ok(())
     }
 
     /// The message `messages[index]` held, read once.
     pub fn object(&mut self, index: usize) -> Result<Bound<'py, PyAny>, Failure> {
-        self.read(index)?.object().ok_or_else(given_away)
+        Ok(self.read(index)?.object.clone())
     }
 
     /// The message for one item of the window: an original or a synthetic result.
@@ -260,22 +239,12 @@ impl<'a, 'py> History<'a, 'py> {
 
     /// The window's messages as its list, `system` first then `items`: the synthetic results
     /// are made first (that runs Python code; `synthetic` false says `items` holds none), then
-    /// the list is filled with each message read, handed over to it, while no Python code can
-    /// run (it must never see a list that is not full).
+    /// the list is made of the messages read.
     ///
     /// Every original item was read, and is kept by the reads: the backward scan reads from the
     /// end without a gap (so into `tail`), the leading system scan from the front without a gap
-    /// (so into `head`), and every other read (a caller's core, a token count)
-    /// is of a message that scan read. The selection puts each index in at most one place
-    /// (turns are disjoint, a compacted turn keeps its first and last, distinct, messages),
-    /// and never the leading system message's (`take_leading_system` took it; it comes before
-    /// the first user message, so before every turn).
-    /// Were either broken, the fill finds the message gone, puts None in its place, and the
-    /// window fails with `given_away` (a bug of this file) rather than return that list.
-    ///
-    /// A window whose items are one run of an exact list, built while no Python code ran, is
-    /// that slice of the list instead (`quiet_run`): the list still holds exactly the messages
-    /// read there, and one slice costs less than a place filled per message.
+    /// (so into `head`), and every other read (a caller's core, a token count) is of a message
+    /// that scan read. Were that broken, the window fails with `not_read` (a bug of this file).
     pub fn into_list(
         mut self,
         items: &[Item],
@@ -289,124 +258,22 @@ impl<'a, 'py> History<'a, 'py> {
                 }
             }
         }
-        let list = match self.quiet_run(items, synthetic) {
-            Some(run) => self.run_of_the_list(run, system)?,
-            None => self.filled(items, system)?,
-        };
-        let tail = std::mem::take(&mut self.tail);
-        if tail.capacity() <= TAIL_KEPT_AT_MOST {
-            let _ = TAIL_ROOM.try_with(|room| room.set(recycle(tail))); // none at thread exit
-        }
-        Ok(list)
-    }
-
-    /// The window's list filled with each message read, handed over to it.
-    fn filled(
-        &self,
-        items: &[Item],
-        system: Option<Bound<'py, PyAny>>,
-    ) -> Result<Bound<'py, PyList>, Failure> {
-        let py = self.py();
-        let mut list = Fill::new(py, usize::from(system.is_some()) + items.len())?;
-        let mut complete = true;
-        if let Some(system) = system {
-            list.push(system)?;
-        }
+        let mut messages = Vec::with_capacity(usize::from(system.is_some()) + items.len());
+        messages.extend(system);
         for item in items {
-            let object = match *item {
-                Item::Original(index) => self.cached(index).and_then(|read| read.object.take()),
+            let message = match *item {
+                Item::Original(index) => self.cached(index).map(|read| read.object.clone()),
                 Item::MissingResult { caller, call } => {
                     self.synthetic.get(&(caller, call)).cloned()
                 }
             };
-            list.push(object.unwrap_or_else(|| {
-                complete = false;
-                py.None().into_bound(py)
-            }))?;
+            messages.push(message.ok_or_else(not_read)?);
         }
-        let list = list.finish()?;
-        if !complete {
-            return Err(given_away());
+        let tail = std::mem::take(&mut self.tail);
+        if tail.capacity() <= TAIL_KEPT_AT_MOST {
+            let _ = TAIL_ROOM.try_with(|room| room.set(recycle(tail))); // none at thread exit
         }
-        Ok(list)
-    }
-
-    /// The window's items as `start..end` of the caller's exact list, when that slice is
-    /// exactly the messages the window read: the items are one run of originals, and no Python
-    /// code can have run since the first read (no statuses, no estimator, no synthetic result,
-    /// no read or count that took a path which may run Python code), so nothing changed the
-    /// list since.
-    fn quiet_run(&self, items: &[Item], synthetic: bool) -> Option<(usize, usize)> {
-        if synthetic || self.statuses.is_some() || self.count_tokens.is_some() {
-            return None;
-        }
-        self.items.list.as_ref()?;
-        let Some(Item::Original(start)) = items.first() else {
-            return None;
-        };
-        let mut end = *start;
-        for item in items {
-            if *item != Item::Original(end) {
-                return None;
-            }
-            end += 1;
-        }
-        match (self.first_read_mark, python_mark()) {
-            (Some(first), Some(now)) if first == now && end <= self.items.len => {
-                Some((*start, end))
-            }
-            _ => None,
-        }
-    }
-
-    /// The window's list from `run` of the caller's list (`quiet_run`), `system` first. The
-    /// collector is off while the slice is made: its list is a new object, whose allocation may
-    /// start a collection, whose finalizers could change the caller's list mid-copy. The reads
-    /// keep their messages (dropped with them).
-    fn run_of_the_list(
-        &self,
-        (start, end): (usize, usize),
-        system: Option<Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyList>> {
-        let Some(source) = &self.items.list else {
-            return Err(PyRuntimeError::new_err(
-                "agentctx_fast: a window's run is of no list",
-            ));
-        };
-        let py = source.py();
-        // With a system message, the slice starts a place early when it can, and the system
-        // message takes that place: no list grows to make room for it. The message it stood
-        // for never leaves this function (whatever it is, nothing of it runs).
-        let from = match system {
-            Some(_) if start > 0 => start - 1,
-            _ => start,
-        };
-        let (low, high) = (
-            ffi::Py_ssize_t::try_from(from)?,
-            ffi::Py_ssize_t::try_from(end)?,
-        );
-        // SAFETY: PyGC_Disable / PyGC_Enable only switch the collector (the previous state is
-        // restored); PyList_GetSlice reads a list we hold and returns a new reference, or NULL
-        // with an exception set. No Python code runs in between.
-        let slice = unsafe {
-            let was_enabled = ffi::PyGC_Disable();
-            let slice = ffi::PyList_GetSlice(source.as_ptr(), low, high);
-            if was_enabled != 0 {
-                ffi::PyGC_Enable();
-            }
-            Bound::from_owned_ptr_or_err(py, slice)
-        }?
-        .cast_into::<PyList>()?;
-        if let Some(system) = system {
-            if from < start {
-                // The message it replaces is still held by the caller's list (no Python code
-                // ran since the slice): dropping the slice's reference frees nothing.
-                slice.set_item(0, system)?;
-            } else {
-                slice.insert(0, system)?;
-            }
-        }
-        Ok(slice)
+        Ok(PyList::new(self.py(), messages)?)
     }
 
     /// The synthetic result closing call `call` of the AI message at `caller`, made once,
@@ -416,7 +283,6 @@ impl<'a, 'py> History<'a, 'py> {
         if let Some(existing) = self.synthetic.get(&(caller, call)) {
             return Ok(existing.clone());
         }
-        may_run_python();
         let py = self.py();
         let info = &self.read(caller)?.core.get().info;
         let (Some(call_id), Some(name)) = (info.call_ids.get(call), info.call_names.get(call))
@@ -445,7 +311,6 @@ impl<'a, 'py> History<'a, 'py> {
         estimator: &Bound<'py, PyAny>,
         objects: Vec<Bound<'py, PyAny>>,
     ) -> Result<u128, Failure> {
-        may_run_python();
         let list = PyList::new(self.py(), objects)?;
         // The shared layer checked the count: an int from 0 to 2**63 - 1.
         Ok(u128::from(estimator.call1((list,))?.extract::<u64>()?))
@@ -481,10 +346,7 @@ impl<'a, 'py> Source for History<'a, 'py> {
                     let core = read.core.get();
                     match core.known_tokens() {
                         Some(known) => known,
-                        None => {
-                            let object = read.object().ok_or_else(given_away)?;
-                            tokens(self.library, &object, core, Where::Index(*index))?
-                        }
+                        None => tokens(self.library, &read.object, core, Where::Index(*index))?,
                     }
                 }
                 Item::MissingResult { .. } => missing_result_tokens(),
@@ -537,67 +399,8 @@ impl<'a, 'py> Source for History<'a, 'py> {
     }
 }
 
-/// A new list of a known length, filled in order while no Python code runs: until `finish`
-/// checks every place was filled, it is seen by no Python code (its empty places are NULL,
-/// which only the list's own deallocation may meet, as it does when filling fails).
-struct Fill<'py> {
-    list: Bound<'py, PyList>,
-    len: usize,
-    filled: usize,
-}
-
-impl<'py> Fill<'py> {
-    fn new(py: Python<'py>, len: usize) -> PyResult<Self> {
-        let size = ffi::Py_ssize_t::try_from(len)?;
-        // SAFETY: PyList_New returns a new reference, or NULL with an exception set.
-        let list = unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyList_New(size)) }?;
-        Ok(Fill {
-            list: list.cast_into::<PyList>()?,
-            len,
-            filled: 0,
-        })
-    }
-
-    /// Puts `object` in the next place, handing the reference over to the list.
-    #[inline(always)]
-    fn push(&mut self, object: Bound<'py, PyAny>) -> PyResult<()> {
-        let place = self.filled;
-        // The place is below `len` (checked here), so a Py_ssize_t.
-        if place >= self.len {
-            return Err(PyRuntimeError::new_err(
-                "agentctx_fast: a window's list overflowed",
-            ));
-        }
-        // SAFETY: the list is ours and `place` is inside it; PyList_SetItem steals the
-        // reference to `object` (even when it fails) and returns -1 with an exception set on
-        // failure.
-        let status = unsafe {
-            ffi::PyList_SetItem(
-                self.list.as_ptr(),
-                place as ffi::Py_ssize_t,
-                object.into_ptr(),
-            )
-        };
-        if status < 0 {
-            return Err(PyErr::fetch(self.list.py()));
-        }
-        self.filled = place + 1;
-        Ok(())
-    }
-
-    /// The list, once every place is filled.
-    fn finish(self) -> PyResult<Bound<'py, PyList>> {
-        if self.filled != self.len {
-            return Err(PyRuntimeError::new_err(
-                "agentctx_fast: a window's list was left short",
-            ));
-        }
-        Ok(self.list)
-    }
-}
-
-/// A read message asked for after the window's list took it over (a bug of this file).
+/// A message the window chose but did not read (a bug of this file).
 #[cold]
-fn given_away() -> Failure {
-    PyRuntimeError::new_err("agentctx_fast: a read message was handed over twice").into()
+fn not_read() -> Failure {
+    PyRuntimeError::new_err("agentctx_fast: a window's message was not read").into()
 }

@@ -4,10 +4,10 @@
 
 use crate::model::Kind;
 use pyo3::exceptions::PyImportError;
-use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyModule, PyString, PyTuple, PyType};
+use pyo3::types::{PyInt, PyModule, PyString, PyTuple, PyType};
+use std::convert::Infallible;
 
 /// The library's message classes by kind, in the order a subclass is matched.
 pub const KINDS: [(Kind, &str); 6] = [
@@ -39,27 +39,19 @@ pub struct Library {
     pub sequence: Py<PyAny>,
     pub invalid_argument: Py<PyType>,
     pub invalid_message_type: Py<PyType>,
-    pub window_options: Py<PyType>,
     pub protocol_violation: Py<PyType>,
     pub completed: Py<PyAny>,
     pub object_new: Py<PyAny>,
     /// `(ContextWindow,)`: the arguments of `object.__new__` for a new window, made once.
     pub new_window_args: Py<PyTuple>,
     pub index: Py<PyAny>,
-    /// Each kind's `_core` slot, in `KINDS` order: a message's own class defines it, so
-    /// reading it from a message of the exact class checks no bases.
+    /// Each kind's `_core` slot, in `KINDS` order (a message's own class defines it).
     pub core_slots: [Member; 6],
     /// `ContextWindow`'s slots, in `WINDOW_FIELDS` order, written as `new_window` writes them.
     pub window_slots: [Member; 7],
     pub cut_names: [Py<PyString>; 3],
     pub engine: Py<PyModule>,
-    /// The ints 0 to `SMALL_INTS - 1` (CPython's own cached objects): a window's counts are
-    /// handed out from here without a conversion call.
-    pub small_ints: Vec<Py<PyAny>>,
 }
-
-/// How many small ints `Library` holds (CPython caches 0 to 256).
-const SMALL_INTS: u16 = 257;
 
 static LIBRARY: PyOnceLock<Library> = PyOnceLock::new();
 
@@ -127,7 +119,6 @@ impl Library {
             invalid_argument: subclass(&errors, "InvalidArgumentError", &base_error)?.unbind(),
             invalid_message_type: subclass(&errors, "InvalidMessageTypeError", &base_error)?
                 .unbind(),
-            window_options: class(&types, "WindowOptions")?.unbind(),
             window_slots: {
                 let [a, b, c, d, e, f, g] =
                     WINDOW_FIELDS.map(|name| Member::capture(&context_window, name));
@@ -145,9 +136,6 @@ impl Library {
             ]
             .map(|name| PyString::intern(py, name).unbind()),
             engine: engine.clone().unbind(),
-            small_ints: (0..SMALL_INTS)
-                .map(|n| Ok(n.into_pyobject(py)?.into_any().unbind()))
-                .collect::<PyResult<_>>()?,
         };
         // A second import (a re-created module) keeps the first capture: the classes are the
         // same objects for the life of the interpreter.
@@ -166,45 +154,12 @@ impl Library {
 
     /// The kind of a library message class, by identity.
     #[inline]
-    pub fn exact_kind(&self, class: *mut ffi::PyTypeObject) -> Option<Kind> {
-        self.exact_slot(class).map(|(kind, _)| kind)
-    }
-
-    /// The kind of a library message class, by identity, and its `_core` slot. The classes are
-    /// compared most frequent first (a tool-heavy history is mostly AI messages, then tool
-    /// results, then user messages); they are distinct, so the order changes only how soon
-    /// the match is found.
-    #[inline]
-    pub fn exact_slot(&self, class: *mut ffi::PyTypeObject) -> Option<(Kind, &Member)> {
-        let pointer = class.cast::<ffi::PyObject>();
-        let [system, user, ai, tool, action, form] = &self.kinds;
-        let [system_slot, user_slot, ai_slot, tool_slot, action_slot, form_slot] = &self.core_slots;
-        let [(system_kind, _), (user_kind, _), (ai_kind, _), (tool_kind, _), (action_kind, _), (form_kind, _)] =
-            KINDS;
-        if ai.as_ptr() == pointer {
-            Some((ai_kind, ai_slot))
-        } else if tool.as_ptr() == pointer {
-            Some((tool_kind, tool_slot))
-        } else if user.as_ptr() == pointer {
-            Some((user_kind, user_slot))
-        } else if system.as_ptr() == pointer {
-            Some((system_kind, system_slot))
-        } else if action.as_ptr() == pointer {
-            Some((action_kind, action_slot))
-        } else if form.as_ptr() == pointer {
-            Some((form_kind, form_slot))
-        } else {
-            None
-        }
-    }
-
-    /// `count` as a Python int.
-    #[inline]
-    pub fn int<'py>(&self, py: Python<'py>, count: usize) -> PyResult<Bound<'py, PyAny>> {
-        match self.small_ints.get(count) {
-            Some(small) => Ok(small.bind(py).clone()),
-            None => big_int(py, count as u128),
-        }
+    pub fn exact_kind(&self, class: &Bound<'_, PyType>) -> Option<Kind> {
+        self.kinds
+            .iter()
+            .zip(KINDS)
+            .find(|(known, _)| known.is(class))
+            .map(|(_, (kind, _))| kind)
     }
 
     /// The `_core` slot of messages of `kind`.
@@ -218,22 +173,21 @@ impl Library {
     }
 }
 
-/// `value` as a Python int: through a signed conversion where it fits, which CPython makes
-/// in one step for values below 2**30 (the unsigned one counts digits in a loop).
-pub fn big_int(py: Python<'_>, value: u128) -> PyResult<Bound<'_, PyAny>> {
-    Ok(match isize::try_from(value) {
-        Ok(fits) => fits.into_pyobject(py)?.into_any(),
-        Err(_) => value.into_pyobject(py)?.into_any(),
-    })
+/// A count or a token sum as a Python int.
+pub fn int<'py, T>(py: Python<'py>, value: T) -> Bound<'py, PyAny>
+where
+    T: IntoPyObject<'py, Output = Bound<'py, PyInt>, Error = Infallible>,
+{
+    let Ok(int) = value.into_pyobject(py);
+    int.into_any()
 }
 
-/// A slot as its class defines it (`Message._core`, each of `ContextWindow`'s), read and
-/// written through its member descriptor (what `Cls.name.__get__(obj)` / `__set__` do), whatever
-/// a subclass or a later class attribute defines under that name.
+/// A slot as its class defines it (`Message._core`, each of `ContextWindow`'s), read and written
+/// through its member descriptor (`Cls.name.__get__(obj)` / `__set__`), whatever a subclass or a
+/// later class attribute defines under that name.
 pub struct Member {
-    descriptor: Py<PyAny>,
-    get: ffi::descrgetfunc,
-    set: ffi::descrsetfunc,
+    get: Py<PyAny>,
+    set: Py<PyAny>,
 }
 
 impl Member {
@@ -247,61 +201,23 @@ impl Member {
                 class.name()?
             )));
         }
-        // SAFETY: PyType_GetSlot accepts every type since 3.10 and returns the type's own
-        // function (or NULL); member descriptors define both slots. The function pointers
-        // are those of a static type, alive for the interpreter's life.
-        let (get, set) = unsafe {
-            let kind = descriptor.get_type().as_type_ptr();
-            (
-                ffi::PyType_GetSlot(kind, ffi::Py_tp_descr_get),
-                ffi::PyType_GetSlot(kind, ffi::Py_tp_descr_set),
-            )
-        };
-        if get.is_null() || set.is_null() {
-            return Err(PyImportError::new_err(format!(
-                "agentctx_fast: {}.{name} has no descriptor functions",
-                class.name()?
-            )));
-        }
         Ok(Member {
-            descriptor: descriptor.unbind(),
-            // SAFETY: the slots Py_tp_descr_get / Py_tp_descr_set hold functions of exactly
-            // these signatures (descrgetfunc / descrsetfunc).
-            get: unsafe { std::mem::transmute::<*mut std::ffi::c_void, ffi::descrgetfunc>(get) },
-            set: unsafe { std::mem::transmute::<*mut std::ffi::c_void, ffi::descrsetfunc>(set) },
+            get: descriptor.getattr("__get__")?.unbind(),
+            set: descriptor.getattr("__set__")?.unbind(),
         })
     }
 
     /// The slot's value on `message` (an AttributeError when unset); a TypeError for an
     /// object of another class.
-    #[inline]
     pub fn read<'py>(&self, message: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-        let py = message.py();
-        // SAFETY: the member descriptor's get function, called as `descr.__get__(obj, type)`
-        // is: it checks `message`'s type itself and returns a new reference or NULL with an
-        // exception set.
-        unsafe {
-            let value = (self.get)(
-                self.descriptor.as_ptr(),
-                message.as_ptr(),
-                message.get_type_ptr().cast::<ffi::PyObject>(),
-            );
-            Bound::from_owned_ptr_or_err(py, value)
-        }
+        self.get
+            .bind(message.py())
+            .call1((message, message.get_type()))
     }
 
-    /// Sets the slot on `message`, as `descr.__set__(obj, value)` (a TypeError for an object
-    /// of another class).
-    #[inline]
+    /// Sets the slot on `message` (a TypeError for an object of another class).
     pub fn write(&self, message: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        // SAFETY: the member descriptor's set function checks `message`'s type, takes its own
-        // reference to `value` and returns -1 with an exception set on failure.
-        let status =
-            unsafe { (self.set)(self.descriptor.as_ptr(), message.as_ptr(), value.as_ptr()) };
-        if status < 0 {
-            Err(PyErr::fetch(message.py()))
-        } else {
-            Ok(())
-        }
+        self.set.bind(message.py()).call1((message, value))?;
+        Ok(())
     }
 }

@@ -17,7 +17,6 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyType};
 use std::borrow::Borrow;
-use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A message's core, kept in its `_core` slot. Frozen and opaque: Python code can neither
@@ -58,29 +57,6 @@ impl Borrow<MessageInfo> for MessageCore {
     }
 }
 
-thread_local! {
-    /// How many times this thread's reads reached a path that may run Python code (a
-    /// property, a metaclass's `__subclasscheck__`, the collector on a new core): a window
-    /// that sees it unchanged from its first read to its list knows no Python code ran in
-    /// between, so the caller's list still holds exactly the messages it read.
-    static MAY_HAVE_RUN_PYTHON: Cell<u64> = const { Cell::new(0) };
-}
-
-/// Records that Python code may run now (each path of this extension that calls a method,
-/// a property, a callback, or makes a Python object, between a window's first read and its
-/// list, calls this first).
-#[inline]
-pub fn may_run_python() {
-    let _ = MAY_HAVE_RUN_PYTHON.try_with(|count| count.set(count.get().wrapping_add(1)));
-}
-
-/// The count `may_run_python` moves: equal at two moments (and not None), no path that may
-/// run Python code was taken between them on this thread.
-#[inline]
-pub fn python_mark() -> Option<u64> {
-    MAY_HAVE_RUN_PYTHON.try_with(Cell::get).ok()
-}
-
 /// The kind of `message`, or `InvalidMessageTypeError` naming `at`.
 #[inline]
 pub fn kind_of(
@@ -88,9 +64,10 @@ pub fn kind_of(
     message: &Bound<'_, PyAny>,
     at: Where<'_>,
 ) -> Result<Kind, Failure> {
-    match library.exact_kind(message.get_type_ptr()) {
+    let class = message.get_type();
+    match library.exact_kind(&class) {
         Some(kind) => Ok(kind),
-        None => kind_of_subclass(library, &message.get_type(), at),
+        None => kind_of_subclass(library, &class, at),
     }
 }
 
@@ -100,7 +77,6 @@ fn kind_of_subclass(
     class: &Bound<'_, PyType>,
     at: Where<'_>,
 ) -> Result<Kind, Failure> {
-    may_run_python();
     let py = class.py();
     let name = || class.name().map(|n| n.to_string()).unwrap_or_default();
     if !class.is_subclass(library.message.bind(py))? {
@@ -120,18 +96,24 @@ fn kind_of_subclass(
     ))
 }
 
-/// The core of `message`, read on first use and kept on it.
+/// The core of `message`, read on first use and kept on it. A message of a library class has
+/// it as its `_core` attribute (a core of another kind found there is not taken); any other (a
+/// subclass, which may define `_core` itself) is read through the library class's slot, as the
+/// reference reads every message. Unlike the reference, a property put on a library class
+/// itself in place of `_core` is read; the binding's own message classes will end that.
 #[inline(always)]
 pub fn core_of<'py>(
     library: &Library,
     message: &Bound<'py, PyAny>,
     at: Where<'_>,
 ) -> Result<Bound<'py, MessageCore>, Failure> {
-    // The common case, inlined into each read: a library message whose core is kept.
-    if let Some((_, slot)) = library.exact_slot(message.get_type_ptr()) {
-        if let Ok(cached) = slot.read(message) {
-            if let Ok(core) = cached.cast_into_exact::<MessageCore>() {
-                return Ok(core);
+    // The common case: a message of a library class, whose core is kept.
+    if let Some(kind) = library.exact_kind(&message.get_type()) {
+        if let Ok(kept) = message.getattr(intern!(message.py(), "_core")) {
+            if let Ok(core) = kept.cast_into_exact::<MessageCore>() {
+                if core.get().info.kind == kind {
+                    return Ok(core);
+                }
             }
         }
     }
@@ -153,7 +135,6 @@ fn core_of_any<'py>(
     message: &Bound<'py, PyAny>,
     at: Where<'_>,
 ) -> Result<Bound<'py, MessageCore>, Failure> {
-    may_run_python();
     let kind = kind_of(library, message, at)?;
     let slot = core_slot(library, kind)?;
     match slot.read(message) {
@@ -205,7 +186,7 @@ fn read_core<'py>(
                 )?);
                 Ok(())
             })?;
-            let has_text = text.is_some_and(|text| text_len(&text) > 0);
+            let has_text = text.is_some_and(|text| !is_empty(&text));
             info.final_text = has_text && info.call_ids.is_empty();
         }
         Kind::Tool => {
@@ -266,10 +247,10 @@ fn identifier(value: &Bound<'_, PyAny>, at: Where<'_>, field: &str) -> Result<St
     }
 }
 
-/// The number of code points of a str, whatever its class says its length is.
-fn text_len(text: &Bound<'_, PyString>) -> isize {
-    // SAFETY: `text` is a str (checked by its cast); PyUnicode_GetLength only reads it.
-    unsafe { pyo3::ffi::PyUnicode_GetLength(text.as_ptr()) }
+/// Whether a str holds any character, whatever its class says its length is (one that is not
+/// UTF-8 holds a lone surrogate).
+fn is_empty(text: &Bound<'_, PyString>) -> bool {
+    text.to_str().is_ok_and(str::is_empty)
 }
 
 /// Visits each of an AI message's tool calls, checked to be a `ToolCall`, with the place
@@ -337,7 +318,6 @@ fn count_and_keep(
     core: &MessageCore,
     at: Where<'_>,
 ) -> Result<u64, Failure> {
-    may_run_python();
     let counted = count_message(library, message, core.info.kind, at)?;
     core.tokens.store(counted, Ordering::Relaxed);
     Ok(counted)

@@ -1,12 +1,20 @@
 //! The only code that knows PyO3: the binding of the core, one file per core concept (as
-//! huggingface tokenizers' bindings mirror its core). It uses PyO3's safe API and the stable
-//! ABI only, and never reads or writes the memory layout of objects defined in Python.
+//! huggingface tokenizers' bindings mirror its core). It uses PyO3's safe API only (no `unsafe`,
+//! no raw C-API call) and the stable ABI.
 //!
 //! - `library`: the Python classes the binding relies on, captured and checked on import;
-//! - `message`: a message's core (what the rules need of it), read once and kept on it;
+//! - `message`: a message's core (what the rules need of it), read once and kept in the
+//!   message's `_core` slot;
 //! - `history`: a caller's history as the core's `Source`, each index read at most once;
-//! - `window`, `turns`, `protocol`, `tokens`: the entry points of each core concept;
+//! - `window`, `turns`, `protocol`, `tokens`, `decode`: the entry points of each core concept;
 //! - `errors`: where core errors become the exceptions the pure-Python reference raises.
+//!
+//! Still reached in the Python package until the binding defines its own classes: each
+//! message's `_core` slot, and `ContextWindow`'s slots (`_unread` among them), which the
+//! binding writes. A `WindowOptions`' limits are handed over by `window.py`.
+
+// The compiler holds the binding to the safe API (PyO3's macros allow their own expansions).
+#![deny(unsafe_code)]
 
 mod decode;
 mod errors;

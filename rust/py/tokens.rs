@@ -7,7 +7,7 @@ use super::library::Library;
 use super::message::{core_of, tokens};
 use crate::bpe::{from_wtf8_lossy, Bpe, Encoding};
 use crate::tokens::{count_utf8_bytes_with, Heuristic, CL100K, O200K};
-use pyo3::ffi;
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 
@@ -27,19 +27,12 @@ impl<'a, 'py> Utf8<'a, 'py> {
         match text.to_str() {
             Ok(s) => Ok(Utf8::Str(s)),
             Err(_) => {
+                // `str.encode` itself: a str subclass's own `encode` never runs.
                 let py = text.py();
-                // SAFETY: PyUnicode_AsEncodedString takes a str and two NUL-terminated C
-                // strings and returns a new reference to bytes, or NULL with an exception set.
-                let encoded = unsafe {
-                    Bound::from_owned_ptr_or_err(
-                        py,
-                        ffi::PyUnicode_AsEncodedString(
-                            text.as_ptr(),
-                            c"utf-8".as_ptr(),
-                            c"surrogatepass".as_ptr(),
-                        ),
-                    )?
-                };
+                let encoded = py
+                    .get_type::<PyString>()
+                    .getattr(intern!(py, "encode"))?
+                    .call1((text, intern!(py, "utf-8"), intern!(py, "surrogatepass")))?;
                 Ok(Utf8::Wtf8(encoded.cast_into::<PyBytes>()?))
             }
         }

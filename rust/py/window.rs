@@ -1,25 +1,18 @@
-//! `window` and `select` (SPEC §5): the caller's `WindowOptions` read into the core's, the
-//! core's window turned into Python objects.
+//! `window` and `select` (SPEC §5): the limits of the caller's `WindowOptions` read into the
+//! core's options, the core's window turned into Python objects.
 
-use super::errors::{invalid_argument, type_name, Failure};
+use super::errors::{invalid_argument, Failure};
 use super::history::{History, Reads};
-use super::library::{big_int, Library};
+use super::library::{int, Library};
 use crate::protocol::Violation;
 use crate::window::{self as core_window, Buffers, CutBy, Window, WindowOptions};
 use pyo3::exceptions::{PyImportError, PyOverflowError};
-use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString, PyTuple};
 use std::cell::RefCell;
 
 thread_local! {
-    /// The last `_limits` tuple read and the options it held: a service passes the same
-    /// options every call, and a tuple (of exact ints and bools, once read) never changes, so
-    /// the very same tuple object holds the very same options. Holding it keeps it alive, so
-    /// no other tuple can take its identity.
-    static LAST_LIMITS: RefCell<Option<(Py<PyTuple>, WindowOptions)>> =
-        const { RefCell::new(None) };
     /// Room for the next window's selection (`Buffers` holds no message between windows).
     /// A window built while another is (from a callback) finds none and makes its own.
     static BUFFERS: RefCell<Option<Buffers>> = const { RefCell::new(None) };
@@ -80,29 +73,11 @@ fn current_turn(value: &Bound<'_, PyAny>) -> Option<bool> {
     }
 }
 
-/// The core's options from the limits the caller's `WindowOptions` were checked into (its
-/// `_limits`), checked again as the reference does: a frozen value can still be changed with
-/// `object.__setattr__`.
-fn options(library: &Library, options: &Bound<'_, PyAny>) -> Result<WindowOptions, Failure> {
-    let py = options.py();
-    if !options.get_type().is(library.window_options.bind(py)) {
-        return Err(invalid_argument(
-            py,
-            format!(
-                "options must be a WindowOptions, got {}",
-                type_name(options)
-            ),
-        ));
-    }
-    let limits = options.getattr(intern!(py, "_limits"))?;
-    let known = LAST_LIMITS.with(|last| {
-        let last = last.try_borrow().ok()?;
-        let (tuple, options) = last.as_ref()?;
-        tuple.is(&limits).then(|| options.clone())
-    });
-    if let Some(known) = known {
-        return Ok(known);
-    }
+/// The core's options from the limits a `WindowOptions` was checked into (its `_limits`, which
+/// `window.py` hands over), checked again as the reference does: a frozen value can still be
+/// changed with `object.__setattr__`.
+fn options(limits: &Bound<'_, PyAny>) -> Result<WindowOptions, Failure> {
+    let py = limits.py();
     let limits = limits.cast_exact::<PyTuple>().ok();
     let read = || -> Option<WindowOptions> {
         let limits = limits?;
@@ -127,19 +102,12 @@ fn options(library: &Library, options: &Bound<'_, PyAny>) -> Result<WindowOption
             has_system: false,
         })
     };
-    let read = read().ok_or_else(|| {
+    read().ok_or_else(|| {
         invalid_argument(
             py,
             "options were not checked: make them with WindowOptions(...)".to_owned(),
         )
-    })?;
-    if let Some(limits) = limits {
-        let entry = (limits.clone().unbind(), read.clone());
-        // The entry it replaces is a tuple of ints and bools: freeing it runs no Python code.
-        let old = LAST_LIMITS.with(|last| last.try_borrow_mut().ok().map(|mut l| l.replace(entry)));
-        drop(old);
-    }
-    Ok(read)
+    })
 }
 
 /// The window's messages (system first) and how they were chosen.
@@ -225,16 +193,16 @@ fn cut_by_name<'py>(
 /// a `ContextWindow`, made as `_core_types.new_window` makes it. `system` None takes the
 /// history's leading system message.
 #[pyfunction]
-#[pyo3(signature = (messages, system, options, turn_statuses))]
+#[pyo3(signature = (messages, system, limits, turn_statuses))]
 pub fn window<'py>(
     py: Python<'py>,
     messages: &Bound<'py, PyAny>,
     system: Option<Bound<'py, PyAny>>,
-    options: &Bound<'py, PyAny>,
+    limits: &Bound<'py, PyAny>,
     turn_statuses: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let library = Library::get(py)?;
-    let options = self::options(library, options)?;
+    let options = self::options(limits)?;
     whole_window(library, messages, system, options, turn_statuses)
 }
 
@@ -271,15 +239,15 @@ fn whole_window<'py>(
     }
     let unread: [Bound<'py, PyAny>; 4] = [
         messages.clone(),
-        library.int(py, result.seen_history_turns)?,
-        library.int(py, result.unread_end)?,
+        int(py, result.seen_history_turns),
+        int(py, result.unread_end),
         library.engine.bind(py).clone().into_any(),
     ];
     let values: [Bound<'py, PyAny>; 7] = [
         list.into_any(),
-        big_int(py, result.estimated_tokens)?,
-        library.int(py, result.attached_turns)?,
-        library.int(py, result.compacted_turns)?,
+        int(py, result.estimated_tokens),
+        int(py, result.attached_turns),
+        int(py, result.compacted_turns),
         cut_by_name(py, library, result.cut_by),
         repairs.into_any(),
         PyTuple::new(py, unread)?.into_any(),
@@ -297,18 +265,18 @@ fn whole_window<'py>(
 /// Rules 1-7 of SPEC §5, for the shared layer to finish (compressor, estimator): the
 /// `WindowCore` tuple of `_reference/window.py`.
 #[pyfunction]
-#[pyo3(signature = (messages, system, use_leading_system, options, count_tokens, turn_statuses))]
+#[pyo3(signature = (messages, system, use_leading_system, limits, count_tokens, turn_statuses))]
 pub fn select<'py>(
     py: Python<'py>,
     messages: &Bound<'py, PyAny>,
     system: Option<Bound<'py, PyAny>>,
     use_leading_system: bool,
-    options: &Bound<'py, PyAny>,
+    limits: &Bound<'py, PyAny>,
     count_tokens: Option<Bound<'py, PyAny>>,
     turn_statuses: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let library = Library::get(py)?;
-    let options = self::options(library, options)?;
+    let options = self::options(limits)?;
     let Chosen {
         messages,
         has_system,
@@ -330,15 +298,15 @@ pub fn select<'py>(
     let values: [Bound<'py, PyAny>; 11] = [
         messages.into_any(),
         has_system.into_pyobject(py)?.to_owned().into_any(),
-        library.int(py, result.older_count)?,
-        big_int(py, result.older_tokens)?,
-        big_int(py, result.estimated_tokens)?,
-        library.int(py, result.attached_turns)?,
-        library.int(py, result.compacted_turns)?,
+        int(py, result.older_count),
+        int(py, result.older_tokens),
+        int(py, result.estimated_tokens),
+        int(py, result.attached_turns),
+        int(py, result.compacted_turns),
         cut_by_name(py, library, result.cut_by),
         PyList::new(py, repairs?)?.into_any(),
-        library.int(py, result.seen_history_turns)?,
-        library.int(py, result.unread_end)?,
+        int(py, result.seen_history_turns),
+        int(py, result.unread_end),
     ];
     PyTuple::new(py, values)
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 
-from agentctx_fast._core_types import ContextWindow, ProtocolViolation, WindowOptions, new_window
+from agentctx_fast._core_types import ContextWindow, ProtocolViolation, WindowLimits, new_window
 from agentctx_fast._reference.protocol import validate, validate_segment
 from agentctx_fast._reference.read import read, tokens
 from agentctx_fast._reference.tokens import check_encoding, count_text
@@ -70,12 +70,12 @@ def count_texts(texts: Iterable[object], encoding: str | None = None) -> list[in
 def window(
     messages: Sequence[object],
     system: Message | None,
-    options: WindowOptions,
+    limits: WindowLimits,
     turn_statuses: Mapping[str, object] | None,
 ) -> ContextWindow:
     """The whole window for options a core handles alone (no compressor, default estimator);
     ``system`` None takes the history's leading system message."""
-    chosen = select(messages, system, system is None, options, None, turn_statuses)
+    chosen = select(messages, system, system is None, limits, None, turn_statuses)
     return new_window(
         chosen.messages,
         chosen.estimated_tokens,

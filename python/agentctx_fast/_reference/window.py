@@ -10,9 +10,9 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple, cast
 
-from agentctx_fast._core_types import TurnStatus, WindowOptions
+from agentctx_fast._core_types import TurnStatus, WindowLimits
 from agentctx_fast._reference.protocol import Violation, validate_segment
-from agentctx_fast._reference.read import MESSAGE_OVERHEAD, MessageView, tokens, type_name, view
+from agentctx_fast._reference.read import MESSAGE_OVERHEAD, MessageView, tokens, view
 from agentctx_fast._reference.tokens import count_text
 from agentctx_fast._reference.turns import (
     History,
@@ -154,7 +154,7 @@ def select(
     messages: Sequence[object],
     system: Message | None,
     use_leading_system: bool,
-    options: WindowOptions,
+    limits: WindowLimits,
     count_tokens: CountTokens | None,
     turn_statuses: Mapping[str, object] | None,
 ) -> WindowCore:
@@ -167,7 +167,7 @@ def select(
         max_attached_tokens,
         compact,
         has_current,
-    ) = _limits(options)
+    ) = _limits(limits)
     count = _counter(count_tokens)
     if use_leading_system:
         system = leading_system(history)
@@ -278,12 +278,9 @@ def select(
     )
 
 
-def _limits(options: WindowOptions) -> tuple[int, int, int, int | None, bool, bool]:
-    """The limits the options were checked into, checked again (a frozen value can still be
+def _limits(limits: object) -> tuple[int, int, int, int | None, bool, bool]:
+    """The limits a `WindowOptions` was checked into, checked again (a frozen value can still be
     changed with ``object.__setattr__``; both cores then raise the same error)."""
-    if type(options) is not WindowOptions:
-        raise InvalidArgumentError(f"options must be a WindowOptions, got {type_name(options)}")
-    limits = options._limits
     unchecked = InvalidArgumentError("options were not checked: make them with WindowOptions(...)")
     if type(limits) is not tuple or len(limits) != 6:
         raise unchecked
