@@ -643,6 +643,26 @@ A.text = field
 show("after", lambda: build_window(messages, max_attached_turns=0))
 """
 
+# A property put on a library class itself in place of its `_core` slot, handing out the core
+# kept on another message (of the same kind, then of another kind, then raising): both cores
+# read it for an exact-class message as they read the attribute, and check its kind.
+SCENARIOS["core_property_on_a_library_class"] = HISTORY + """
+from agentctx_fast import UserMessage as U
+messages = history()
+build_window(messages)  # every core kept
+slot = U.__dict__["_core"]
+for label, getter in [
+    ("same kind", lambda self: slot.__get__(messages[5], U)),
+    ("other kind", lambda self: messages[4].__class__.__dict__["_core"].__get__(messages[4])),
+    ("raises", lambda self: 1 / 0),
+]:
+    U._core = property(getter)
+    show(label, lambda: build_window(messages))
+    show(label + " tokens", lambda: build_window(messages).estimated_tokens)
+    U._core = slot
+show("after", lambda: build_window(messages))
+"""
+
 SCENARIOS["copies_and_pickles"] = HISTORY + """
 import copy, pickle
 messages = history()

@@ -140,8 +140,22 @@ def kind_of(message: object, where: str) -> int:
     raise InvalidMessageTypeError(f"{where} is a {_type_name(cls)}, which is no message kind")
 
 
+_EXACT_KINDS = {cls: kind for cls, kind in KINDS}
+
+
 def view(message: object, where: str) -> MessageView:
-    """The message's view, read on first use and kept on the message."""
+    """The message's view, read on first use and kept on the message. A message of a library
+    class has it as its ``_core`` attribute (a view of another kind found there, or an error
+    reading it, is passed over); any other (a subclass, which may define ``_core`` itself) is
+    read through the library class's slot. The Rust core reads its own cores the same way."""
+    exact = _EXACT_KINDS.get(type(message))
+    if exact is not None:
+        try:
+            kept = message._core  # type: ignore[attr-defined]
+        except Exception:  # a property put on the class in place of the slot may raise
+            kept = None
+        if type(kept) is MessageView and kept.kind == exact:
+            return kept
     kind = kind_of(message, where)
     try:
         cached = _slot_get[kind](message)
