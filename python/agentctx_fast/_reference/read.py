@@ -140,7 +140,7 @@ def kind_of(message: object, where: str) -> int:
     raise InvalidMessageTypeError(f"{where} is a {_type_name(cls)}, which is no message kind")
 
 
-_EXACT_KINDS = {cls: kind for cls, kind in KINDS}
+_EXACT_KINDS: dict[type, int] = {cls: kind for cls, kind in KINDS}
 
 
 def view(message: object, where: str) -> MessageView:
