@@ -11,6 +11,7 @@ from __future__ import annotations
 import doctest
 import itertools
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -469,6 +470,35 @@ def test_what_is_not_a_pydantic_ai_message_names_its_index() -> None:
     bad_id = [req(UserPromptPart("q1")), resp(call("c\x001"))]
     with pytest.raises(InvalidArgumentError, match=r"^messages\[1\]: .*NUL"):
         window_model_messages(bad_id)
+
+
+def with_parts(message: Any, parts: Any) -> Any:
+    """``message`` with ``parts`` set after construction (what a constructor would refuse)."""
+    message.parts = parts
+    return message
+
+
+@pytest.mark.parametrize(
+    ("messages", "where"),
+    [
+        (None, "messages"),
+        ([with_parts(req(), None)], "messages[0]"),
+        ([req(UserPromptPart("q1")), ModelResponse(parts=[None])], "messages[1]"),  # type: ignore[list-item]
+        ([req(UserPromptPart("q1")), resp(TextPart(None))], "messages[1]"),  # type: ignore[arg-type]
+        ([req(SystemPromptPart(None), UserPromptPart("q1"))], "messages[0]"),  # type: ignore[arg-type]
+        ([req(UserPromptPart("q1")), resp(ToolCallPart("t", object(), "c1"))], "messages[1]"),  # type: ignore[arg-type]
+    ],
+    ids=["none", "parts-none", "part-none", "text-none", "system-none", "args-not-json"],
+)
+def test_a_malformed_message_is_an_invalid_argument_naming_it(messages: Any, where: str) -> None:
+    """A malformed message (built with wrong types) is refused with an `AgentCtxError` naming
+    it, not a TypeError or AttributeError from deep inside the reading."""
+    with pytest.raises(InvalidArgumentError, match=rf"^{re.escape(where)}"):
+        window_model_messages(messages)
+    late = [req(SystemPromptPart(None)), req(UserPromptPart("q1")), resp(TextPart("a1"))]  # type: ignore[arg-type]
+    late += [req(UserPromptPart("q2"))]
+    with pytest.raises(InvalidArgumentError, match=r"^messages\[0\]"):  # before the reach
+        window_model_messages(late, max_attached_turns=0)
 
 
 def test_options_are_checked_when_the_processor_is_made() -> None:

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from agentctx_fast._extras import missing_dependency
 from agentctx_fast.errors import AgentCtxError, InvalidArgumentError, InvalidMessageTypeError
@@ -57,6 +57,7 @@ __all__ = ["AgentCtxHistoryProcessor", "window_model_messages"]
 
 _OPTION_NAMES = frozenset(field.name for field in dataclasses.fields(WindowOptions) if field.init)
 
+T = TypeVar("T")
 Where = tuple[int, int]
 """(index of a PydanticAI message, index of its part)."""
 
@@ -76,29 +77,23 @@ class _Reading:
         self._system: list[tuple[Where, str]] = []
         for index in range(start):  # before the reach: only the leading system prompt
             message = history[index]
-            if isinstance(message, pm.ModelRequest) and not self._leading_system(index, message):
+            if isinstance(message, pm.ModelRequest) and not _named(
+                index, self._leading_system, index, message
+            ):
                 break
         if start:
             self._turn = "t0"  # the turns before the reach: what is left of them is not sent
         for index in range(start, len(history)):
             message = history[index]
-            where = f"messages[{index}]"
-            try:
-                if isinstance(message, pm.ModelResponse):
-                    self._response(index, message)
-                else:
-                    self._request(index, message)
-            except AgentCtxError as error:
-                if str(error).startswith(where):
-                    raise
-                raise type(error)(f"{where}: {error}") from None
+            read = self._response if isinstance(message, pm.ModelResponse) else self._request
+            _named(index, read, index, message)
 
     def _leading_system(self, index: int, message: Any) -> bool:
         """Takes the system prompts of a request before the first turn; False once a part
         that starts a turn is reached."""
         for j, part in enumerate(message.parts):
             if isinstance(part, pm.SystemPromptPart):
-                self._system.append(((index, j), part.content))
+                self._system.append(((index, j), _system_text(part)))
             elif not isinstance(part, pm.ToolReturnPart | pm.RetryPromptPart):
                 return False
         return True
@@ -158,7 +153,7 @@ class _Reading:
             ours: Message
             if isinstance(part, pm.SystemPromptPart):
                 if self._turn is None:
-                    self._system.append(((index, j), part.content))
+                    self._system.append(((index, j), _system_text(part)))
                     continue
                 ours = SystemMessage(part.content, turn_id=self._turn)
             elif isinstance(part, pm.UserPromptPart):
@@ -186,6 +181,31 @@ class _Reading:
                     self._new_turn(run_id)
                 ours = UserMessage(_part_text(part), turn_id=self._turn)
             self._add(ours, ((index, j),))
+
+
+def _named(index: int, read: Callable[..., T], *args: Any) -> T:
+    """``read(*args)`` for ``messages[index]``, its errors naming the message: a message built
+    with wrong types (a None part, a None text, arguments that are not JSON) is an
+    `InvalidArgumentError`, not the TypeError its reading would hit."""
+    where = f"messages[{index}]"
+    try:
+        return read(*args)
+    except AgentCtxError as error:
+        if str(error).startswith(where):
+            raise
+        raise type(error)(f"{where}: {error}") from None
+    except (AttributeError, KeyError, TypeError, ValueError) as error:
+        raise InvalidArgumentError(f"{where}: malformed PydanticAI message: {error}") from None
+
+
+def _system_text(part: Any) -> str:
+    """A system prompt's text, checked where it is read (it is joined with the others when
+    the first turn starts)."""
+    if not isinstance(part.content, str):
+        raise InvalidArgumentError(
+            f"a SystemPromptPart's content must be a str, got {type(part.content).__name__}"
+        )
+    return str(part.content)
 
 
 def _marker(media: Any) -> str:
@@ -259,6 +279,10 @@ def _reach(history: Sequence[Any], turns: int) -> int:
                 f"messages[{index}] is not a PydanticAI ModelRequest or ModelResponse: "
                 f"got {type(message).__name__}"
             )
+        if not isinstance(message.parts, list | tuple):
+            raise InvalidArgumentError(
+                f"messages[{index}]: parts must be a list, got {type(message.parts).__name__}"
+            )
         if reach or turns == 0:
             continue
         for part in reversed(message.parts):
@@ -289,6 +313,10 @@ def window_model_messages(
     raises `InvalidMessageTypeError` naming its index.
     """
     checked = _checked_options(options, window_options)
+    if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
+        raise InvalidArgumentError(
+            f"messages must be a list of PydanticAI messages, got {type(messages).__name__}"
+        )
     turns = checked.max_attached_turns + (checked.current_turn == "last")
     reading = _Reading(messages, _reach(messages, turns))
     if not any(isinstance(message, UserMessage) for message in reading.messages):
