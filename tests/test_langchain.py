@@ -172,6 +172,11 @@ def test_from_langchain_reads_what_langchain_users_write() -> None:
             "a tool call has no id",
         ),
         ("hello", InvalidMessageTypeError, "not a LangChain message"),
+        (
+            lc.HumanMessage([{"type": "image", "url": "https://x/y.png", "extras": "low"}]),
+            InvalidArgumentError,
+            "content[0]: 'extras' must be an object",
+        ),
     ],
 )
 def test_what_cannot_be_carried_names_the_index(message: Any, error: type, problem: str) -> None:
@@ -179,6 +184,13 @@ def test_what_cannot_be_carried_names_the_index(message: Any, error: type, probl
         from_langchain([lc.HumanMessage("first"), message])
     assert str(raised.value).startswith("messages[1]")
     assert problem in str(raised.value)
+
+
+@pytest.mark.parametrize("messages", [None, 7, "hello", lc.HumanMessage("hi")])
+def test_messages_that_are_not_a_list_are_refused(messages: Any) -> None:
+    for convert_or_window in (from_langchain, window_messages):
+        with pytest.raises(InvalidArgumentError, match=r"^messages must be a list"):
+            convert_or_window(messages)
 
 
 def test_window_messages_returns_the_callers_own_objects() -> None:

@@ -285,6 +285,8 @@ def _block_part(block: Any, where: str) -> Part | None:
     if media is None or not any(block.get(k) is not None for k in ("url", "file_id", "base64")):
         return None  # e.g. Anthropic's {"type": "image", "source": ...}: kept as it is
     extras = block.get("extras") or {}
+    if not isinstance(extras, Mapping):
+        raise InvalidArgumentError(f"{where}: 'extras' must be an object")
     fields: dict[str, Any] = {
         "mime_type": block.get("mime_type"),
         "name": extras.get("filename"),
@@ -537,6 +539,10 @@ def _with_metadata(message: Message, metadata: dict[str, Any]) -> Message:
 def convert(messages: Sequence[Any], keep: bool) -> list[Message]:
     """`from_langchain`; ``keep=False`` leaves out what only a way back needs (the window
     hands back the caller's own objects)."""
+    if isinstance(messages, str | bytes | lc.BaseMessage) or not isinstance(messages, Sequence):
+        raise InvalidArgumentError(
+            f"messages must be a list of LangChain messages, got {type(messages).__name__}"
+        )
     out: list[Message] = []
     for index, message in enumerate(messages):
         where = f"messages[{index}]"
