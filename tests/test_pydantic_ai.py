@@ -308,6 +308,19 @@ CASES: list[tuple[str, Callable[[], list[ModelMessage]], dict[str, Any], list[li
         [["S:Be brief."], ["U:q3"]],
     ),
     (
+        # the reach starts at the request holding the first prompts: its system prompt is
+        # still the leading one (a history that starts with a reply, prompts without run ids)
+        "the-system-prompt-of-the-first-prompts-request-after-a-reply",
+        lambda: [
+            resp(TextPart("a0")),
+            req(SystemPromptPart(SYSTEM), UserPromptPart("q1"), UserPromptPart("q2")),
+            resp(TextPart("a2")),
+            req(UserPromptPart("q3")),
+        ],
+        {"max_attached_turns": 1},
+        [["S:Be brief.", "U:q2"], ["T:a2"], ["U:q3"]],
+    ),
+    (
         "no-system-prompt",
         lambda: [req(UserPromptPart("q1")), resp(TextPart("a1")), req(UserPromptPart("q2"))],
         {"max_attached_turns": 0},

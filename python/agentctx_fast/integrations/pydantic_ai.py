@@ -80,9 +80,11 @@ class _Reading:
             if isinstance(message, pm.ModelRequest) and not _named(
                 index, self._leading_system, index, message
             ):
+                # The turns before the reach: what is left of them is not sent. (When no turn
+                # starts before it, the reach's request holds the first prompt, and its system
+                # parts before that prompt are still the leading system prompt.)
+                self._turn = "t0"
                 break
-        if start:
-            self._turn = "t0"  # the turns before the reach: what is left of them is not sent
         for index in range(start, len(history)):
             message = history[index]
             read = self._response if isinstance(message, pm.ModelResponse) else self._request
