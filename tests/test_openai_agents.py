@@ -246,6 +246,9 @@ def test_a_malformed_batch_raises_and_writes_nothing(sessions: Sessions) -> None
             await session.add_items(bad)
         with pytest.raises(InvalidArgumentError, match="items must be a list"):
             await session.add_items(ITEMS[0])  # type: ignore[arg-type]
+        uncopyable = {"type": "reasoning", "id": "rs_9", "summary": [], "lock": threading.Lock()}
+        with pytest.raises(InvalidArgumentError, match="items cannot be copied"):
+            await session.add_items([ITEMS[0], uncopyable])
         assert await session.get_items() == [ITEMS[0]]
 
     sessions.run(scenario)

@@ -132,7 +132,10 @@ def _messages_for(items: object) -> list[Message]:
     """The messages storing ``items`` (checked and converted before anything is written)."""
     if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Sequence):
         raise InvalidArgumentError(f"items must be a list of items, got {type(items).__name__}")
-    batch: list[Item] = copy.deepcopy(list(items))  # the store keeps no reference to the caller's
+    try:
+        batch: list[Item] = copy.deepcopy(list(items))  # the store keeps no reference to theirs
+    except (TypeError, copy.Error, RecursionError) as error:  # e.g. a lock: no item holds one
+        raise InvalidArgumentError(f"items cannot be copied: {error}") from None
     out: list[Message] = []
     start = 0
     for message, count in group_responses(batch):
