@@ -721,6 +721,8 @@ def test_the_filter_checks_its_options() -> None:
         AgentCtxInputFilter({"max_attached_turns": 1})  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="max_attached_turns"):
         AgentCtxInputFilter(max_attached_turns=-1)
+    with pytest.raises(InvalidArgumentError, match="unknown window option 'max_turns'"):
+        AgentCtxInputFilter(max_turns=1)
     options = WindowOptions(max_attached_turns=2)
     assert AgentCtxInputFilter(options).options is options
 

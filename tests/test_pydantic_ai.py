@@ -517,7 +517,7 @@ def test_a_malformed_message_is_an_invalid_argument_naming_it(messages: Any, whe
 def test_options_are_checked_when_the_processor_is_made() -> None:
     with pytest.raises(InvalidArgumentError, match="max_attached_turns"):
         AgentCtxHistoryProcessor(max_attached_turns=-1)
-    with pytest.raises(InvalidArgumentError, match="unknown window options: max_turns"):
+    with pytest.raises(InvalidArgumentError, match="unknown window option 'max_turns'"):
         AgentCtxHistoryProcessor(max_turns=2)
     with pytest.raises(InvalidArgumentError, match="not both"):
         AgentCtxHistoryProcessor(WindowOptions(), max_attached_turns=2)

@@ -52,6 +52,7 @@ from agentctx_fast.errors import (
     MessageNotFoundError,
     VersionConflictError,
 )
+from agentctx_fast.integrations._options import checked_window_options
 from agentctx_fast.memory import AsyncChatMemory, ChatMemory, awaitable_memory
 from agentctx_fast.messages import AiMessage, Message, ToolMessage, UserMessage, new_message_id
 from agentctx_fast.responses import group_responses, to_responses
@@ -394,15 +395,7 @@ class AgentCtxInputFilter:
     """
 
     def __init__(self, options: WindowOptions | None = None, **window_options: Any) -> None:
-        if options is not None and window_options:
-            raise InvalidArgumentError("give options or window keyword arguments, not both")
-        if options is None:
-            options = WindowOptions(**window_options)
-        elif type(options) is not WindowOptions:
-            raise InvalidArgumentError(
-                f"options must be a WindowOptions or None, got {type(options).__name__}"
-            )
-        self.options = options
+        self.options = checked_window_options(options, window_options)
 
     def __call__(self, data: CallModelData[Any]) -> ModelInputData:
         items = _reachable(data.model_data.input, self.options)

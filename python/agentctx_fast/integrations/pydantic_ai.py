@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 
 from agentctx_fast._extras import missing_dependency
 from agentctx_fast.errors import AgentCtxError, InvalidArgumentError, InvalidMessageTypeError
+from agentctx_fast.integrations._options import checked_window_options
 from agentctx_fast.messages import (
     AiMessage,
     Message,
@@ -54,8 +55,6 @@ except ImportError as error:  # pragma: no cover - exercised in a subprocess tes
     raise missing_dependency("pydantic-ai", error) from error
 
 __all__ = ["AgentCtxHistoryProcessor", "window_model_messages"]
-
-_OPTION_NAMES = frozenset(field.name for field in dataclasses.fields(WindowOptions) if field.init)
 
 T = TypeVar("T")
 Where = tuple[int, int]
@@ -248,23 +247,6 @@ def _part_text(part: Any) -> str:
     return json.dumps(content, ensure_ascii=False, default=repr)
 
 
-def _checked_options(
-    options: WindowOptions | None, window_options: dict[str, Any]
-) -> WindowOptions:
-    if options is not None:
-        if window_options:
-            raise InvalidArgumentError("pass either options or window options, not both")
-        if type(options) is not WindowOptions:
-            raise InvalidArgumentError(
-                f"options must be a WindowOptions, got {type(options).__name__}"
-            )
-        return options
-    unknown = sorted(set(window_options) - _OPTION_NAMES)
-    if unknown:
-        raise InvalidArgumentError(f"unknown window options: {', '.join(unknown)}")
-    return WindowOptions(**window_options)
-
-
 def _reach(history: Sequence[Any], turns: int) -> int:
     """The index of the request starting the ``turns``-th turn from the end (0 when there are
     not that many): the window never attaches a turn before it (``max_attached_turns``), so
@@ -314,7 +296,7 @@ def window_model_messages(
     returned as it is, in a new list. Anything but a ``ModelRequest`` or ``ModelResponse``
     raises `InvalidMessageTypeError` naming its index.
     """
-    checked = _checked_options(options, window_options)
+    checked = checked_window_options(options, window_options)
     if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
         raise InvalidArgumentError(
             f"messages must be a list of PydanticAI messages, got {type(messages).__name__}"
@@ -416,7 +398,7 @@ class AgentCtxHistoryProcessor(AbstractCapability[Any]):
     options: WindowOptions = dataclasses.field(default_factory=WindowOptions)
 
     def __init__(self, options: WindowOptions | None = None, **window_options: Any) -> None:
-        self.options = _checked_options(options, window_options)
+        self.options = checked_window_options(options, window_options)
 
     def __call__(self, messages: list[pm.ModelMessage]) -> list[pm.ModelMessage]:
         """The window of ``messages``; a history processor for ``ProcessHistory``."""
