@@ -114,6 +114,20 @@ def test_arguments_that_are_not_an_object_survive_as_invalid_calls() -> None:
     assert from_langchain([converted]) == [message]
 
 
+@pytest.mark.parametrize("args", ['{"q": 1}', "{bad"], ids=["object-arguments", "not-json"])
+@pytest.mark.parametrize("error", ["f is not a tool", None])
+def test_an_invalid_call_comes_back_invalid_with_its_error(args: str, error: str | None) -> None:
+    """LangChain's invalid call (a call the model's parser or validation refused) stays one,
+    with its error, even when its arguments are a JSON object."""
+    invalid = lc.InvalidToolCall(
+        type="invalid_tool_call", name="f", args=args, id="c1", error=error
+    )
+    message = lc.AIMessage("", invalid_tool_calls=[invalid], id="a1")
+    (back,) = to_langchain(from_langchain([message]))
+    assert isinstance(back, lc.AIMessage) and back.tool_calls == []
+    assert back.invalid_tool_calls == [invalid]
+
+
 def test_arguments_nested_thousands_deep_are_an_invalid_call() -> None:
     """SPEC §20: a model's arguments nested past the parser's depth are carried, not a crash."""
     deep = "[" * 5000 + "]" * 5000
