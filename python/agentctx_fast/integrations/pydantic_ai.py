@@ -294,7 +294,8 @@ def window_model_messages(
     a result closing a call left without one (a failed ``ToolReturnPart``), and a tool result
     replaced by a placeholder. A history with no user prompt (nothing to window: no turn) is
     returned as it is, in a new list. Anything but a ``ModelRequest`` or ``ModelResponse``
-    raises `InvalidMessageTypeError` naming its index.
+    raises `InvalidMessageTypeError` naming its index, and a message built with wrong types
+    (a None part or text, arguments that are not JSON) `InvalidArgumentError` naming it.
     """
     checked = checked_window_options(options, window_options)
     if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
