@@ -114,6 +114,20 @@ def test_arguments_that_are_not_an_object_survive_as_invalid_calls() -> None:
     assert from_langchain([converted]) == [message]
 
 
+@pytest.mark.parametrize("args", ['{"q": 1}', "{bad"], ids=["object-arguments", "not-json"])
+@pytest.mark.parametrize("error", ["f is not a tool", None])
+def test_an_invalid_call_comes_back_invalid_with_its_error(args: str, error: str | None) -> None:
+    """LangChain's invalid call (a call the model's parser or validation refused) stays one,
+    with its error, even when its arguments are a JSON object."""
+    invalid = lc.InvalidToolCall(
+        type="invalid_tool_call", name="f", args=args, id="c1", error=error
+    )
+    message = lc.AIMessage("", invalid_tool_calls=[invalid], id="a1")
+    (back,) = to_langchain(from_langchain([message]))
+    assert isinstance(back, lc.AIMessage) and back.tool_calls == []
+    assert back.invalid_tool_calls == [invalid]
+
+
 def test_arguments_nested_thousands_deep_are_an_invalid_call() -> None:
     """SPEC §20: a model's arguments nested past the parser's depth are carried, not a crash."""
     deep = "[" * 5000 + "]" * 5000
@@ -172,6 +186,11 @@ def test_from_langchain_reads_what_langchain_users_write() -> None:
             "a tool call has no id",
         ),
         ("hello", InvalidMessageTypeError, "not a LangChain message"),
+        (
+            lc.HumanMessage([{"type": "image", "url": "https://x/y.png", "extras": "low"}]),
+            InvalidArgumentError,
+            "content[0]: 'extras' must be an object",
+        ),
     ],
 )
 def test_what_cannot_be_carried_names_the_index(message: Any, error: type, problem: str) -> None:
@@ -179,6 +198,13 @@ def test_what_cannot_be_carried_names_the_index(message: Any, error: type, probl
         from_langchain([lc.HumanMessage("first"), message])
     assert str(raised.value).startswith("messages[1]")
     assert problem in str(raised.value)
+
+
+@pytest.mark.parametrize("messages", [None, 7, "hello", lc.HumanMessage("hi")])
+def test_messages_that_are_not_a_list_are_refused(messages: Any) -> None:
+    for convert_or_window in (from_langchain, window_messages):
+        with pytest.raises(InvalidArgumentError, match=r"^messages must be a list"):
+            convert_or_window(messages)
 
 
 def test_window_messages_returns_the_callers_own_objects() -> None:

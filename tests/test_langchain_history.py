@@ -14,7 +14,7 @@ from langchain_core.language_models.fake_chat_models import FakeMessagesListChat
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables.history import RunnableWithMessageHistory
 
-from agentctx_fast import InvalidArgumentError, WindowOptions
+from agentctx_fast import AgentCtxError, InvalidArgumentError, WindowOptions
 from agentctx_fast.integrations.langchain import AgentCtxChatMessageHistory
 from agentctx_fast.memory import awaitable_memory
 from langchain_blocks import CASES, LOSSY, SIGNATURE
@@ -188,3 +188,15 @@ def test_a_window_must_be_window_options() -> None:
 
     with pytest.raises(InvalidArgumentError, match="window must be a WindowOptions"):
         AgentCtxChatMessageHistory("s", InMemoryAgentStore(), window={"max_attached_turns": 1})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", [None, lc.HumanMessage("one"), [lc.HumanMessage("ok"), "not one"]])
+def test_a_bad_batch_is_refused_and_writes_nothing(bad: Any) -> None:
+    from agentctx_fast import InMemoryAgentStore
+
+    history = AgentCtxChatMessageHistory("s", InMemoryAgentStore())
+    with pytest.raises(AgentCtxError, match=r"^messages"):
+        history.add_messages(bad)
+    with pytest.raises(AgentCtxError, match=r"^messages"):
+        asyncio.run(history.aadd_messages(bad))
+    assert history.messages == []

@@ -180,6 +180,35 @@ def test_every_item_kind_comes_back_equal(sessions: Sessions) -> None:
     sessions.run(scenario)
 
 
+def scribbled(value: Any) -> None:
+    """Edits every dict and list inside ``value`` in place, as a caller may."""
+    if isinstance(value, dict):
+        for name, inner in list(value.items()):
+            scribbled(inner)
+            if isinstance(inner, str):
+                value[name] = inner + "!"
+    elif isinstance(value, list):
+        for inner in value:
+            scribbled(inner)
+        value.append("scribbled")
+
+
+@pytest.mark.parametrize("window", [None, WindowOptions()], ids=["stored", "windowed"])
+def test_editing_the_items_given_back_leaves_the_stored_ones(window: Any) -> None:
+    """The in-memory store keeps message objects: items given back share nothing with them."""
+
+    async def scenario() -> None:
+        session = AgentCtxSession("s", InMemoryAgentStore(), window=window)
+        await session.add_items(copy.deepcopy(ITEMS))
+        expected = await session.get_items()
+        scribbled(await session.get_items())
+        assert await session.get_items() == expected
+        if window is None:
+            assert expected == ITEMS
+
+    asyncio.run(scenario())
+
+
 def test_the_same_item_twice_is_stored_twice(sessions: Sessions) -> None:
     """The SDK stores what it is given; an item's own id is not a storage key."""
 
@@ -217,6 +246,9 @@ def test_a_malformed_batch_raises_and_writes_nothing(sessions: Sessions) -> None
             await session.add_items(bad)
         with pytest.raises(InvalidArgumentError, match="items must be a list"):
             await session.add_items(ITEMS[0])  # type: ignore[arg-type]
+        uncopyable = {"type": "reasoning", "id": "rs_9", "summary": [], "lock": threading.Lock()}
+        with pytest.raises(InvalidArgumentError, match="items cannot be copied"):
+            await session.add_items([ITEMS[0], uncopyable])
         assert await session.get_items() == [ITEMS[0]]
 
     sessions.run(scenario)
@@ -689,6 +721,8 @@ def test_the_filter_checks_its_options() -> None:
         AgentCtxInputFilter({"max_attached_turns": 1})  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="max_attached_turns"):
         AgentCtxInputFilter(max_attached_turns=-1)
+    with pytest.raises(InvalidArgumentError, match="unknown window option 'max_turns'"):
+        AgentCtxInputFilter(max_turns=1)
     options = WindowOptions(max_attached_turns=2)
     assert AgentCtxInputFilter(options).options is options
 

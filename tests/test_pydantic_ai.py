@@ -11,6 +11,7 @@ from __future__ import annotations
 import doctest
 import itertools
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -307,6 +308,19 @@ CASES: list[tuple[str, Callable[[], list[ModelMessage]], dict[str, Any], list[li
         [["S:Be brief."], ["U:q3"]],
     ),
     (
+        # the reach starts at the request holding the first prompts: its system prompt is
+        # still the leading one (a history that starts with a reply, prompts without run ids)
+        "the-system-prompt-of-the-first-prompts-request-after-a-reply",
+        lambda: [
+            resp(TextPart("a0")),
+            req(SystemPromptPart(SYSTEM), UserPromptPart("q1"), UserPromptPart("q2")),
+            resp(TextPart("a2")),
+            req(UserPromptPart("q3")),
+        ],
+        {"max_attached_turns": 1},
+        [["S:Be brief.", "U:q2"], ["T:a2"], ["U:q3"]],
+    ),
+    (
         "no-system-prompt",
         lambda: [req(UserPromptPart("q1")), resp(TextPart("a1")), req(UserPromptPart("q2"))],
         {"max_attached_turns": 0},
@@ -471,10 +485,39 @@ def test_what_is_not_a_pydantic_ai_message_names_its_index() -> None:
         window_model_messages(bad_id)
 
 
+def with_parts(message: Any, parts: Any) -> Any:
+    """``message`` with ``parts`` set after construction (what a constructor would refuse)."""
+    message.parts = parts
+    return message
+
+
+@pytest.mark.parametrize(
+    ("messages", "where"),
+    [
+        (None, "messages"),
+        ([with_parts(req(), None)], "messages[0]"),
+        ([req(UserPromptPart("q1")), ModelResponse(parts=[None])], "messages[1]"),  # type: ignore[list-item]
+        ([req(UserPromptPart("q1")), resp(TextPart(None))], "messages[1]"),  # type: ignore[arg-type]
+        ([req(SystemPromptPart(None), UserPromptPart("q1"))], "messages[0]"),  # type: ignore[arg-type]
+        ([req(UserPromptPart("q1")), resp(ToolCallPart("t", object(), "c1"))], "messages[1]"),  # type: ignore[arg-type]
+    ],
+    ids=["none", "parts-none", "part-none", "text-none", "system-none", "args-not-json"],
+)
+def test_a_malformed_message_is_an_invalid_argument_naming_it(messages: Any, where: str) -> None:
+    """A malformed message (built with wrong types) is refused with an `AgentCtxError` naming
+    it, not a TypeError or AttributeError from deep inside the reading."""
+    with pytest.raises(InvalidArgumentError, match=rf"^{re.escape(where)}"):
+        window_model_messages(messages)
+    late = [req(SystemPromptPart(None)), req(UserPromptPart("q1")), resp(TextPart("a1"))]  # type: ignore[arg-type]
+    late += [req(UserPromptPart("q2"))]
+    with pytest.raises(InvalidArgumentError, match=r"^messages\[0\]"):  # before the reach
+        window_model_messages(late, max_attached_turns=0)
+
+
 def test_options_are_checked_when_the_processor_is_made() -> None:
     with pytest.raises(InvalidArgumentError, match="max_attached_turns"):
         AgentCtxHistoryProcessor(max_attached_turns=-1)
-    with pytest.raises(InvalidArgumentError, match="unknown window options: max_turns"):
+    with pytest.raises(InvalidArgumentError, match="unknown window option 'max_turns'"):
         AgentCtxHistoryProcessor(max_turns=2)
     with pytest.raises(InvalidArgumentError, match="not both"):
         AgentCtxHistoryProcessor(WindowOptions(), max_attached_turns=2)

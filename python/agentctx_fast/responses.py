@@ -38,7 +38,7 @@ import binascii
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from agentctx_fast._provider import ANTHROPIC_BLOCK_TYPES, items_for
+from agentctx_fast._provider import ANTHROPIC_BLOCK_TYPES, _copy, items_for
 from agentctx_fast.errors import AgentCtxError, ContentTooLargeError, InvalidArgumentError
 from agentctx_fast.messages import (
     AiMessage,
@@ -114,8 +114,10 @@ def _part_to_responses(part: Part, where: str) -> dict[str, Any]:
 
 
 def _extras(message: Message) -> dict[str, Any]:
+    """The Responses fields ``message`` keeps, copied: the items made from them are the
+    caller's to edit, and a store may hold the message itself (the in-memory one does)."""
     kept = message.metadata.get(RESPONSES_METADATA_KEY)
-    return kept if isinstance(kept, dict) else {}
+    return _copy(kept) if isinstance(kept, dict) else {}
 
 
 def _ai_to_responses(message: AiMessage, index: int, include_ids: bool) -> list[dict[str, Any]]:

@@ -66,6 +66,7 @@ _CALL_BLOCKS = frozenset(
 )
 _CALL_FRAGMENTS = frozenset(("tool_call_chunk",))  # streaming pieces of a call
 _USAGE_KEYS = {"input_tokens", "output_tokens", "total_tokens"}
+_NOT_AN_OBJECT = "arguments are not a JSON object"  # the error of an invalid call we write
 
 
 # --- to LangChain -----------------------------------------------------------------------------
@@ -97,15 +98,24 @@ def _part_block(part: Part) -> dict[str, Any]:
     return block
 
 
+def _object_args(arguments: str) -> dict[str, Any] | None:
+    """The arguments as LangChain's ``args`` (a JSON object), or None."""
+    try:
+        args = json.loads(arguments) if arguments.strip() else {}
+    except (ValueError, RecursionError):  # JSON nested too deeply is invalid too
+        return None
+    return args if isinstance(args, dict) else None
+
+
 def _lc_tool_calls(message: AiMessage) -> tuple[list[Any], list[Any]]:
+    kept = message.metadata.get(LANGCHAIN_METADATA_KEY)
+    errors = kept.get("invalid_tool_calls") if isinstance(kept, dict) else None
+    errors = errors if isinstance(errors, dict) else {}  # the invalid calls read, by id
     valid: list[Any] = []
     invalid: list[Any] = []
     for call in message.tool_calls:
-        try:
-            args = json.loads(call.arguments) if call.arguments.strip() else {}
-        except (ValueError, RecursionError):  # JSON nested too deeply is invalid too
-            args = None
-        if isinstance(args, dict):
+        args = _object_args(call.arguments)
+        if args is not None and call.id not in errors:
             valid.append(tool_call(name=call.name, args=args, id=call.id))
         else:  # LangChain keeps arguments that are not a JSON object as an invalid call
             invalid.append(
@@ -113,7 +123,7 @@ def _lc_tool_calls(message: AiMessage) -> tuple[list[Any], list[Any]]:
                     name=call.name,
                     args=call.arguments,
                     id=call.id,
-                    error="arguments are not a JSON object",
+                    error=errors[call.id] if call.id in errors else _NOT_AN_OBJECT,
                 )
             )
     return valid, invalid
@@ -285,6 +295,8 @@ def _block_part(block: Any, where: str) -> Part | None:
     if media is None or not any(block.get(k) is not None for k in ("url", "file_id", "base64")):
         return None  # e.g. Anthropic's {"type": "image", "source": ...}: kept as it is
     extras = block.get("extras") or {}
+    if not isinstance(extras, Mapping):
+        raise InvalidArgumentError(f"{where}: 'extras' must be an object")
     fields: dict[str, Any] = {
         "mime_type": block.get("mime_type"),
         "name": extras.get("filename"),
@@ -437,10 +449,11 @@ def _ai_from_langchain(
         ToolCall(str(c.get("id") or ""), c["name"], json.dumps(c["args"], ensure_ascii=False))
         for c in message.tool_calls
     ]
-    calls += [
+    invalid = [
         ToolCall(str(c.get("id") or ""), str(c.get("name") or ""), c.get("args") or "")
         for c in message.invalid_tool_calls
     ]
+    calls += invalid
     if any(not call.id for call in calls):
         raise InvalidArgumentError(f"{where}: a tool call has no id")
     texts, refusals, items, layout = _ai_content(message.content, calls, where)
@@ -457,6 +470,14 @@ def _ai_from_langchain(
             kept["content"] = layout
         if usage is not None and set(usage) != _USAGE_KEYS:
             kept["usage_metadata"] = dict(usage)
+        # An invalid call `to_langchain` would not write back as it is: its error, by id.
+        errors = {
+            call.id: c.get("error")
+            for call, c in zip(invalid, message.invalid_tool_calls, strict=True)
+            if c.get("error") != _NOT_AN_OBJECT or _object_args(call.arguments) is not None
+        }
+        if errors:
+            kept["invalid_tool_calls"] = errors
         defaults = {"refusal": refusal} if refusal is not None else {}
         metadata = _keep(message, kept, defaults)
     return AiMessage(
@@ -537,6 +558,10 @@ def _with_metadata(message: Message, metadata: dict[str, Any]) -> Message:
 def convert(messages: Sequence[Any], keep: bool) -> list[Message]:
     """`from_langchain`; ``keep=False`` leaves out what only a way back needs (the window
     hands back the caller's own objects)."""
+    if isinstance(messages, str | bytes | lc.BaseMessage) or not isinstance(messages, Sequence):
+        raise InvalidArgumentError(
+            f"messages must be a list of LangChain messages, got {type(messages).__name__}"
+        )
     out: list[Message] = []
     for index, message in enumerate(messages):
         where = f"messages[{index}]"

@@ -29,7 +29,7 @@ async def _read(memory: AsyncChatMemory, window: WindowOptions | None) -> list[B
 
 
 async def _add(memory: AsyncChatMemory, messages: Sequence[BaseMessage]) -> None:
-    await memory.add_messages_if_absent(from_langchain(list(messages)))
+    await memory.add_messages_if_absent(from_langchain(messages))
 
 
 class AgentCtxChatMessageHistory(BaseChatMessageHistory):

@@ -25,7 +25,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import importlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -38,6 +37,7 @@ from agentctx_fast.errors import (
     MissingDependencyError,
     ModelCallError,
 )
+from agentctx_fast.integrations._options import checked_window_options
 from agentctx_fast.messages import AiMessage, Message, SystemMessage
 from agentctx_fast.openai import openai_tools
 from agentctx_fast.window import WindowOptions, build_window_with
@@ -92,20 +92,12 @@ def _middleware() -> Any:
 
 # --- windows ----------------------------------------------------------------------------------
 
-_WINDOW_FIELDS = frozenset(f.name for f in dataclasses.fields(WindowOptions) if f.init)
 
-
-def _checked_options(window_options: Mapping[str, Any]) -> tuple[WindowOptions, Any, Any]:
+def _checked_options(named: Mapping[str, Any]) -> tuple[WindowOptions, Any, Any]:
     """``(options, system, turn_statuses)`` of `build_window` keyword arguments, checked once
     (an unknown name is an `InvalidArgumentError` naming it)."""
-    allowed = _WINDOW_FIELDS | {"system", "turn_statuses"}
-    for name in window_options:
-        if name not in allowed:
-            raise InvalidArgumentError(
-                f"unknown window option {name!r}; the options are {', '.join(sorted(allowed))}"
-            )
-    options = WindowOptions(**{k: v for k, v in window_options.items() if k in _WINDOW_FIELDS})
-    return options, window_options.get("system"), window_options.get("turn_statuses")
+    options = checked_window_options(None, named, also=frozenset(("system", "turn_statuses")))
+    return options, named.get("system"), named.get("turn_statuses")
 
 
 def _window_of(

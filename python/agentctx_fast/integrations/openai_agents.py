@@ -52,6 +52,7 @@ from agentctx_fast.errors import (
     MessageNotFoundError,
     VersionConflictError,
 )
+from agentctx_fast.integrations._options import checked_window_options
 from agentctx_fast.memory import AsyncChatMemory, ChatMemory, awaitable_memory
 from agentctx_fast.messages import AiMessage, Message, ToolMessage, UserMessage, new_message_id
 from agentctx_fast.responses import group_responses, to_responses
@@ -132,7 +133,10 @@ def _messages_for(items: object) -> list[Message]:
     """The messages storing ``items`` (checked and converted before anything is written)."""
     if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Sequence):
         raise InvalidArgumentError(f"items must be a list of items, got {type(items).__name__}")
-    batch: list[Item] = copy.deepcopy(list(items))  # the store keeps no reference to the caller's
+    try:
+        batch: list[Item] = copy.deepcopy(list(items))  # the store keeps no reference to theirs
+    except (TypeError, copy.Error, RecursionError) as error:  # e.g. a lock: no item holds one
+        raise InvalidArgumentError(f"items cannot be copied: {error}") from None
     out: list[Message] = []
     start = 0
     for message, count in group_responses(batch):
@@ -391,15 +395,7 @@ class AgentCtxInputFilter:
     """
 
     def __init__(self, options: WindowOptions | None = None, **window_options: Any) -> None:
-        if options is not None and window_options:
-            raise InvalidArgumentError("give options or window keyword arguments, not both")
-        if options is None:
-            options = WindowOptions(**window_options)
-        elif type(options) is not WindowOptions:
-            raise InvalidArgumentError(
-                f"options must be a WindowOptions or None, got {type(options).__name__}"
-            )
-        self.options = options
+        self.options = checked_window_options(options, window_options)
 
     def __call__(self, data: CallModelData[Any]) -> ModelInputData:
         items = _reachable(data.model_data.input, self.options)

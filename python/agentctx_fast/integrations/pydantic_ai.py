@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from agentctx_fast._extras import missing_dependency
 from agentctx_fast.errors import AgentCtxError, InvalidArgumentError, InvalidMessageTypeError
+from agentctx_fast.integrations._options import checked_window_options
 from agentctx_fast.messages import (
     AiMessage,
     Message,
@@ -55,8 +56,7 @@ except ImportError as error:  # pragma: no cover - exercised in a subprocess tes
 
 __all__ = ["AgentCtxHistoryProcessor", "window_model_messages"]
 
-_OPTION_NAMES = frozenset(field.name for field in dataclasses.fields(WindowOptions) if field.init)
-
+T = TypeVar("T")
 Where = tuple[int, int]
 """(index of a PydanticAI message, index of its part)."""
 
@@ -76,29 +76,25 @@ class _Reading:
         self._system: list[tuple[Where, str]] = []
         for index in range(start):  # before the reach: only the leading system prompt
             message = history[index]
-            if isinstance(message, pm.ModelRequest) and not self._leading_system(index, message):
+            if isinstance(message, pm.ModelRequest) and not _named(
+                index, self._leading_system, index, message
+            ):
+                # The turns before the reach: what is left of them is not sent. (When no turn
+                # starts before it, the reach's request holds the first prompt, and its system
+                # parts before that prompt are still the leading system prompt.)
+                self._turn = "t0"
                 break
-        if start:
-            self._turn = "t0"  # the turns before the reach: what is left of them is not sent
         for index in range(start, len(history)):
             message = history[index]
-            where = f"messages[{index}]"
-            try:
-                if isinstance(message, pm.ModelResponse):
-                    self._response(index, message)
-                else:
-                    self._request(index, message)
-            except AgentCtxError as error:
-                if str(error).startswith(where):
-                    raise
-                raise type(error)(f"{where}: {error}") from None
+            read = self._response if isinstance(message, pm.ModelResponse) else self._request
+            _named(index, read, index, message)
 
     def _leading_system(self, index: int, message: Any) -> bool:
         """Takes the system prompts of a request before the first turn; False once a part
         that starts a turn is reached."""
         for j, part in enumerate(message.parts):
             if isinstance(part, pm.SystemPromptPart):
-                self._system.append(((index, j), part.content))
+                self._system.append(((index, j), _system_text(part)))
             elif not isinstance(part, pm.ToolReturnPart | pm.RetryPromptPart):
                 return False
         return True
@@ -158,7 +154,7 @@ class _Reading:
             ours: Message
             if isinstance(part, pm.SystemPromptPart):
                 if self._turn is None:
-                    self._system.append(((index, j), part.content))
+                    self._system.append(((index, j), _system_text(part)))
                     continue
                 ours = SystemMessage(part.content, turn_id=self._turn)
             elif isinstance(part, pm.UserPromptPart):
@@ -186,6 +182,31 @@ class _Reading:
                     self._new_turn(run_id)
                 ours = UserMessage(_part_text(part), turn_id=self._turn)
             self._add(ours, ((index, j),))
+
+
+def _named(index: int, read: Callable[..., T], *args: Any) -> T:
+    """``read(*args)`` for ``messages[index]``, its errors naming the message: a message built
+    with wrong types (a None part, a None text, arguments that are not JSON) is an
+    `InvalidArgumentError`, not the TypeError its reading would hit."""
+    where = f"messages[{index}]"
+    try:
+        return read(*args)
+    except AgentCtxError as error:
+        if str(error).startswith(where):
+            raise
+        raise type(error)(f"{where}: {error}") from None
+    except (AttributeError, KeyError, TypeError, ValueError) as error:
+        raise InvalidArgumentError(f"{where}: malformed PydanticAI message: {error}") from None
+
+
+def _system_text(part: Any) -> str:
+    """A system prompt's text, checked where it is read (it is joined with the others when
+    the first turn starts)."""
+    if not isinstance(part.content, str):
+        raise InvalidArgumentError(
+            f"a SystemPromptPart's content must be a str, got {type(part.content).__name__}"
+        )
+    return str(part.content)
 
 
 def _marker(media: Any) -> str:
@@ -226,23 +247,6 @@ def _part_text(part: Any) -> str:
     return json.dumps(content, ensure_ascii=False, default=repr)
 
 
-def _checked_options(
-    options: WindowOptions | None, window_options: dict[str, Any]
-) -> WindowOptions:
-    if options is not None:
-        if window_options:
-            raise InvalidArgumentError("pass either options or window options, not both")
-        if type(options) is not WindowOptions:
-            raise InvalidArgumentError(
-                f"options must be a WindowOptions, got {type(options).__name__}"
-            )
-        return options
-    unknown = sorted(set(window_options) - _OPTION_NAMES)
-    if unknown:
-        raise InvalidArgumentError(f"unknown window options: {', '.join(unknown)}")
-    return WindowOptions(**window_options)
-
-
 def _reach(history: Sequence[Any], turns: int) -> int:
     """The index of the request starting the ``turns``-th turn from the end (0 when there are
     not that many): the window never attaches a turn before it (``max_attached_turns``), so
@@ -258,6 +262,10 @@ def _reach(history: Sequence[Any], turns: int) -> int:
             raise InvalidMessageTypeError(
                 f"messages[{index}] is not a PydanticAI ModelRequest or ModelResponse: "
                 f"got {type(message).__name__}"
+            )
+        if not isinstance(message.parts, list | tuple):
+            raise InvalidArgumentError(
+                f"messages[{index}]: parts must be a list, got {type(message.parts).__name__}"
             )
         if reach or turns == 0:
             continue
@@ -286,9 +294,14 @@ def window_model_messages(
     a result closing a call left without one (a failed ``ToolReturnPart``), and a tool result
     replaced by a placeholder. A history with no user prompt (nothing to window: no turn) is
     returned as it is, in a new list. Anything but a ``ModelRequest`` or ``ModelResponse``
-    raises `InvalidMessageTypeError` naming its index.
+    raises `InvalidMessageTypeError` naming its index, and a message built with wrong types
+    (a None part or text, arguments that are not JSON) `InvalidArgumentError` naming it.
     """
-    checked = _checked_options(options, window_options)
+    checked = checked_window_options(options, window_options)
+    if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
+        raise InvalidArgumentError(
+            f"messages must be a list of PydanticAI messages, got {type(messages).__name__}"
+        )
     turns = checked.max_attached_turns + (checked.current_turn == "last")
     reading = _Reading(messages, _reach(messages, turns))
     if not any(isinstance(message, UserMessage) for message in reading.messages):
@@ -386,7 +399,7 @@ class AgentCtxHistoryProcessor(AbstractCapability[Any]):
     options: WindowOptions = dataclasses.field(default_factory=WindowOptions)
 
     def __init__(self, options: WindowOptions | None = None, **window_options: Any) -> None:
-        self.options = _checked_options(options, window_options)
+        self.options = checked_window_options(options, window_options)
 
     def __call__(self, messages: list[pm.ModelMessage]) -> list[pm.ModelMessage]:
         """The window of ``messages``; a history processor for ``ProcessHistory``."""

@@ -1,0 +1,39 @@
+"""The window options an integration is made with, checked once: one rule for all of them."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from agentctx_fast.errors import InvalidArgumentError
+from agentctx_fast.window import WindowOptions
+
+_FIELDS = frozenset(field.name for field in dataclasses.fields(WindowOptions) if field.init)
+
+
+def checked_window_options(
+    options: WindowOptions | None,
+    named: Mapping[str, Any],
+    *,
+    also: frozenset[str] = frozenset(),
+) -> WindowOptions:
+    """``options`` (a `WindowOptions`) or the `WindowOptions` made of the keyword arguments
+    ``named``, never both. A name that is neither an option nor in ``also`` (what the
+    integration takes beside them, e.g. ``system``) is an `InvalidArgumentError` naming it,
+    not the constructor's TypeError; the names in ``also`` are left out of the options."""
+    if options is not None:
+        if named:
+            raise InvalidArgumentError("pass either options or window options, not both")
+        if type(options) is not WindowOptions:
+            raise InvalidArgumentError(
+                f"options must be a WindowOptions, got {type(options).__name__}"
+            )
+        return options
+    for name in named:
+        if name not in _FIELDS and name not in also:
+            raise InvalidArgumentError(
+                f"unknown window option {name!r}; the options are "
+                f"{', '.join(sorted(_FIELDS | also))}"
+            )
+    return WindowOptions(**{name: value for name, value in named.items() if name in _FIELDS})
