@@ -320,7 +320,8 @@ def test_from_json_renders_every_chart_and_the_table(tmp_path: Path) -> None:
         width, height = png_size(out / f"bench-{key}.png")
         assert width > 600 and height > 300
     text = (out / "benchmarks.md").read_text(encoding="utf-8")
-    for image in ("bench-window.png", "bench-service.png", "bench-sessions.png", "bench-tokens.png"):
+    for key in ("window", "service", "sessions", "tokens"):
+        image = f"bench-{key}.png"
         assert f"]({image})" in text
     assert (
         "| window: 1,000 stored messages | build_window, Rust | 2 µs "

@@ -179,18 +179,22 @@ def test_a_window_reads_its_tail_then_the_head_once(store: Any, leading: list[Me
     memory: ChatMemory = store.chat_memory(new_conversation_id())
     memory.add_messages_if_absent([*leading, *_tool_heavy(10)])
     counting = CountingMemory(memory)
-    assert outcome(counting.window) == outcome(build_window_with, memory.get_messages(), WindowOptions())
+    assert outcome(counting.window) == whole_window(memory)
     assert counting.reads == ["page"]
     memory.add_messages_if_absent(_tool_heavy(300)[40:])
     counting = CountingMemory(memory)
-    assert outcome(counting.window) == outcome(build_window_with, memory.get_messages(), WindowOptions())
+    assert outcome(counting.window) == whole_window(memory)
     assert counting.reads == ["page", "head"]
     ui = [AgentActionMessage(payload={"step": i}, message_id=f"n{i}") for i in range(40)]
     memory = store.chat_memory(new_conversation_id())  # 40 UI messages before the first turn
     memory.add_messages_if_absent([*ui, *leading, *_tool_heavy(300)])
     counting = CountingMemory(memory)
-    assert outcome(counting.window) == outcome(build_window_with, memory.get_messages(), WindowOptions())
+    assert outcome(counting.window) == whole_window(memory)
     assert counting.reads == ["page", "head", "head"]  # 16, then 64 messages
+
+
+def whole_window(memory: ChatMemory) -> tuple[Any, ...]:
+    return outcome(build_window_with, memory.get_messages(), WindowOptions())
 
 
 def test_the_first_messages_are_the_head_of_the_history(store: Any) -> None:

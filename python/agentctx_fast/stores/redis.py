@@ -51,9 +51,9 @@ from agentctx_fast.memory import (
     AsyncChatMemoryProvider,
     BlockingChatMemory,
     ChatMemoryProvider,
+    check_first,
     check_message,
     check_messages,
-    check_first,
     check_page,
     check_version,
 )
