@@ -47,11 +47,13 @@ class CountingMemory(ChatMemory):
         self.read = 0  # records of the tail's pages
         self.head = 0  # records of the head's reads
         self.reads: list[str] = []  # the reads made, in order
+        self.reached_start = False  # the last page read was short: the history starts there
 
     def get_messages(self, count: int | None = None, *, offset: int = 0) -> list[Message]:
         page = self.inner.get_messages(count, offset=offset)
         self.read += len(page)
         self.reads.append("page")
+        self.reached_start = count is None or len(page) < count
         return page
 
     def get_first_messages(self, count: int) -> list[Message]:
@@ -116,7 +118,7 @@ def test_the_window_is_the_one_of_the_whole_history(store: Any, data: st.DataObj
     assert outcome(memory.window, options, system) == whole
     assert outcome(counting.window, options, system) == whole
     assert counting.read <= len(history) + 1
-    if whole[0] != "error" and counting.read >= len(history):  # the tail was all of it
+    if whole[0] != "error" and counting.reached_start:  # the tail was all of it
         expected = build_window_with(history, options, system=system).dropped_turns
         assert memory.window(options, system).dropped_turns == expected
 
@@ -190,11 +192,28 @@ def test_a_window_reads_its_tail_then_the_head_once(store: Any, leading: list[Me
     memory.add_messages_if_absent([*ui, *leading, *_tool_heavy(300)])
     counting = CountingMemory(memory)
     assert outcome(counting.window) == whole_window(memory)
-    assert counting.reads == ["page", "head", "head"]  # 16, then 64 messages
+    assert counting.reads == ["page", "head", "head", "head"]  # 4, 16, then 64 messages
 
 
 def whole_window(memory: ChatMemory) -> tuple[Any, ...]:
     return outcome(build_window_with, memory.get_messages(), WindowOptions())
+
+
+def test_a_tail_read_of_exactly_the_history_s_length_is_not_taken_for_all_of_it(
+    store: Any,
+) -> None:
+    """A first page as long as the history, whose window starts later: the tail is not the
+    whole history (a full page), so the head is read for its leading system message."""
+    memory: ChatMemory = store.chat_memory(new_conversation_id())
+    memory.add_messages_if_absent(
+        [SystemMessage("Be brief.", message_id="s0"), *_tool_heavy(16)[1:]]
+    )  # 64 messages: one first page of 64
+    counting = CountingMemory(memory)
+    options = WindowOptions(max_attached_turns=2, max_attached_messages=0)
+    window = counting.window(options)
+    assert counting.reads == ["page", "head"] and not counting.reached_start
+    assert outcome(lambda: window) == outcome(build_window_with, memory.get_messages(), options)
+    assert window.messages[0].message_id == "s0"
 
 
 def test_the_first_messages_are_the_head_of_the_history(store: Any) -> None:

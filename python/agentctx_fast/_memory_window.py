@@ -21,7 +21,9 @@ from agentctx_fast.messages import Message, SystemMessage, UserMessage
 from agentctx_fast.runner._reads import read_tail
 from agentctx_fast.window import build_window_with
 
-_HEAD_PAGE = 16  # messages per read of the head, looking for its leading system message
+# The first read of the head: a history starts with a user message, or a system message and
+# one; the read is made four times longer while it holds no user message.
+_HEAD_PAGE = 4
 
 
 async def memory_window(

@@ -94,6 +94,12 @@ def check_first(count: object) -> int:
     return count
 
 
+def first_page(count: int, total: int) -> tuple[int, int]:
+    """The ``get_messages`` page (count, offset) of the ``count`` oldest of ``total`` messages
+    (the default `ChatMemory.get_first_messages`: pages are counted from the newest)."""
+    return min(count, total), max(total - count, 0)
+
+
 def check_version(expected_version: object) -> int:
     """Validates the ``expected_version`` of a compare-and-set update."""
     return check_expected_version(expected_version)
@@ -164,8 +170,8 @@ class ChatMemory(ABC):
         the head of a long history, where its leading system message is. The stores read it
         in one query; this default, for custom memories, counts the messages first."""
         check_first(count)
-        total = self.message_count()
-        return self.get_messages(min(count, total), offset=max(total - count, 0))
+        size, offset = first_page(count, self.message_count())
+        return self.get_messages(size, offset=offset)
 
     @abstractmethod
     def clear(self) -> None:
@@ -244,8 +250,8 @@ class AsyncChatMemory(ABC):
     async def get_first_messages(self, count: int) -> list[Message]:
         """The ``count`` oldest messages, oldest first (see `ChatMemory.get_first_messages`)."""
         check_first(count)
-        total = await self.message_count()
-        return await self.get_messages(min(count, total), offset=max(total - count, 0))
+        size, offset = first_page(count, await self.message_count())
+        return await self.get_messages(size, offset=offset)
 
     @abstractmethod
     async def clear(self) -> None:
