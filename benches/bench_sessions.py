@@ -103,9 +103,7 @@ class Setup:
             self.store.schema().initialize()
             self.cold: Any = SqlAgentStore(self.store.engine, message_cache_size=0)
             self.async_store: Any = AsyncSqlAgentStore(f"sqlite:///{path}")
-            self.async_cold: Any = AsyncSqlAgentStore(
-                self.async_store.engine, message_cache_size=0
-            )
+            self.async_cold: Any = AsyncSqlAgentStore(self.async_store.engine, message_cache_size=0)
             peer_path = tmp.mktemp("peer") / "peer.db"
             self.peer = lambda sid: agents.SQLiteSession(sid, str(peer_path))
         else:
