@@ -1,16 +1,20 @@
-"""`AgentCtxSession` beside the OpenAI Agents SDK's own sessions, and the input filter's cost.
+"""`AgentCtxSession` beside the OpenAI Agents SDK's own sessions, and the input filter's cost
+(issue 29), one run, side by side.
 
 Each session holds the same items (1,000 and 10,000; tool-heavy turns with reasoning items
 carrying encrypted content, parallel function calls, outputs of 200-1,500 characters). Ours:
 ``get_items()`` with a window (`WindowOptions()` defaults: the last 10 turns, at most 100
-messages) on the blocking SQLite and Redis stores (``warm``: the default decoded-record cache;
-``cold``: the cache off), and ``get_items(limit=100)`` without one; the peer rows are
-``SQLiteSession.get_items(limit=100)`` and ``RedisSession.get_items(limit=100)``. Then one
-``Runner.run`` turn (a scripted model, no network) with a 1,000-item input, with and without
-`AgentCtxInputFilter`, and the filter alone on that input: its share of a turn.
+messages; about 50 items) on the blocking SQLite and Redis stores and on their asyncio twins
+(``warm``: the default decoded-record cache; ``cold``: the cache off). The peer rows:
+``SQLiteSession.get_items()`` and ``RedisSession.get_items()`` (the SDK's default, every item:
+what a session without a window gives the run), and ``get_items(limit=N)`` with N the number
+of items our window returns (the same count of items, not the same items: the SDK's last N).
+Then one ``Runner.run`` turn (a scripted model, no network) with a 1,000-item input, with and
+without `AgentCtxInputFilter`, and the filter alone on that input: its share of a turn.
 
 The SDK is the ``openai-agents`` extra; its sessions are async, so every row runs on one event
-loop kept for the whole module.
+loop kept for the whole module (a blocking store's session reads in a worker thread, as it
+does in a service).
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ from typing import Any
 import pytest
 
 from agentctx_fast import WindowOptions
-from agentctx_fast.stores.redis import RedisAgentStore
-from agentctx_fast.stores.sql import SqlAgentStore
+from agentctx_fast.stores.redis import AsyncRedisAgentStore, RedisAgentStore
+from agentctx_fast.stores.sql import AsyncSqlAgentStore, SqlAgentStore
 
 agents = pytest.importorskip("agents")
 integration = pytest.importorskip("agentctx_fast.integrations.openai_agents")
@@ -86,38 +90,59 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
 
 
 class Setup:
-    """One kind's stores and the peer's sessions, loaded once."""
+    """One kind's stores (blocking and asyncio, warm and cold, over the same records) and the
+    peer's sessions, loaded once."""
 
     def __init__(self, kind: str, request: pytest.FixtureRequest, tmp: Any, loop: Any) -> None:
         self.kind = kind
+        self.loop = loop
         tag = uuid.uuid4().hex[:8]
         if kind == "sqlite":
             path = tmp.mktemp("sessions") / "ours.db"
             self.store: Any = SqlAgentStore(f"sqlite:///{path}")
             self.store.schema().initialize()
             self.cold: Any = SqlAgentStore(self.store.engine, message_cache_size=0)
+            self.async_store: Any = AsyncSqlAgentStore(f"sqlite:///{path}")
+            self.async_cold: Any = AsyncSqlAgentStore(self.async_store.engine, message_cache_size=0)
             peer_path = tmp.mktemp("peer") / "peer.db"
             self.peer = lambda sid: agents.SQLiteSession(sid, str(peer_path))
         else:
             url = request.getfixturevalue("redis_server").url
-            self.store = RedisAgentStore(url, key_prefix=f"s{tag}:")
-            self.cold = RedisAgentStore(self.store.client, key_prefix=f"s{tag}:",
-                                        message_cache_size=0)  # fmt: skip
+            prefix = f"s{tag}:"
+            self.store = RedisAgentStore(url, key_prefix=prefix)
+            self.cold = RedisAgentStore(self.store.client, key_prefix=prefix, message_cache_size=0)
+            self.async_store = AsyncRedisAgentStore(url, key_prefix=prefix)
+            self.async_cold = AsyncRedisAgentStore(
+                self.async_store.client, key_prefix=prefix, message_cache_size=0
+            )
             self.peer = lambda sid: redis_session.RedisSession.from_url(
                 sid, url=url, key_prefix=f"p{tag}"
             )
         self.ids: dict[int, str] = {}
         self.peers: dict[int, Any] = {}
+        self.window_items: dict[int, int] = {}  # how many items our window returns
         for size in SIZES:
             session_id = f"sessions-{size}-{tag}"
             items = session_items(size)
-            _load(loop, integration.AgentCtxSession(session_id, self.store), items)
+            ours = integration.AgentCtxSession(session_id, self.store, window=WindowOptions())
+            _load(loop, ours, items)
             self.peers[size] = self.peer(session_id)
             _load(loop, self.peers[size], items)
             self.ids[size] = session_id
+            self.window_items[size] = len(loop.run_until_complete(ours.get_items()))
+
+    def ours(self, side: str, size: int) -> Any:
+        stores = {
+            "ours-warm": self.store,
+            "ours-cold": self.cold,
+            "ours-async-warm": self.async_store,
+            "ours-async-cold": self.async_cold,
+        }
+        return integration.AgentCtxSession(self.ids[size], stores[side], window=WindowOptions())
 
     def close(self) -> None:
         self.store.close()
+        self.loop.run_until_complete(self.async_store.aclose())
 
 
 @pytest.fixture(scope="module", params=KINDS)
@@ -133,22 +158,29 @@ def setup(
 
 @pytest.mark.parametrize("size", SIZES)
 @pytest.mark.parametrize(
-    "side", ["ours-window-warm", "ours-window-cold", "ours-limit-100", "peer-limit-100"]
+    "side",
+    [
+        "ours-warm",
+        "ours-cold",
+        "ours-async-warm",
+        "ours-async-cold",
+        "peer-get_items",
+        "peer-get_items-limit",
+    ],
 )
 def test_get_items(benchmark: Any, setup: Setup, loop: Any, size: int, side: str) -> None:
     benchmark.group = f"sessions: get_items, {setup.kind}, {size} items"
-    if side == "peer-limit-100":
+    count = setup.window_items[size]
+    benchmark.extra_info["window_items"] = count
+    if side.startswith("peer"):
         session = setup.peers[size]
-        items = benchmark(lambda: loop.run_until_complete(session.get_items(limit=100)))
-        assert len(items) == 100
+        limit = count if side == "peer-get_items-limit" else None
+        items = benchmark(lambda: loop.run_until_complete(session.get_items(limit)))
+        assert len(items) == (size if limit is None else count)
         return
-    store = setup.cold if side == "ours-window-cold" else setup.store
-    window = None if side == "ours-limit-100" else WindowOptions()
-    ours = integration.AgentCtxSession(setup.ids[size], store, window=window)
-    limit = 100 if window is None else None
-    items = benchmark(lambda: loop.run_until_complete(ours.get_items(limit)))
-    assert items[0].get("role") == "user" or window is None
-    assert len(items) == 100 or window is not None
+    ours = setup.ours(side, size)
+    items = benchmark(lambda: loop.run_until_complete(ours.get_items()))
+    assert len(items) == count and items[0].get("role") == "user"
 
 
 class _Scripted(Model):

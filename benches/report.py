@@ -8,7 +8,8 @@
 
 One chart per comparison: the window core against LangChain's ``trim_messages`` and the
 minimal scan (``bench_window.py``), the service path against the OpenAI Agents SDK's sessions
-(``bench_service.py``), token counting against tiktoken (``bench_tokens.py``). Every chart is
+(``bench_service.py``), `AgentCtxSession` and the input filter against the SDK's sessions
+(``bench_sessions.py``), token counting against tiktoken (``bench_tokens.py``). Every chart is
 drawn from the medians of one pytest-benchmark run of its bench file, so its rows ran side by
 side on the same machine; each file runs in a process of its own, so one suite's data (the
 window bench keeps 100,000-message histories) never weighs on another's timings. The caption
@@ -376,6 +377,76 @@ def service_chart(results: list[Result]) -> Chart | None:
     )
 
 
+SESSION_SIDES: dict[str, tuple[str, Role]] = {
+    "ours-warm": ("AgentCtxSession + window, blocking store, cache on", "ours"),
+    "ours-cold": ("AgentCtxSession + window, blocking store, cache off", "ours"),
+    "ours-async-warm": ("AgentCtxSession + window, asyncio store, cache on", "ours"),
+    "ours-async-cold": ("AgentCtxSession + window, asyncio store, cache off", "ours"),
+    "peer-get_items": ("{session}.get_items() (every item)", "peer"),
+    "peer-get_items-limit": ("{session}.get_items(limit={count}) (as many items)", "peer"),
+    "run-with-filter": ("Runner.run turn with AgentCtxInputFilter", "ours"),
+    "filter-alone": ("AgentCtxInputFilter alone", "ours"),
+    "run-without-filter": ("Runner.run turn without a filter", "floor"),
+}
+
+
+def _session_row(r: Result) -> tuple[int, Row]:
+    """A result's row, and its place in the panel (`SESSION_SIDES`' order)."""
+    session = {"sqlite": "SQLiteSession", "redis": "RedisSession"}.get(
+        str(r.params.get("setup", "")), "session"
+    )
+    side = str(r.params.get("side", r.name))
+    label, role = SESSION_SIDES.get(side, (side, "peer" if side.startswith("peer") else "ours"))
+    label = label.format(session=session, count=r.extra_info.get("window_items", "N"))
+    place = list(SESSION_SIDES).index(side) if side in SESSION_SIDES else len(SESSION_SIDES)
+    return place, Row(label, r.median, role, None, (r.q1, r.q3))
+
+
+def sessions_chart(results: list[Result]) -> Chart | None:
+    """`AgentCtxSession.get_items()` with a window beside the SDK's sessions (bench_sessions.py),
+    one panel per store and size, and the input filter's share of a ``Runner.run`` turn; every
+    row is compared with its panel's first (ours, blocking store, cache on; the filtered turn)."""
+    groups: dict[str, list[Result]] = {}
+    for r in results:
+        if r.group and r.group.startswith("sessions:"):
+            groups.setdefault(r.group, []).append(r)
+    if not groups:
+        return None
+
+    def order(group: str) -> tuple[int, int, int, str]:
+        kind = next((i for i, k in enumerate(["sqlite", "redis"]) if f", {k}" in group), 2)
+        sizes = re.findall(r"\d[\d,]*", group)
+        size = int(sizes[-1].replace(",", "")) if sizes else 0
+        return "get_items" not in group, size, kind, group
+
+    panels = []
+    for group in sorted(groups, key=order):
+        rows = [row for _, row in sorted((_session_row(r) for r in groups[group]),
+                                         key=lambda placed: placed[0])]  # fmt: skip
+        base = rows[0].label
+        title = group.removeprefix("sessions:").strip()
+        title = re.sub(r"\d{4,}", lambda m: f"{int(m.group()):,}", title)
+        panels.append(
+            Panel(
+                title.replace("sqlite", "SQLite").replace("redis", "Redis"),
+                "time",
+                tuple(Row(row.label, row.value, row.role, base, row.spread) for row in rows),
+            )
+        )
+    return Chart(
+        key="sessions",
+        title="The OpenAI Agents SDK session and input filter (median time, lower is better)",
+        panels=tuple(panels),
+        peers=("openai-agents", "sqlalchemy", "redis"),
+        notes=(
+            "Ours returns the window of the stored history (whole turns, about 50 items); the "
+            "SDK's get_items() returns every item, get_items(limit=N) the last N items (as "
+            "many as our window, not the same turns). Each label: the median, then how the "
+            "row compares with the panel's first row. One pytest-benchmark run.",
+        ),
+    )
+
+
 def _token_label(r: Result) -> str:
     values = [str(v) for k, v in r.params.items() if k not in {"encoding", "size"}]
     return ", ".join(values) if values else r.name.removeprefix("test_")
@@ -468,6 +539,7 @@ def tokens_chart(results: list[Result]) -> Chart | None:
 SUITES: tuple[Suite, ...] = (
     Suite("window", "bench_window.py", (("langchain_core", "langchain-core"),), window_chart),
     Suite("service", "bench_service.py", (("agents", "openai-agents"),), service_chart),
+    Suite("sessions", "bench_sessions.py", (("agents", "openai-agents"),), sessions_chart),
     Suite("tokens", "bench_tokens.py", (("tiktoken", "tiktoken"),), tokens_chart),
 )
 

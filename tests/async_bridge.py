@@ -72,6 +72,9 @@ class BridgedChatMemory(ChatMemory):
     ) -> ContextWindow:
         return self._loop.run(self._inner.window(options, system))
 
+    def get_first_messages(self, count: int) -> list[Message]:
+        return self._loop.run(self._inner.get_first_messages(count))
+
     def message_count(self) -> int:
         return self._loop.run(self._inner.message_count())
 

@@ -204,6 +204,82 @@ def test_service_chart_orders_panels_and_names_the_peer_session(tmp_path: Path) 
     assert not report.needs_log(first)
 
 
+def session_rows() -> list[dict[str, Any]]:
+    """Named as bench_sessions.py names them (``setup``, ``side``, ``size``)."""
+    rows = []
+    for kind in ("redis", "sqlite"):
+        for size in (10_000, 1_000):
+            group = f"sessions: get_items, {kind}, {size} items"
+            for side, median in (
+                ("peer-get_items-limit", 2e-4),
+                ("ours-cold", 2e-3),
+                ("peer-get_items", 4e-3 * size / 1_000),
+                ("ours-async-warm", 6e-4),
+                ("ours-warm", 5e-4),
+                ("ours-async-cold", 2.5e-3),
+            ):
+                rows.append(
+                    bench(
+                        f"test_get_items[{kind}-{side}-{size}]",
+                        median,
+                        group,
+                        setup=kind,
+                        side=side,
+                        size=size,
+                        extra_info={"window_items": 48},
+                    )
+                )
+    group = "sessions: the input filter in a Runner.run turn, 1,000 items"
+    for side, median in (("run-without-filter", 2e-3), ("filter-alone", 4e-5)):
+        rows.append(bench(f"test_input_filter_share_of_a_turn[{side}]", median, group, side=side))
+    rows.append(
+        bench("test_input_filter_share_of_a_turn[run-with-filter]", 2.05e-3, group,
+              side="run-with-filter")
+    )  # fmt: skip
+    return rows
+
+
+def test_sessions_chart_compares_the_sdk_sessions_with_our_windowed_session(
+    tmp_path: Path,
+) -> None:
+    chart = report.sessions_chart(results(session_rows(), tmp_path))
+    assert chart is not None and chart.key == "sessions"
+    assert [p.title for p in chart.panels] == [
+        "get_items, SQLite, 1,000 items",
+        "get_items, Redis, 1,000 items",
+        "get_items, SQLite, 10,000 items",
+        "get_items, Redis, 10,000 items",
+        "the input filter in a Runner.run turn, 1,000 items",
+    ]
+    first = chart.panels[0]
+    assert [(r.label, r.role) for r in first.rows] == [
+        ("AgentCtxSession + window, blocking store, cache on", "ours"),
+        ("AgentCtxSession + window, blocking store, cache off", "ours"),
+        ("AgentCtxSession + window, asyncio store, cache on", "ours"),
+        ("AgentCtxSession + window, asyncio store, cache off", "ours"),
+        ("SQLiteSession.get_items() (every item)", "peer"),
+        ("SQLiteSession.get_items(limit=48) (as many items)", "peer"),
+    ]
+    assert first.ratio(first.rows[4]) == pytest.approx(8)  # every item: ours is faster
+    assert first.ratio(first.rows[5]) == pytest.approx(0.4)  # 48 items: the peer is, said so
+    assert chart.panels[3].rows[4].label == "RedisSession.get_items() (every item)"
+    assert chart.panels[3].ratio(chart.panels[3].rows[4]) == pytest.approx(80)
+    turn = chart.panels[4]
+    assert [(r.label, r.role) for r in turn.rows] == [
+        ("Runner.run turn with AgentCtxInputFilter", "ours"),
+        ("AgentCtxInputFilter alone", "ours"),
+        ("Runner.run turn without a filter", "floor"),
+    ]
+    assert report.compare(turn.ratio(turn.rows[2]) or 0) == "1.03x slower"  # the filter's cost
+    lines = report.table([chart], ("peer",)).splitlines()
+    assert len(lines) == 2 + 8  # two peer rows per get_items panel, none for the turn
+    assert (
+        "| sessions: get_items, SQLite, 1,000 items "
+        "| AgentCtxSession + window, blocking store, cache on | 500 µs "
+        "| SQLiteSession.get_items() (every item) | 4 ms | 8.0x faster |"
+    ) in lines
+
+
 def test_tokens_chart_reports_throughput_in_mb_per_second(tmp_path: Path) -> None:
     chart = report.tokens_chart(results(token_rows(), tmp_path))
     assert chart is not None
@@ -236,20 +312,23 @@ def test_tokens_chart_reports_throughput_in_mb_per_second(tmp_path: Path) -> Non
 
 
 def test_from_json_renders_every_chart_and_the_table(tmp_path: Path) -> None:
-    run = write_run(tmp_path / "run.json", window_rows() + service_rows() + token_rows())
+    rows = window_rows() + service_rows() + session_rows() + token_rows()
+    run = write_run(tmp_path / "run.json", rows)
     out = tmp_path / "docs"
     assert report.main(["--from-json", str(run), "--out", str(out)]) == 0
-    for key in ("window", "service", "tokens"):
+    for key in ("window", "service", "sessions", "tokens"):
         width, height = png_size(out / f"bench-{key}.png")
         assert width > 600 and height > 300
     text = (out / "benchmarks.md").read_text(encoding="utf-8")
-    for image in ("bench-window.png", "bench-service.png", "bench-tokens.png"):
+    for key in ("window", "service", "sessions", "tokens"):
+        image = f"bench-{key}.png"
         assert f"]({image})" in text
     assert (
         "| window: 1,000 stored messages | build_window, Rust | 2 µs "
         "| LangChain trim_messages, 100 messages | 148 µs | 74x faster |"
     ) in text
     assert "| SQLiteSession.add_items(4 items) | 3.5 ms | 7.0x faster |" in text
+    assert "| RedisSession.get_items(limit=48) (as many items) | 200 µs | 2.5x slower |" in text
     assert "| tiktoken | 50 MB/s | 4.0x faster |" in text
     assert "Test CPU 9000, 2 cores" in text and "agentctx_fast 0.1.0 (rust backend)" in text
 
@@ -291,6 +370,7 @@ def test_plan_skips_a_missing_bench_file_and_a_missing_peer(
 ) -> None:
     (tmp_path / "bench_window.py").write_text("", encoding="utf-8")
     (tmp_path / "bench_service.py").write_text("", encoding="utf-8")
+    (tmp_path / "bench_sessions.py").write_text("", encoding="utf-8")
     real = importlib.util.find_spec
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name: None if name == "agents" else real(name)
@@ -299,6 +379,7 @@ def test_plan_skips_a_missing_bench_file_and_a_missing_peer(
     assert files == [tmp_path / "bench_window.py"]
     assert notes == [
         "service chart skipped: openai-agents is not installed (pip install openai-agents)",
+        "sessions chart skipped: openai-agents is not installed (pip install openai-agents)",
         "tokens chart skipped: benches/bench_tokens.py does not exist",
     ]
 

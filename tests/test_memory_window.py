@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentctx_fast import (
+    AgentActionMessage,
     AiMessage,
     ContextWindow,
     InvalidArgumentError,
@@ -43,11 +44,22 @@ class CountingMemory(ChatMemory):
 
     def __init__(self, inner: ChatMemory) -> None:
         self.inner = inner
-        self.read = 0
+        self.read = 0  # records of the tail's pages
+        self.head = 0  # records of the head's reads
+        self.reads: list[str] = []  # the reads made, in order
+        self.reached_start = False  # the last page read was short: the history starts there
 
     def get_messages(self, count: int | None = None, *, offset: int = 0) -> list[Message]:
         page = self.inner.get_messages(count, offset=offset)
         self.read += len(page)
+        self.reads.append("page")
+        self.reached_start = count is None or len(page) < count
+        return page
+
+    def get_first_messages(self, count: int) -> list[Message]:
+        page = self.inner.get_first_messages(count)
+        self.head += len(page)
+        self.reads.append("head")
         return page
 
     def add_message_if_absent(self, message: Message) -> bool:
@@ -60,6 +72,7 @@ class CountingMemory(ChatMemory):
         return self.inner.update_message(message, expected_version)
 
     def message_count(self) -> int:
+        self.reads.append("count")
         return self.inner.message_count()
 
     def clear(self) -> None:
@@ -105,7 +118,7 @@ def test_the_window_is_the_one_of_the_whole_history(store: Any, data: st.DataObj
     assert outcome(memory.window, options, system) == whole
     assert outcome(counting.window, options, system) == whole
     assert counting.read <= len(history) + 1
-    if whole[0] != "error" and counting.read >= len(history):  # the tail was all of it
+    if whole[0] != "error" and counting.reached_start:  # the tail was all of it
         expected = build_window_with(history, options, system=system).dropped_turns
         assert memory.window(options, system).dropped_turns == expected
 
@@ -156,7 +169,63 @@ def test_the_leading_system_message_of_a_long_history_is_found(store: Any) -> No
     window = counting.window(options)
     assert window.messages[0].message_id == "s0"
     assert outcome(lambda: window) == outcome(build_window_with, history, options)
-    assert counting.read < 150
+    assert counting.read + counting.head < 150
+    assert counting.reads == ["page", "head"]  # the tail's one page, the head's one query
+
+
+@pytest.mark.parametrize("leading", [[], [SystemMessage("Be brief.", message_id="s0")]])
+def test_a_window_reads_its_tail_then_the_head_once(store: Any, leading: list[Message]) -> None:
+    """A tail that reaches the start is the whole history: nothing more is read. One that
+    does not is followed by one read of the head, even when the head has no system message
+    or its first user message is far from the start."""
+    memory: ChatMemory = store.chat_memory(new_conversation_id())
+    memory.add_messages_if_absent([*leading, *_tool_heavy(10)])
+    counting = CountingMemory(memory)
+    assert outcome(counting.window) == whole_window(memory)
+    assert counting.reads == ["page"]
+    memory.add_messages_if_absent(_tool_heavy(300)[40:])
+    counting = CountingMemory(memory)
+    assert outcome(counting.window) == whole_window(memory)
+    assert counting.reads == ["page", "head"]
+    ui = [AgentActionMessage(payload={"step": i}, message_id=f"n{i}") for i in range(40)]
+    memory = store.chat_memory(new_conversation_id())  # 40 UI messages before the first turn
+    memory.add_messages_if_absent([*ui, *leading, *_tool_heavy(300)])
+    counting = CountingMemory(memory)
+    assert outcome(counting.window) == whole_window(memory)
+    assert counting.reads == ["page", "head", "head", "head"]  # 4, 16, then 64 messages
+
+
+def whole_window(memory: ChatMemory) -> tuple[Any, ...]:
+    return outcome(build_window_with, memory.get_messages(), WindowOptions())
+
+
+def test_a_tail_read_of_exactly_the_history_s_length_is_not_taken_for_all_of_it(
+    store: Any,
+) -> None:
+    """A first page as long as the history, whose window starts later: the tail is not the
+    whole history (a full page), so the head is read for its leading system message."""
+    memory: ChatMemory = store.chat_memory(new_conversation_id())
+    memory.add_messages_if_absent(
+        [SystemMessage("Be brief.", message_id="s0"), *_tool_heavy(16)[1:]]
+    )  # 64 messages: one first page of 64
+    counting = CountingMemory(memory)
+    options = WindowOptions(max_attached_turns=2, max_attached_messages=0)
+    window = counting.window(options)
+    assert counting.reads == ["page", "head"] and not counting.reached_start
+    assert outcome(lambda: window) == outcome(build_window_with, memory.get_messages(), options)
+    assert window.messages[0].message_id == "s0"
+
+
+def test_the_first_messages_are_the_head_of_the_history(store: Any) -> None:
+    memory: ChatMemory = store.chat_memory(new_conversation_id())
+    assert memory.get_first_messages(3) == []
+    history = _tool_heavy(5)
+    memory.add_messages_if_absent(history)
+    for count in (0, 1, 7, 20, 21):
+        assert memory.get_first_messages(count) == memory.get_messages()[:count]
+    for bad in (-1, None, True, "3", 2.0):
+        with pytest.raises(InvalidArgumentError, match="count must be an int >= 0"):
+            memory.get_first_messages(bad)  # type: ignore[arg-type]
 
 
 def test_a_window_of_options_that_are_not_window_options_is_refused(store: Any) -> None:

@@ -1,14 +1,15 @@
 """`ChatMemory.window` and its async twin, written once: the window of a conversation built
 from the tail of its history alone.
 
-The tail is the runner's read (`read_history`: pages from the newest message back until the
+The tail is the runner's read (`read_tail`: pages from the newest message back until the
 whole turns read exceed the window's limits, or the history starts), asked for one turn more
 than ``max_attached_turns``, so that a window cut by that limit sees a turn past it and says so
 (``cut_by``) as the whole history's window does. Without a ``system`` argument a window takes
 the history's leading system message (the first `SystemMessage` before the first
-`UserMessage`): when the tail does not reach the start, the head is read page by page up to
-its first user message to find it. The window is then `build_window_with` over that tail, the
-one the whole history gives (its ``dropped_turns`` counts only the turns of the tail read).
+`UserMessage`): when the tail does not reach the start (`read_tail` says whether it did), the
+head is read for it in one query (`get_first_messages`), read again longer while it holds no
+user message. The window is then `build_window_with` over that tail, the one the whole history
+gives (its ``dropped_turns`` counts only the turns of the tail read).
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from agentctx_fast._core_types import ContextWindow, WindowOptions
 from agentctx_fast.errors import InvalidArgumentError
 from agentctx_fast.memory import AsyncChatMemory
 from agentctx_fast.messages import Message, SystemMessage, UserMessage
-from agentctx_fast.runner._reads import read_history
+from agentctx_fast.runner._reads import read_tail
 from agentctx_fast.window import build_window_with
 
-_HEAD_PAGE = 16  # messages per read of the head, looking for its leading system message
+# The first read of the head: a history starts with a user message, or a system message and
+# one; the read is made four times longer while it holds no user message.
+_HEAD_PAGE = 4
 
 
 async def memory_window(
@@ -35,7 +38,7 @@ async def memory_window(
         raise InvalidArgumentError(
             f"options must be a WindowOptions or None, got {type(options).__name__}"
         )
-    history = await read_history(
+    history, whole = await read_tail(
         memory,
         max_attached_turns=options.max_attached_turns + 1,
         max_attached_messages=options.max_attached_messages,
@@ -44,24 +47,21 @@ async def memory_window(
     )
     # A tail short of the start opens with a user message (turns start with one), so it has
     # no leading system message of its own to pass for the history's.
-    if system is None and await memory.get_messages(1, offset=len(history)):
+    if system is None and not whole:
         system = await _leading_system(memory)
     return build_window_with(history, options, system=system)
 
 
 async def _leading_system(memory: AsyncChatMemory) -> SystemMessage | None:
-    """The history's leading system message, read page by page from its oldest message (pages
-    are counted from the newest, so a page of the head is ``offset = total - its end``)."""
-    total = await memory.message_count()
-    start = 0
-    while start < total:
-        size = min(_HEAD_PAGE, total - start)
-        page = await memory.get_messages(size, offset=total - start - size)
+    """The history's leading system message, read from its oldest message: one read of its
+    first messages, read again four times longer while no user message is among them."""
+    size = _HEAD_PAGE
+    while True:
+        page = await memory.get_first_messages(size)
         found = _leading_system_of(page)
-        if found is not None or any(isinstance(m, UserMessage) for m in page) or not page:
+        if found is not None or len(page) < size or any(isinstance(m, UserMessage) for m in page):
             return found
-        start += size
-    return None
+        size *= 4
 
 
 def _leading_system_of(messages: list[Message]) -> SystemMessage | None:

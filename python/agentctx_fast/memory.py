@@ -87,6 +87,19 @@ def check_page(count: object, offset: object) -> None:
         raise InvalidArgumentError(f"offset must be an int >= 0, got {offset!r}")
 
 
+def check_first(count: object) -> int:
+    """Validates the count of `ChatMemory.get_first_messages`."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise InvalidArgumentError(f"count must be an int >= 0, got {count!r}")
+    return count
+
+
+def first_page(count: int, total: int) -> tuple[int, int]:
+    """The ``get_messages`` page (count, offset) of the ``count`` oldest of ``total`` messages
+    (the default `ChatMemory.get_first_messages`: pages are counted from the newest)."""
+    return min(count, total), max(total - count, 0)
+
+
 def check_version(expected_version: object) -> int:
     """Validates the ``expected_version`` of a compare-and-set update."""
     return check_expected_version(expected_version)
@@ -151,6 +164,14 @@ class ChatMemory(ABC):
     @abstractmethod
     def message_count(self) -> int:
         """How many messages the conversation holds, UI messages included."""
+
+    def get_first_messages(self, count: int) -> list[Message]:
+        """The ``count`` oldest messages, oldest first (fewer when the history is shorter):
+        the head of a long history, where its leading system message is. The stores read it
+        in one query; this default, for custom memories, counts the messages first."""
+        check_first(count)
+        size, offset = first_page(count, self.message_count())
+        return self.get_messages(size, offset=offset)
 
     @abstractmethod
     def clear(self) -> None:
@@ -225,6 +246,12 @@ class AsyncChatMemory(ABC):
     @abstractmethod
     async def message_count(self) -> int:
         """How many messages the conversation holds, UI messages included."""
+
+    async def get_first_messages(self, count: int) -> list[Message]:
+        """The ``count`` oldest messages, oldest first (see `ChatMemory.get_first_messages`)."""
+        check_first(count)
+        size, offset = first_page(count, await self.message_count())
+        return await self.get_messages(size, offset=offset)
 
     @abstractmethod
     async def clear(self) -> None:
@@ -328,6 +355,9 @@ class BlockingChatMemory(ChatMemory):
     def message_count(self) -> int:
         return run_sync(self._inner.message_count())
 
+    def get_first_messages(self, count: int) -> list[Message]:
+        return run_sync(self._inner.get_first_messages(count))
+
     def clear(self) -> None:
         run_sync(self._inner.clear())
 
@@ -367,6 +397,9 @@ class AwaitableChatMemory(AsyncChatMemory):
 
     async def message_count(self) -> int:
         return self._inner.message_count()
+
+    async def get_first_messages(self, count: int) -> list[Message]:
+        return self._inner.get_first_messages(count)
 
     def fenced(self, fence: Fence) -> AsyncChatMemory:
         inner = self._inner.fenced(fence)
@@ -472,6 +505,11 @@ class InMemoryChatMemory(ChatMemory):
             if after and after[0] == position:
                 after = after[1:]
             self._visible[cut:] = [p - 1 for p in after]
+
+    def get_first_messages(self, count: int) -> list[Message]:
+        check_first(count)
+        with self._lock:
+            return self._messages[:count]
 
     def message_count(self) -> int:
         with self._lock:

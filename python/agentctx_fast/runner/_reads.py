@@ -39,7 +39,34 @@ async def read_history(
     current_stored: bool = True,
     first_page: int | None = None,
 ) -> list[Message]:
-    """The tail of ``memory`` a window over the whole conversation depends on, oldest first.
+    """The tail of ``memory`` a window over the whole conversation depends on, oldest first
+    (`read_tail`'s messages)."""
+    tail, _ = await read_tail(
+        memory,
+        max_attached_turns=max_attached_turns,
+        max_attached_messages=max_attached_messages,
+        compact=compact,
+        keep_recent_turns=keep_recent_turns,
+        must_include=must_include,
+        current_stored=current_stored,
+        first_page=first_page,
+    )
+    return tail
+
+
+async def read_tail(
+    memory: AsyncChatMemory,
+    *,
+    max_attached_turns: int,
+    max_attached_messages: int,
+    compact: bool,
+    keep_recent_turns: int,
+    must_include: str | None = None,
+    current_stored: bool = True,
+    first_page: int | None = None,
+) -> tuple[list[Message], bool]:
+    """The tail of ``memory`` a window over the whole conversation depends on, oldest first,
+    and whether it is the whole history (its last page was short: no read past it needed).
 
     ``must_include`` is a message id the result must reach back to (a resumed turn's first
     message). ``current_stored=False`` says the current turn is not written yet (a new turn
@@ -56,7 +83,7 @@ async def read_history(
         chunk = await memory.get_messages(page, offset=len(collected))
         collected = chunk + collected
         if len(chunk) < page:
-            return collected  # the start of the history
+            return collected, True  # the start of the history
         start = _window_reach(
             collected,
             max_attached_turns,
@@ -69,7 +96,7 @@ async def read_history(
             found = next((i for i, m in enumerate(collected) if m.message_id == must_include), None)
             start = None if found is None else min(start, found)
         if start is not None:
-            return collected[start:]
+            return collected[start:], False  # it starts at a turn: a user message
         page = len(collected)  # as much again: a read just short (a turn another process
         # added) costs one more page of its size, and a long history doubles what is held
 

@@ -97,6 +97,9 @@ class _FencedChatMemory(ChatMemory):
     def get_message(self, message_id: str) -> Message | None:
         return self._memory.get_message(message_id)
 
+    def get_first_messages(self, count: int) -> list[Message]:
+        return self._memory.get_first_messages(count)
+
     def message_count(self) -> int:
         return self._memory.message_count()
 

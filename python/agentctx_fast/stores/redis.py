@@ -51,6 +51,7 @@ from agentctx_fast.memory import (
     AsyncChatMemoryProvider,
     BlockingChatMemory,
     ChatMemoryProvider,
+    check_first,
     check_message,
     check_messages,
     check_page,
@@ -611,6 +612,18 @@ class AsyncRedisChatMemory(AsyncChatMemory):
         raise VersionConflictError(
             f"message {message_id!r} is at version {int(outcome[1])}, not {expected_version}"
         )
+
+    async def get_first_messages(self, count: int) -> list[Message]:
+        """One ``LRANGE`` from the head of the record list."""
+        if check_first(count) == 0:
+            return []
+        records = await self._store._port.command(
+            "reading messages", "lrange", self._records, 0, count - 1
+        )
+        try:
+            return self._load(records)
+        except UndecodableRecord as bad:
+            raise await RedisRecords(self._store).named_message(bad) from bad
 
     async def message_count(self) -> int:
         return int(await self._store._port.command("counting messages", "llen", self._records))

@@ -36,6 +36,7 @@ from agentctx_fast.memory import (
     AsyncChatMemoryProvider,
     BlockingChatMemory,
     ChatMemoryProvider,
+    check_first,
     check_message,
     check_messages,
     check_page,
@@ -219,7 +220,7 @@ class _PageStatements:
 
     def __init__(self, table: sa.Table) -> None:
         self._table = table
-        self._built: dict[tuple[bool, bool, bool], Any] = {}
+        self._built: dict[object, Any] = {}
 
     def get(self, visible_only: bool, limited: bool, offset: bool) -> Any:
         key = (visible_only, limited, offset)
@@ -237,6 +238,20 @@ class _PageStatements:
             if offset:
                 statement = statement.offset(sa.bindparam("offset", type_=sa.Integer))
             self._built[key] = statement
+        return statement
+
+    def first(self) -> Any:
+        """The oldest ``count`` messages of a conversation: the same index scan, oldest first."""
+        statement = self._built.get("first")
+        if statement is None:
+            table = self._table
+            statement = (
+                sa.select(table.c.data)
+                .where(table.c.conversation_id == sa.bindparam("conversation_id"))
+                .order_by(table.c.seq)
+                .limit(sa.bindparam("count", type_=sa.Integer))
+            )
+            self._built["first"] = statement
         return statement
 
 
@@ -609,10 +624,19 @@ class AsyncSqlChatMemory(AsyncChatMemory):
         statement = self._store._pages.get(visible_only, count is not None, offset > 0)
         params = {"conversation_id": self.conversation_id, "count": count, "offset": offset}
         rows = await self._store._port.rows("reading messages", statement, params=params)
+        return await self._load([row[0] for row in reversed(rows)])
+
+    async def get_first_messages(self, count: int) -> list[Message]:
+        if check_first(count) == 0:
+            return []
+        params = {"conversation_id": self.conversation_id, "count": count}
+        first = self._store._pages.first()
+        rows = await self._store._port.rows("reading messages", first, params=params)
+        return await self._load([row[0] for row in rows])
+
+    async def _load(self, records: list[Any]) -> list[Message]:
         try:
-            return self._store._load_message.load_all(
-                self.conversation_id, [row[0] for row in reversed(rows)]
-            )
+            return self._store._load_message.load_all(self.conversation_id, records)
         except UndecodableRecord as bad:
             raise await named_message(self._store, bad) from bad
 
