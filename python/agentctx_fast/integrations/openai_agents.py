@@ -108,7 +108,8 @@ def _items_of(message: Message) -> list[Item]:
     if isinstance(kept, str):
         for item in items:
             if not isinstance(message, AiMessage) or item.get("type") == "message":
-                item["id"] = kept
+                item["id"] = kept  # the first assistant item's (others keep their own)
+                break
     return items
 
 
