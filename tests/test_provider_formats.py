@@ -282,7 +282,7 @@ def test_one_model_turn_interleaved_is_one_ai_message_in_its_order() -> None:
 
 
 def test_an_assistant_message_between_calls_stays_there() -> None:
-    """"Let me check" text, a call, more text, another call: one AI message whose text is the
+    """Text ("let me check"), a call, more text, another call: one AI message whose text is the
     paragraphs; the messages come back whole and in place."""
     items: list[dict[str, Any]] = [
         {"role": "user", "content": "go"},

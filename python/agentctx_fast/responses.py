@@ -2,25 +2,39 @@
 
 `to_responses` gives a list ``client.responses.create(input=...)`` accepts: system and user
 messages as input messages, an AI message as its provider items (``reasoning`` with its
-encrypted content, hosted-tool calls) followed by its assistant message and its
-``function_call`` items, a tool message as a ``function_call_output``. That order is the one the
-API produced them in, so a reasoning item is followed by the item it belongs to.
-`from_responses` reads items back into messages, keeping each output message's ``id`` (as the
-`AiMessage`'s ``message_id``), the ids and statuses of function calls and provider items.
+encrypted content, hosted-tool calls), its assistant message and its ``function_call`` items,
+a tool message as a ``function_call_output``. `from_responses` reads items back into messages,
+keeping each output message's ``id`` (as the `AiMessage`'s ``message_id``), the ids and
+statuses of function calls and provider items.
+
+One model turn is one `AiMessage`: every assistant-side item between two other items
+(reasoning, hosted-tool items, assistant messages, function calls, in any order) belongs to it,
+so the outputs that follow are the outputs of its calls (a window keeps a call and its output
+together only when the output follows the AI message holding the call). The API's order is
+kept: a reasoning item must stay right before the item it belongs to. `to_responses` writes an
+AI message's items as provider items, assistant message, function calls unless the message
+recorded another order; `from_responses` records one only when the items came in another order.
 
 What has no place in the message model is kept in the message's ``metadata`` under
 `RESPONSES_METADATA_KEY`: an input message's other keys (``"type": "message"``, ``status``)
 and list content of a system message, an output message's ``status`` (when not
 ``"completed"``) and other keys (``phase``), its content when it carries annotations or several
 parts, each function call's item ``id`` and ``status`` (by call id), a function call output's
-``status`` and list output. `to_responses` puts them back.
+``status`` and list output; for an AI message read from items in another order, ``"order"``
+(a letter an item: ``p`` a provider item, ``m`` an assistant message, ``c`` a function call,
+e.g. ``"pcpc"`` for reasoning, call, reasoning, call); for one read from several assistant
+messages, ``"messages"`` (those items, whole: its ``text`` is their texts joined as paragraphs
+with a blank line, its ``message_id`` the first one's id). `to_responses` puts them back; the
+kept assistant messages only while the message's text and refusal are still theirs (an edited
+text is sent as one assistant message in the first one's place).
 
 Limits (what the format does not carry): ``turn_id``, ``version``, other metadata, participant
 names and `ToolMessage.is_error`; an assistant message ``id`` is sent only when it is an API id
 (``msg_…``), other ids only with ``include_ids=True`` (a storage form, not API input); image
-``detail`` ``"auto"`` reads back as None; an `AiMessage` is read back from consecutive items
-in the order above, so an API output that interleaves them differently (a reasoning item after
-a function call) becomes two AI messages.
+``detail`` ``"auto"`` reads back as None; two AI messages with nothing between them (no user
+input, no tool output) have no edge in the format and read back as one; an assistant message
+with no text and no refusal is not sent beside function calls or provider items (the storage
+form writes one to carry the message id).
 
 >>> from agentctx_fast import AiMessage, ToolCall, ToolMessage, UserMessage
 >>> reply = AiMessage(
@@ -372,13 +386,14 @@ class _Reply:
             extras["messages"] = [dict(s.item) for s in self.said]
         if order != sorted(order, key=_RANK.__getitem__):
             extras["order"] = "".join(order)
+        ids: dict[str, Any] = {"message_id": message_id} if message_id is not None else {}
         return AiMessage(
             text,
             tuple(self.calls),
             refusal=refusal,
             provider_items=tuple(self.items),
             metadata={RESPONSES_METADATA_KEY: extras} if extras else {},
-            **({"message_id": message_id} if message_id is not None else {}),
+            **ids,
         )
 
 
@@ -576,8 +591,9 @@ def _take(out: list[Message], reply: _Reply | None, item: Any, where: str) -> _R
 def from_responses(items: Sequence[Mapping[str, Any]]) -> list[Message]:
     """Messages for Responses API input (or output) items.
 
-    Consecutive assistant-side items (provider items, an assistant message, function calls, in
-    that order) make one `AiMessage`; any other item type (reasoning, hosted-tool calls and
+    Consecutive assistant-side items (provider items, assistant messages, function calls, in
+    any order: one model turn) make one `AiMessage`, its order kept when it is not the one
+    `to_responses` writes (see the module); any other item type (reasoning, hosted-tool calls and
     results, ``item_reference``) is kept opaque in its ``provider_items``. Malformed input
     raises `ResponsesFormatError` (an `InvalidArgumentError`) naming the item, or
     `ContentTooLargeError` for inline content over the cap.
