@@ -311,6 +311,38 @@ def test_get_items_with_a_window(sessions: Sessions) -> None:
     sessions.run(scenario)
 
 
+def interleaved() -> list[dict[str, Any]]:
+    """One model turn with reasoning and text between its calls, as models with interleaved
+    reasoning produce it, the outputs after them all."""
+    return [
+        {"role": "user", "content": "go"},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "e1"},
+        {"type": "function_call", "call_id": "a", "name": "f", "arguments": "{}"},
+        {"type": "reasoning", "id": "rs_2", "summary": [], "encrypted_content": "e2"},
+        {"type": "function_call", "call_id": "b", "name": "f", "arguments": "{}"},
+        {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+         "content": [{"type": "output_text", "text": "Let me also check.", "annotations": []}]},
+        {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "a", "output": "A"},
+        {"type": "function_call_output", "call_id": "b", "output": "B"},
+        {"type": "function_call_output", "call_id": "c", "output": "C"},
+    ]  # fmt: skip
+
+
+def test_a_windowed_session_keeps_interleaved_calls_with_their_outputs(
+    sessions: Sessions,
+) -> None:
+    async def scenario(make: Sessions) -> None:
+        session_id = new_conversation_id()
+        items = [*turn(1), *interleaved()]
+        await make(session_id).add_items(items)
+        windowed = make(session_id, window=WindowOptions(max_attached_turns=1))
+        assert await windowed.get_items() == interleaved()  # the real outputs, in API order
+        assert await make(session_id, window=WindowOptions()).get_items() == items
+
+    sessions.run(scenario)
+
+
 # -- pop_item -----------------------------------------------------------------------------------
 
 
@@ -400,7 +432,7 @@ def test_a_pop_that_loses_the_race_pops_the_next_item(last: int) -> None:
     last item; another writer removes it first, so the pop reads the tail again."""
     store = RacingStore()
     session = AgentCtxSession("s", store)
-    items = [*turn(1), *ITEMS[1:4]][: 7 + last]
+    items = [*turn(1), {"role": "user", "content": "more"}, *ITEMS[1:4]][: 8 + last]
 
     async def scenario() -> None:
         await session.add_items(items)
@@ -712,6 +744,14 @@ def test_the_filter_closes_a_call_without_output() -> None:
     out = filtered(items)
     assert out == [*turn(1, outputs=False), {"role": "user", "content": "now"}]
     assert_valid_window(out)
+
+
+def test_the_filter_keeps_interleaved_calls_with_their_outputs() -> None:
+    items = [*turn(1), *interleaved(), {"type": "reasoning", "id": "rs_3", "summary": []}]
+    out = filtered(items, max_attached_turns=0)
+    assert out == items[7:]  # the real outputs, no synthetic one
+    assert all(a is b for a, b in zip(out, items[7:], strict=True))
+    assert filtered(items) == items
 
 
 def test_the_filter_checks_its_options() -> None:

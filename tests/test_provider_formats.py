@@ -36,6 +36,7 @@ from agentctx_fast import (
     from_responses,
     to_anthropic,
     to_responses,
+    validate_tool_protocol,
 )
 from agentctx_fast.memory import ChatMemory
 from openai_schema import type_errors
@@ -220,36 +221,145 @@ def test_api_items_round_trip_exactly_with_ids_and_statuses() -> None:
         "AiMessage",
         "ToolMessage",
         "AiMessage",
-        "AiMessage",
         "ToolMessage",
     ]
     assert messages[0].text == "Be brief."  # type: ignore[attr-defined]
-    first, answer, cut = messages[3], messages[5], messages[6]
+    first, answer = messages[3], messages[5]
     assert isinstance(first, AiMessage) and isinstance(answer, AiMessage)
     assert first.provider_items == (REASONING,)
     assert first.tool_calls == (ToolCall("call_1", "get_order", '{"id":"ORD-1"}'),)
-    assert answer.message_id == "msg_1" and answer.text == "It shipped."
+    # two assistant messages of one model turn: one AI message, their texts as paragraphs
+    assert answer.message_id == "msg_1" and answer.text == "It shipped.\n\nCut sh"
     assert answer.provider_items == ({**REASONING, "id": "rs_2"}, WEB_SEARCH)
-    assert cut.message_id == "msg_2" and cut.metadata == {
-        RESPONSES_METADATA_KEY: {"status": "incomplete", "phase": "final_answer"}
-    }
+    assert answer.metadata == {RESPONSES_METADATA_KEY: {"messages": items[8:10]}}
     assert to_responses(messages) == items
 
 
-def test_a_reasoning_item_after_a_call_starts_another_ai_message() -> None:
-    """The API's order survives: a reasoning item stays right before the call it produced."""
+def call(n: int) -> dict[str, Any]:
+    return {"type": "function_call", "call_id": f"c{n}", "name": "f", "arguments": "{}"}
+
+
+def output(n: int) -> dict[str, Any]:
+    return {"type": "function_call_output", "call_id": f"c{n}", "output": str(n)}
+
+
+def said(text: str, n: int) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "role": "assistant",
+        "id": f"msg_{n}",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
+
+def test_one_model_turn_interleaved_is_one_ai_message_in_its_order() -> None:
+    """Reasoning between calls: one AI message (its calls' outputs follow it), and the API's
+    order comes back, a reasoning item right before the call it produced."""
     items: list[dict[str, Any]] = [
         {"role": "user", "content": "go"},
         REASONING,
-        {"type": "function_call", "call_id": "c1", "name": "a", "arguments": "{}"},
+        call(1),
         {**REASONING, "id": "rs_2"},
-        {"type": "function_call", "call_id": "c2", "name": "b", "arguments": "{}"},
-        {"type": "function_call_output", "call_id": "c1", "output": "1"},
-        {"type": "function_call_output", "call_id": "c2", "output": "2"},
+        call(2),
+        output(1),
+        output(2),
     ]
     messages = from_responses(items)
-    assert [len(m.provider_items) for m in messages if isinstance(m, AiMessage)] == [1, 1]
+    assert [type(m).__name__ for m in messages] == [
+        "UserMessage",
+        "AiMessage",
+        "ToolMessage",
+        "ToolMessage",
+    ]
+    reply = messages[1]
+    assert isinstance(reply, AiMessage) and len(reply.provider_items) == 2
+    assert reply.metadata == {RESPONSES_METADATA_KEY: {"order": "pcpc"}}
+    assert validate_tool_protocol(messages) == []
     assert to_responses(messages) == items
+    check_responses(to_responses(messages))
+    assert from_responses(to_responses(messages, include_ids=True)) == messages
+
+
+def test_an_assistant_message_between_calls_stays_there() -> None:
+    """Text ("let me check"), a call, more text, another call: one AI message whose text is the
+    paragraphs; the messages come back whole and in place."""
+    items: list[dict[str, Any]] = [
+        {"role": "user", "content": "go"},
+        said("Let me check.", 1),
+        call(1),
+        REASONING,
+        said("And the carrier.", 2),
+        call(2),
+        output(1),
+        output(2),
+    ]
+    messages = from_responses(items)
+    assert len(messages) == 4
+    reply = messages[1]
+    assert isinstance(reply, AiMessage) and reply.message_id == "msg_1"
+    assert reply.text == "Let me check.\n\nAnd the carrier."
+    assert reply.metadata == {
+        RESPONSES_METADATA_KEY: {"messages": [items[1], items[4]], "order": "mcpmc"}
+    }
+    assert to_responses(messages) == items
+    check_responses(to_responses(messages))
+    assert from_responses(to_responses(messages, include_ids=True)) == messages
+    # the text edited: one assistant message with the new text, in the first one's place
+    edited = dataclasses.replace(reply, text="Checked.")
+    assert [i.get("type") for i in to_responses([edited])] == [
+        "message",
+        "function_call",
+        "reasoning",
+        "function_call",
+    ]
+
+
+def test_the_default_order_records_nothing() -> None:
+    """Items in the order `to_responses` writes record no order: one assistant message keeps
+    the metadata it had (none), several only themselves."""
+    items = [REASONING, WEB_SEARCH, said("Looking.", 1), call(1), call(2)]
+    [reply] = from_responses(items)
+    assert reply.metadata == {}
+    assert to_responses([reply]) == items
+    assert from_responses([said("Done.", 2)])[0].metadata == {}
+    items = [REASONING, said("Looking.", 1), said("Still looking.", 2), call(1)]
+    [reply] = from_responses(items)
+    assert reply.metadata == {RESPONSES_METADATA_KEY: {"messages": items[1:3]}}
+    assert to_responses([reply]) == items
+
+
+ASSISTANT_SIDE = st.sampled_from(["p", "w", "m", "c"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(ASSISTANT_SIDE, min_size=1, max_size=6), min_size=1, max_size=3))
+def test_interleaved_orders_round_trip(turns: list[list[str]]) -> None:
+    """Any order of one turn's assistant-side items: one AI message, the items back in their
+    order, the request accepted by the SDK's types, the storage form lossless."""
+    items: list[dict[str, Any]] = []
+    n = 0
+    for letters in turns:
+        items.append({"role": "user", "content": "go"})
+        called = []
+        for letter in letters:
+            n += 1
+            if letter == "p":
+                items.append({**REASONING, "id": f"rs_{n}"})
+            elif letter == "w":
+                items.append({**WEB_SEARCH, "id": f"ws_{n}"})
+            elif letter == "m":
+                items.append(said(f"text {n}", n))
+            else:
+                items.append(call(n))
+                called.append(n)
+        items.extend(output(c) for c in called)
+    messages = from_responses(items)
+    assert sum(isinstance(m, AiMessage) for m in messages) == len(turns)
+    assert validate_tool_protocol(messages) == []
+    assert to_responses(messages) == items
+    check_responses(to_responses(messages))
+    assert from_responses(to_responses(messages, include_ids=True)) == messages
 
 
 @pytest.mark.parametrize(
@@ -490,6 +600,11 @@ def conversations(draw: st.DrawFn, kind: str) -> list[Message]:
             if anthropic and text == "":
                 text = None  # an empty text block is not sent
             refusal = None if anthropic else draw(st.one_of(st.none(), TEXTS))
+            visible = [m for m in out if m.model_visible]
+            if not anthropic and visible and isinstance(visible[-1], AiMessage):
+                # Responses items have no edge between two AI messages: one model turn's
+                # assistant-side items are read as one (see the interleaved tests).
+                out.append(UserMessage(draw(TEXTS), message_id=message_id + "u"))
             out.append(
                 AiMessage(
                     text,

@@ -2,25 +2,39 @@
 
 `to_responses` gives a list ``client.responses.create(input=...)`` accepts: system and user
 messages as input messages, an AI message as its provider items (``reasoning`` with its
-encrypted content, hosted-tool calls) followed by its assistant message and its
-``function_call`` items, a tool message as a ``function_call_output``. That order is the one the
-API produced them in, so a reasoning item is followed by the item it belongs to.
-`from_responses` reads items back into messages, keeping each output message's ``id`` (as the
-`AiMessage`'s ``message_id``), the ids and statuses of function calls and provider items.
+encrypted content, hosted-tool calls), its assistant message and its ``function_call`` items,
+a tool message as a ``function_call_output``. `from_responses` reads items back into messages,
+keeping each output message's ``id`` (as the `AiMessage`'s ``message_id``), the ids and
+statuses of function calls and provider items.
+
+One model turn is one `AiMessage`: every assistant-side item between two other items
+(reasoning, hosted-tool items, assistant messages, function calls, in any order) belongs to it,
+so the outputs that follow are the outputs of its calls (a window keeps a call and its output
+together only when the output follows the AI message holding the call). The API's order is
+kept: a reasoning item must stay right before the item it belongs to. `to_responses` writes an
+AI message's items as provider items, assistant message, function calls unless the message
+recorded another order; `from_responses` records one only when the items came in another order.
 
 What has no place in the message model is kept in the message's ``metadata`` under
 `RESPONSES_METADATA_KEY`: an input message's other keys (``"type": "message"``, ``status``)
 and list content of a system message, an output message's ``status`` (when not
 ``"completed"``) and other keys (``phase``), its content when it carries annotations or several
 parts, each function call's item ``id`` and ``status`` (by call id), a function call output's
-``status`` and list output. `to_responses` puts them back.
+``status`` and list output; for an AI message read from items in another order, ``"order"``
+(a letter an item: ``p`` a provider item, ``m`` an assistant message, ``c`` a function call,
+e.g. ``"pcpc"`` for reasoning, call, reasoning, call); for one read from several assistant
+messages, ``"messages"`` (those items, whole: its ``text`` is their texts joined as paragraphs
+with a blank line, its ``message_id`` the first one's id). `to_responses` puts them back; the
+kept assistant messages only while the message's text and refusal are still theirs (an edited
+text is sent as one assistant message in the first one's place).
 
 Limits (what the format does not carry): ``turn_id``, ``version``, other metadata, participant
 names and `ToolMessage.is_error`; an assistant message ``id`` is sent only when it is an API id
 (``msg_…``), other ids only with ``include_ids=True`` (a storage form, not API input); image
-``detail`` ``"auto"`` reads back as None; an `AiMessage` is read back from consecutive items
-in the order above, so an API output that interleaves them differently (a reasoning item after
-a function call) becomes two AI messages.
+``detail`` ``"auto"`` reads back as None; two AI messages with nothing between them (no user
+input, no tool output) have no edge in the format and read back as one; an assistant message
+with no text and no refusal is not sent beside function calls or provider items (the storage
+form writes one to carry the message id).
 
 >>> from agentctx_fast import AiMessage, ToolCall, ToolMessage, UserMessage
 >>> reply = AiMessage(
@@ -122,35 +136,10 @@ def _extras(message: Message) -> dict[str, Any]:
 
 def _ai_to_responses(message: AiMessage, index: int, include_ids: bool) -> list[dict[str, Any]]:
     extras = _extras(message)
-    out = items_for(message, ANTHROPIC_BLOCK_TYPES)
-    text, refusal = message.text, message.refusal
-    api_id = message.message_id.startswith("msg_")
-    wants_item = text is not None or refusal is not None
-    if wants_item or include_ids or not (out or message.tool_calls):
-        content: list[dict[str, Any]] = []
-        if text is not None:
-            content.append({"type": "output_text", "text": text, "annotations": []})
-        if refusal is not None:
-            content.append({"type": "refusal", "refusal": refusal})
-        kept = extras.get("content")
-        if isinstance(kept, list) and _joined(kept, "output_text", "text") == text:
-            content = kept  # annotations, logprobs, several parts: as the API gave them
-        if api_id or include_ids:
-            item: dict[str, Any] = {
-                "type": "message",
-                "role": "assistant",
-                "id": message.message_id,
-                "status": "completed",
-                "content": content,
-            }
-            item.update((k, v) for k, v in extras.items() if k not in ("content", "calls"))
-            out.append(item)
-        elif text is not None or refusal is not None or not out:
-            # Without an API id the easy form: the assistant's text (a refusal as its text).
-            out.append(
-                {"role": "assistant", "content": text if text is not None else refusal or ""}
-            )
+    provider = items_for(message, ANTHROPIC_BLOCK_TYPES)
+    said = _said(message, extras, include_ids, bool(provider))
     calls = extras.get("calls")
+    out: list[dict[str, Any]] = []
     for call in message.tool_calls:
         item = {
             "type": "function_call",
@@ -162,7 +151,91 @@ def _ai_to_responses(message: AiMessage, index: int, include_ids: bool) -> list[
         if isinstance(kept, dict):
             item.update(kept)
         out.append(item)
-    return out
+    return _in_order(extras.get("order"), provider, said, out)
+
+
+def _said(
+    message: AiMessage, extras: dict[str, Any], include_ids: bool, has_items: bool
+) -> list[dict[str, Any]]:
+    """The message's assistant message items: the several it was read from (kept whole) while
+    its text and refusal are still theirs, else one or none."""
+    text, refusal = message.text, message.refusal
+    api_id = message.message_id.startswith("msg_")
+    several = extras.get("messages")
+    if isinstance(several, list) and _said_by(several) == (text, refusal):
+        items = [_copy(item) for item in several]
+        if api_id or include_ids:
+            items[0]["id"] = message.message_id
+        else:
+            items[0].pop("id", None)
+        return items
+    if not (text is not None or refusal is not None or include_ids) and (
+        has_items or message.tool_calls
+    ):
+        return []
+    content: list[dict[str, Any]] = []
+    if text is not None:
+        content.append({"type": "output_text", "text": text, "annotations": []})
+    if refusal is not None:
+        content.append({"type": "refusal", "refusal": refusal})
+    kept = extras.get("content")
+    if isinstance(kept, list) and _joined(kept, "output_text", "text") == text:
+        content = kept  # annotations, logprobs, several parts: as the API gave them
+    if api_id or include_ids:
+        item: dict[str, Any] = {
+            "type": "message",
+            "role": "assistant",
+            "id": message.message_id,
+            "status": "completed",
+            "content": content,
+        }
+        item.update((k, v) for k, v in extras.items() if k not in _AI_KEYS)
+        return [item]
+    if text is not None or refusal is not None or not has_items:
+        # Without an API id the easy form: the assistant's text (a refusal as its text).
+        return [{"role": "assistant", "content": text if text is not None else refusal or ""}]
+    return []
+
+
+def _said_by(items: list[Any]) -> tuple[str | None, str | None] | None:
+    """The text and refusal of several kept assistant message items (None if unreadable)."""
+    try:
+        said = [_assistant(item, "kept") for item in items if isinstance(item, Mapping)]
+    except ResponsesFormatError:
+        return None
+    if not said or len(said) != len(items):
+        return None
+    return _paragraphs(s.text for s in said), _paragraphs(s.refusal for s in said)
+
+
+def _paragraphs(texts: Any) -> str | None:
+    """Several assistant messages' texts as one: paragraphs, as a reader sees them."""
+    present = [t for t in texts if t is not None]
+    return "\n\n".join(present) if present else None
+
+
+def _in_order(
+    order: object,
+    provider: list[dict[str, Any]],
+    said: list[dict[str, Any]],
+    calls: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """The items in the recorded ``order`` (a letter an item: ``p`` a provider item, ``m`` an
+    assistant message, ``c`` a function call) while it fits them, else in the default order:
+    provider items, assistant messages, function calls. One assistant message where the order
+    has several (their text edited) takes the first one's place; one where it has none (the
+    storage form writes one for the message id) goes last."""
+    default = [*provider, *said, *calls]
+    if not isinstance(order, str):
+        return default
+    counts = (order.count("p"), order.count("m"), order.count("c"))
+    if len(order) != sum(counts) or (counts[0], counts[2]) != (len(provider), len(calls)):
+        return default
+    if counts[1] != len(said) and len(said) > 1:
+        return default
+    queues = {"p": iter(provider), "m": iter(said), "c": iter(calls)}
+    out = [item for letter in order if (item := next(queues[letter], None)) is not None]
+    return out if counts[1] else out + said
 
 
 def _joined(content: list[Any], kind: str, key: str) -> str | None:
@@ -269,43 +342,66 @@ def _part_from_responses(part: Any, where: str) -> Part:
     raise ResponsesFormatError(f"{where}: unknown content part type {kind!r}")
 
 
-# The order `to_responses` writes an AI message's items in.
-_PROVIDER, _TEXT, _CALL = range(3)
+# What an AI message's Responses metadata holds besides its assistant item's other keys.
+_AI_KEYS = ("content", "calls", "order", "messages")
+_RANK = {"p": 0, "m": 1, "c": 2}  # the default order of an AI message's items
+
+
+class _Said:
+    """An assistant message item read: its text, refusal, id and what else it keeps."""
+
+    def __init__(self, item: Mapping[str, Any]) -> None:
+        self.item = item
+        self.text: str | None = None
+        self.refusal: str | None = None
+        self.message_id: str | None = None
+        self.extras: dict[str, Any] = {}
 
 
 class _Reply:
-    """An AI message being read from consecutive items."""
+    """An AI message being read from consecutive assistant-side items."""
 
     def __init__(self, where: str) -> None:
         self.where = where  # the first item, which errors name
-        self.rank = -1
-        self.has_text = False
-        self.text: str | None = None
-        self.refusal: str | None = None
+        self.order: list[str] = []  # a letter an item, as in `_in_order`
+        self.said: list[_Said] = []
         self.calls: list[ToolCall] = []
         self.items: list[dict[str, Any]] = []
-        self.ids: dict[str, Any] = {}
         self.extras: dict[str, Any] = {}
 
-    def takes(self, rank: int) -> bool:
-        return rank > self.rank or (rank == self.rank and rank != _TEXT)
-
     def message(self) -> AiMessage:
-        metadata = {RESPONSES_METADATA_KEY: self.extras} if self.extras else {}
+        extras = dict(self.extras)
+        text = refusal = message_id = None
+        order = list(self.order)
+        if len(self.said) == 1 and not any(k in _AI_KEYS[1:] for k in self.said[0].extras):
+            said = self.said[0]
+            text, refusal, message_id = said.text, said.refusal, said.message_id
+            extras.update(said.extras)
+            if text is None and refusal is None and order[-1] == "m":
+                order.pop()  # an empty last message (the storage form writes it there)
+        elif self.said:  # several: one text, the items kept whole
+            text = _paragraphs(s.text for s in self.said)
+            refusal = _paragraphs(s.refusal for s in self.said)
+            message_id = self.said[0].message_id
+            extras["messages"] = [dict(s.item) for s in self.said]
+        if order != sorted(order, key=_RANK.__getitem__):
+            extras["order"] = "".join(order)
+        ids: dict[str, Any] = {"message_id": message_id} if message_id is not None else {}
         return AiMessage(
-            self.text,
+            text,
             tuple(self.calls),
-            refusal=self.refusal,
+            refusal=refusal,
             provider_items=tuple(self.items),
-            metadata=metadata,
-            **self.ids,
+            metadata={RESPONSES_METADATA_KEY: extras} if extras else {},
+            **ids,
         )
 
 
-def _assistant(reply: _Reply, item: Mapping[str, Any], where: str) -> None:
+def _assistant(item: Mapping[str, Any], where: str) -> _Said:
+    said = _Said(item)
     content = item.get("content")
     if isinstance(content, str):
-        reply.text = content
+        said.text = content
     elif isinstance(content, list):
         parts = [p for p in content if isinstance(p, Mapping)]
         if len(parts) != len(content):
@@ -318,8 +414,8 @@ def _assistant(reply: _Reply, item: Mapping[str, Any], where: str) -> None:
                 )
         texts = [_get(p, "text", str, where) for p in parts if p.get("type") != "refusal"]
         refusals = [_get(p, "refusal", str, where) for p in parts if p.get("type") == "refusal"]
-        reply.text = "".join(texts) if texts else None
-        reply.refusal = "".join(refusals) if refusals else None
+        said.text = "".join(texts) if texts else None
+        said.refusal = "".join(refusals) if refusals else None
         plain = [
             p
             for p in parts
@@ -329,16 +425,17 @@ def _assistant(reply: _Reply, item: Mapping[str, Any], where: str) -> None:
         ]
         simple = [p for p in parts if p.get("type") == "refusal" and len(p) == 2]
         if len(texts) > 1 or len(refusals) > 1 or len(plain) + len(simple) != len(parts):
-            reply.extras["content"] = [dict(p) for p in parts]
+            said.extras["content"] = [dict(p) for p in parts]
     else:
         raise ResponsesFormatError(f"{where}: an assistant message needs 'content'")
     if item.get("id") is not None:
-        reply.ids["message_id"] = _get(item, "id", str, where)
+        said.message_id = _get(item, "id", str, where)
     for key, value in item.items():
         if key not in ("type", "role", "id", "content") and not (
             key == "status" and value == "completed"
         ):
-            reply.extras[key] = value
+            said.extras[key] = value
+    return said
 
 
 def _function_call(reply: _Reply, item: Mapping[str, Any], where: str) -> None:
@@ -452,28 +549,28 @@ def _take(out: list[Message], reply: _Reply | None, item: Any, where: str) -> _R
     if not isinstance(item, Mapping):
         raise ResponsesFormatError(f"{where} is not an object")
     kind, role = item.get("type"), item.get("role")
-    rank: int | None
+    letter: str | None
     if kind in (None, "message") and role in ("user", "system", "developer"):
-        rank = None
+        letter = None
     elif kind in (None, "message") and role == "assistant":
-        rank = _TEXT
+        letter = "m"
     elif kind == "function_call":
-        rank = _CALL
+        letter = "c"
     elif kind == "function_call_output":
-        rank = None
+        letter = None
     elif isinstance(kind, str) and kind != "message":
-        rank = _PROVIDER
+        letter = "p"
     elif role is None:
         raise ResponsesFormatError(f"{where} has no type or role")
     else:
         raise ResponsesFormatError(f"{where}: unknown role {role!r}")
-    if reply is not None and (rank is None or not reply.takes(rank)):
+    if reply is not None and letter is None:
         try:
             out.append(reply.message())
         except AgentCtxError as error:
             raise ResponsesFormatError(f"{reply.where}: {error}") from None
         reply = None
-    if rank is None:
+    if letter is None:
         if kind == "function_call_output":
             out.append(_output(item, where))
         else:
@@ -481,10 +578,10 @@ def _take(out: list[Message], reply: _Reply | None, item: Any, where: str) -> _R
         return None
     if reply is None:
         reply = _Reply(where)
-    reply.rank = rank
-    if rank == _TEXT:
-        _assistant(reply, item, where)
-    elif rank == _CALL:
+    reply.order.append(letter)
+    if letter == "m":
+        reply.said.append(_assistant(item, where))
+    elif letter == "c":
         _function_call(reply, item, where)
     else:
         reply.items.append(dict(item))
@@ -494,8 +591,9 @@ def _take(out: list[Message], reply: _Reply | None, item: Any, where: str) -> _R
 def from_responses(items: Sequence[Mapping[str, Any]]) -> list[Message]:
     """Messages for Responses API input (or output) items.
 
-    Consecutive assistant-side items (provider items, an assistant message, function calls, in
-    that order) make one `AiMessage`; any other item type (reasoning, hosted-tool calls and
+    Consecutive assistant-side items (provider items, assistant messages, function calls, in
+    any order: one model turn) make one `AiMessage`, its order kept when it is not the one
+    `to_responses` writes (see the module); any other item type (reasoning, hosted-tool calls and
     results, ``item_reference``) is kept opaque in its ``provider_items``. Malformed input
     raises `ResponsesFormatError` (an `InvalidArgumentError`) naming the item, or
     `ContentTooLargeError` for inline content over the cap.

@@ -10,8 +10,9 @@
   kept), never changing the run's items or the session.
 
 How items are stored. One ``add_items`` batch is read with `from_responses`: consecutive
-assistant-side items (reasoning and hosted-tool items, the assistant message, its function
-calls) become one `AiMessage`, every other item its own message, all written in one atomic
+assistant-side items (reasoning and hosted-tool items, assistant messages, function calls, in
+the order the model gave them) become one `AiMessage`, so a window keeps every call with its
+output, and every other item is its own message, all written in one atomic
 batch under fresh message ids (an item's own ``id`` is kept, not used as the storage key, so
 two items with one id are both kept). ``get_items`` gives each message's items back with
 `to_responses`; the item ``id`` of a user, tool or assistant message is put back from the
@@ -108,7 +109,8 @@ def _items_of(message: Message) -> list[Item]:
     if isinstance(kept, str):
         for item in items:
             if not isinstance(message, AiMessage) or item.get("type") == "message":
-                item["id"] = kept
+                item["id"] = kept  # the first assistant item's (others keep their own)
+                break
     return items
 
 
