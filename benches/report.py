@@ -356,14 +356,7 @@ def service_chart(results: list[Result]) -> Chart | None:
         rows.sort(key=lambda row: 0 if row.role == "ours" else 1)
         base = rows[0].label if rows[0].role == "ours" else None
         title = group.removeprefix("service:").strip()
-        title = re.sub(r"\d{4,}", lambda m: f"{int(m.group()):,}", title[0].upper() + title[1:])
-        panels.append(
-            Panel(
-                title.replace("sqlite", "SQLite").replace("redis", "Redis"),
-                "time",
-                tuple(Row(row.label, row.value, row.role, base, row.spread) for row in rows),
-            )
-        )
+        panels.append(_compared_panel(title[0].upper() + title[1:], rows, base))
     return Chart(
         key="service",
         title="The service path vs the OpenAI Agents SDK sessions (median time, lower is better)",
@@ -402,6 +395,14 @@ def _session_row(r: Result) -> tuple[int, Row]:
     return place, Row(label, r.median, role, None, (r.q1, r.q3))
 
 
+def _compared_panel(title: str, rows: Sequence[Row], base: str | None) -> Panel:
+    """A time panel whose rows are each compared with the row labelled ``base``; the title's
+    sizes get thousands separators and the stores their names."""
+    title = re.sub(r"\d{4,}", lambda m: f"{int(m.group()):,}", title)
+    title = title.replace("sqlite", "SQLite").replace("redis", "Redis")
+    return Panel(title, "time", tuple(Row(r.label, r.value, r.role, base, r.spread) for r in rows))
+
+
 def sessions_chart(results: list[Result]) -> Chart | None:
     """`AgentCtxSession.get_items()` with a window beside the SDK's sessions (bench_sessions.py),
     one panel per store and size, and the input filter's share of a ``Runner.run`` turn; every
@@ -423,16 +424,7 @@ def sessions_chart(results: list[Result]) -> Chart | None:
     for group in sorted(groups, key=order):
         rows = [row for _, row in sorted((_session_row(r) for r in groups[group]),
                                          key=lambda placed: placed[0])]  # fmt: skip
-        base = rows[0].label
-        title = group.removeprefix("sessions:").strip()
-        title = re.sub(r"\d{4,}", lambda m: f"{int(m.group()):,}", title)
-        panels.append(
-            Panel(
-                title.replace("sqlite", "SQLite").replace("redis", "Redis"),
-                "time",
-                tuple(Row(row.label, row.value, row.role, base, row.spread) for row in rows),
-            )
-        )
+        panels.append(_compared_panel(group.removeprefix("sessions:").strip(), rows, rows[0].label))
     return Chart(
         key="sessions",
         title="The OpenAI Agents SDK session and input filter (median time, lower is better)",
