@@ -40,6 +40,7 @@ CACHE = ROOT / ".peer"
 PACKAGE = "openai-agents"
 MODES = ("sdk", "plain", "window")
 TEST_DEPENDENCIES = ("pytest_asyncio", "inline_snapshot")
+TIMEOUT = 600  # seconds for one mode's pytest run
 
 
 def fail(message: str) -> None:
@@ -108,14 +109,18 @@ def run_mode(mode: str, tree: Path, redis_url: str, extra: list[str]) -> tuple[b
         selection = [] if any(a.startswith("tests/") for a in extra) else config["sdk"]["tests"]
         command = [
             sys.executable, "-m", "pytest", "-p", "agents_sdk_plugin", "-p", "no:cacheprovider",
-            "-q", "--no-header", "-rf", *selection, *extra,
+            "-q", "--no-header", "-rf", "-o", "faulthandler_timeout=60", *selection, *extra,
         ]  # fmt: skip
         began = time.monotonic()
-        done = subprocess.run(command, cwd=tree, env=env, check=False)
+        try:  # a test that hangs fails the run; its stack is printed at 60 s (faulthandler)
+            done = subprocess.run(command, cwd=tree, env=env, check=False, timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            return False, f"{mode}: pytest still ran after {TIMEOUT} s and was stopped"
         seconds = time.monotonic() - began
         if not report_path.is_file():
             return False, f"{mode}: pytest exited {done.returncode} without a report"
         report = json.loads(report_path.read_text(encoding="utf-8"))
+        (CACHE / f"report-{mode}.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
     outcomes = report["outcomes"]
     counts = {k: sum(1 for v in outcomes.values() if v == k) for k in ("passed", "failed")}
     unexpected = {

@@ -118,9 +118,10 @@ class _LazyTables(AgentCtxSession):
     _tables_store: AsyncSqlAgentStore | None = None
 
     async def _tables(self) -> None:
-        store, self._tables_store = self._tables_store, None
-        if store is not None:
+        store = self._tables_store
+        if store is not None:  # concurrent first calls each initialize: it is idempotent
             await store.schema().initialize()
+            self._tables_store = None
 
     async def get_items(self, limit: int | None = None) -> list[Any]:
         await self._tables()
