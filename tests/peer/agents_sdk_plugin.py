@@ -35,8 +35,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import agents
 import agents.extensions.memory
 import agents.extensions.memory.advanced_sqlite_session
@@ -46,6 +44,8 @@ import agents.extensions.memory.redis_session
 import agents.extensions.memory.sqlalchemy_session
 import agents.memory
 import agents.memory.sqlite_session
+import pytest
+
 from agentctx_fast.integrations.openai_agents import AgentCtxSession
 from agentctx_fast.stores.redis import AsyncRedisAgentStore
 from agentctx_fast.stores.sql import AsyncSqlAgentStore, SqlAgentStore
