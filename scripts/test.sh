@@ -20,6 +20,8 @@ python3 -m mypy.stubtest agentctx_fast._native
 
 echo "== pytest, Rust backend (whole suite)"
 AGENTCTX_FAST_BACKEND=rust python3 -m pytest tests
+echo "== the Agents SDK's own session tests on AgentCtxSession (scripts/peer_suites.py)"
+AGENTCTX_FAST_BACKEND=rust python3 scripts/peer_suites.py
 echo "== pytest, Python backend (core tests; parity and hostile-caller tests already ran both)"
 AGENTCTX_FAST_BACKEND=python python3 -m pytest tests -m "not servers" \
   --ignore=tests/test_window_parity.py --ignore=tests/test_tokens_parity.py \

@@ -581,6 +581,35 @@ def test_calls_together_are_one_trip_each_committed_on_its_own(url: str) -> None
         blocking.close()
 
 
+def test_two_stores_on_a_callers_new_engine_used_at_once_make_its_first_connection_once(
+    url: str,
+) -> None:
+    """Two stores on one engine the caller has just made, both used at once (two sessions of
+    an agents framework on the caller's engine): the engine's first connection, made in a
+    worker thread on a loop of its own, is made once for both. Made by each store at once,
+    from two loops, SQLAlchemy's setup of the dialect waited forever."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    outcome: list[list[str | None]] = []
+
+    async def body() -> list[str | None]:
+        engine = create_async_engine(url.replace("sqlite://", "sqlite+aiosqlite://"))
+        try:
+            one, two = AsyncSqlAgentStore(engine), AsyncSqlAgentStore(engine)
+            memories = one.chat_memory("c1"), two.chat_memory("c2")
+            await asyncio.gather(
+                *(m.add_message_if_absent(UserMessage("hi", message_id="u1")) for m in memories)
+            )
+            return [m.text for m in await two.chat_memory("c1").get_messages()]
+        finally:
+            await engine.dispose()
+
+    thread = threading.Thread(target=lambda: outcome.append(asyncio.run(body())), daemon=True)
+    thread.start()
+    thread.join(timeout=60)  # a deadlock fails the test instead of hanging the run
+    assert outcome == [["hi"]]
+
+
 def test_a_failing_call_together_rolls_back_only_its_own_transaction(url: str) -> None:
     """A call that fails in a unit: its transaction rolls back, the calls before it stay
     committed, the error is the blocking store's, and the connection goes on unlocked."""

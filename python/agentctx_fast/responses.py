@@ -606,5 +606,5 @@ def group_responses(items: Sequence[Mapping[str, Any]]) -> list[tuple[Message, i
     they add up to ``len(items)``): what a store of items needs to give each message's items
     back."""
     messages, starts = _read(items)
-    ends = [*starts[1:], len(items)]
+    ends = [*starts[1:], len(items)] if starts else []  # no item, no message
     return [(m, end - start) for m, start, end in zip(messages, starts, ends, strict=True)]

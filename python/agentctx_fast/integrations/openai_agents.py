@@ -21,7 +21,10 @@ and compared with its items: where the conversion would not give them back exact
 the message model has no place for), the message keeps its items verbatim in
 ``metadata["openai_agents"]["items"]`` and ``get_items`` returns those. So every item comes
 back equal, and none is dropped or refused for being unusual (a malformed item, one
-`from_responses` cannot read, raises `ResponsesFormatError` and nothing is written).
+`from_responses` cannot read, raises `ResponsesFormatError` and nothing is written). An item
+with neither ``type`` nor ``role`` is no Responses item but the record of a session wrapping
+this one (the SDK's ``EncryptedSession`` stores its encrypted envelopes so): it is stored
+opaque, as its own message, and given back as it was (a window cannot see into it).
 
 ``pop_item`` removes the newest item: the last item of the newest message, whose message is
 deleted (compare-and-set on its version) when it held only that item, or rewritten without it
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -56,7 +60,7 @@ from agentctx_fast.errors import (
 from agentctx_fast.integrations._options import checked_window_options
 from agentctx_fast.memory import AsyncChatMemory, ChatMemory, awaitable_memory
 from agentctx_fast.messages import AiMessage, Message, ToolMessage, UserMessage, new_message_id
-from agentctx_fast.responses import group_responses, to_responses
+from agentctx_fast.responses import ResponsesFormatError, group_responses, to_responses
 from agentctx_fast.window import build_window_with
 
 try:
@@ -141,10 +145,36 @@ def _messages_for(items: object) -> list[Message]:
         raise InvalidArgumentError(f"items cannot be copied: {error}") from None
     out: list[Message] = []
     start = 0
-    for message, count in group_responses(batch):
-        out.append(_stored(message, batch[start : start + count], new_message_id()))
-        start += count
+    while start < len(batch):
+        if _is_record(batch[start]):
+            record = AiMessage(None, provider_items=(batch[start],))
+            out.append(_stored(record, batch[start : start + 1], new_message_id()))
+            start += 1
+            continue
+        end = next((i for i in range(start, len(batch)) if _is_record(batch[i])), len(batch))
+        for message, count in _grouped(batch[start:end], start):
+            out.append(_stored(message, batch[start : start + count], new_message_id()))
+            start += count
     return out
+
+
+def _is_record(item: object) -> bool:
+    """Whether ``item`` has neither ``type`` nor ``role``: not a Responses item but a record a
+    session wrapping this one stores (the SDK's ``EncryptedSession`` stores its encrypted
+    envelopes so). It is kept opaque, as its own message, and given back as it was."""
+    return isinstance(item, Mapping) and item.get("type") is None and item.get("role") is None
+
+
+def _grouped(items: list[Item], first: int) -> list[tuple[Message, int]]:
+    """`group_responses` of ``items``, the ``first``-th item of the batch; an error names the
+    item by its index in the batch."""
+    try:
+        return group_responses(items)
+    except ResponsesFormatError as error:
+        if not first:
+            raise
+        text = re.sub(r"^item (\d+)", lambda m: f"item {int(m[1]) + first}", str(error))
+        raise ResponsesFormatError(text) from None
 
 
 def _last_whole_turns(messages: list[Message], limit: int) -> list[Item]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import weakref
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import (
     AbstractAsyncContextManager,
@@ -424,6 +425,20 @@ class _Unit:
         self.cancelled = False
 
 
+# The first connection of each engine, made once for every port on it (two stores on one
+# engine of the caller's would otherwise make it at once, from two loops: the hang
+# `AsyncSqlPort._first_connection` is there to avoid).
+_first_locks: weakref.WeakKeyDictionary[Engine, threading.Lock] = weakref.WeakKeyDictionary()
+_first_locks_guard = threading.Lock()
+_connected_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def _first_lock(engine: Engine) -> threading.Lock:
+    """The lock under which ``engine``'s first connection is made."""
+    with _first_locks_guard:
+        return _first_locks.setdefault(engine, threading.Lock())
+
+
 class AsyncSqlPort:
     """The port over an SQLAlchemy `AsyncEngine` (psycopg's async mode, or a caller's engine
     on aiosqlite); on PostgreSQL each statement runs on its own in autocommit, as in
@@ -450,8 +465,8 @@ class AsyncSqlPort:
         # On PostgreSQL a unit (`together`) holds one connection of ``_single`` in one
         # greenlet, where the blocking port's code runs each call on it (`_Held`).
         self._held: _Held | None = None
-        self._connected = False  # made its engine's first connection (`_first_connection`)
-        self._first = threading.Lock()  # held by worker threads only, never by a loop
+        self._connected = False  # its engine's first connection is made (`_first_connection`)
+        self._first = _first_lock(engine.sync_engine)  # held by worker threads, never by a loop
         self._in_unit: BlockingSqlPort | None = None
         if self._single is not None and not self._shared:  # not one connection all tasks share
             # A batch in a unit begins at the isolation level the caller's engine asks for.
@@ -518,9 +533,10 @@ class AsyncSqlPort:
 
     def _connect_first(self) -> None:
         with self._first:
-            if not self._connected:
+            if self.engine.sync_engine not in _connected_engines:
                 asyncio.run(self._connect_once())
-                self._connected = True
+                _connected_engines.add(self.engine.sync_engine)
+        self._connected = True
 
     async def _connect_once(self) -> None:
         connection = await self.engine.connect()
