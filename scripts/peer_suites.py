@@ -156,8 +156,12 @@ def main() -> None:
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("modes", nargs="*", choices=MODES, default=["plain", "window"])
+    # No `choices=`: Python 3.11's argparse checks an empty "*" list against them.
+    parser.add_argument("modes", nargs="*", help=f"of {', '.join(MODES)} (default: plain window)")
     args = parser.parse_args(argv[:cut])
+    modes = args.modes or ["plain", "window"]
+    if unknown := [m for m in modes if m not in MODES]:
+        parser.error(f"unknown mode(s): {', '.join(unknown)}")
     extra = argv[cut + 1 :]
     tree = sdist(pinned())
     sys.path.insert(0, str(ROOT / "tests"))
@@ -165,7 +169,7 @@ def main() -> None:
 
     began = time.monotonic()
     with RedisServer() as redis_server:
-        results = [run_mode(m, tree, redis_server.url_for(15), extra) for m in args.modes]
+        results = [run_mode(m, tree, redis_server.url_for(15), extra) for m in modes]
     print(f"== peer suites ({PACKAGE} from {tree.name}, {time.monotonic() - began:.0f} s)")
     for _, line in results:
         print(line)
