@@ -101,6 +101,23 @@ def test_the_engine_is_the_blocking_stores(url: str) -> None:
     assert run(url, body) == (True, ["u1"], ["u1", "u2"])
 
 
+def test_another_async_store_on_the_engine_of_one_made_from_a_url(url: str) -> None:
+    """The blocking engine a store made from an ``sqlite://`` URL has (``store.engine``) makes
+    another async store (one with its record cache off, say); it does not own the engine:
+    closing it leaves the first store working."""
+
+    async def body(store: AsyncSqlAgentStore) -> tuple[list[str], list[str]]:
+        await store.chat_memory("c1").add_message_if_absent(UserMessage("a", message_id="u1"))
+        other = AsyncSqlAgentStore(store.engine, message_cache_size=0)
+        seen = [m.message_id for m in await other.chat_memory("c1").get_messages()]
+        await other.chat_memory("c1").add_message_if_absent(UserMessage("b", message_id="u2"))
+        await other.aclose()
+        back = [m.message_id for m in await store.chat_memory("c1").get_messages()]
+        return seen, back
+
+    assert run(url, body) == (["u1"], ["u1", "u2"])
+
+
 def test_a_transaction_on_the_store_engine_is_one(url: str) -> None:
     """``store.engine.begin()`` on the engine the store made is a real transaction: a failure
     rolls back every statement."""

@@ -197,9 +197,7 @@ class _SqlStoreBase:
         self, older_than: float | datetime, keep_turn_records: int | None, batch_size: int
     ) -> Purged:
         cutoff = check_purge(older_than, keep_turn_records, batch_size)
-        return await _sql_lifecycle.purge(
-            self, cutoff, keep_turn_records, batch_size, time.time()
-        )
+        return await _sql_lifecycle.purge(self, cutoff, keep_turn_records, batch_size, time.time())
 
     def _insert_if_absent(
         self, table: sa.Table, values: dict[str, Any] | list[dict[str, Any]] | None, keys: list[str]
@@ -255,7 +253,9 @@ class _PageStatements:
         return statement
 
 
-def _engine_argument(engine_or_url: object, engine_type: type, make: Any) -> tuple[Any, bool]:
+def _engine_argument(
+    engine_or_url: object, engine_type: type | tuple[type, ...], make: Any
+) -> tuple[Any, bool]:
     """The engine a store uses and whether it owns it (it does when it made it from a URL)."""
     if isinstance(engine_or_url, str):
         try:
@@ -266,9 +266,11 @@ def _engine_argument(engine_or_url: object, engine_type: type, make: Any) -> tup
             raise InvalidArgumentError(f"cannot use database URL: {error}") from error
     if isinstance(engine_or_url, engine_type):
         return engine_or_url, False
+    names = " or ".join(
+        t.__name__ for t in (engine_type if isinstance(engine_type, tuple) else (engine_type,))
+    )
     raise InvalidArgumentError(
-        f"engine_or_url must be an SQLAlchemy {engine_type.__name__} or a URL, "
-        f"got {type(engine_or_url).__name__}"
+        f"engine_or_url must be an SQLAlchemy {names} or a URL, got {type(engine_or_url).__name__}"
     )
 
 
@@ -449,16 +451,18 @@ class AsyncSqlAgentStore(_SqlStoreBase):
     """`SqlAgentStore` for asyncio programs: the same tables and rows, so a conversation
     written by one is read, continued and resumed by the other.
 
-    ``url_or_async_engine`` is a URL or an `AsyncEngine` the caller keeps. A store made from a
-    URL owns its engine (`aclose` disposes it): ``postgresql://user@host/db`` runs on psycopg's
-    async mode, and ``sqlite:///agent.db`` on the blocking store's engine (``store.engine`` is
-    then a blocking `Engine`), each store operation run whole in one worker thread, which costs
-    SQLite less than a trip to aiosqlite's thread for every DB-API call.
+    ``url_or_async_engine`` is a URL, or an `AsyncEngine` or a blocking `Engine` the caller
+    keeps. A store made from a URL owns its engine (`aclose` disposes it):
+    ``postgresql://user@host/db`` runs on psycopg's async mode, and ``sqlite:///agent.db`` on
+    the blocking store's engine (``store.engine`` is then a blocking `Engine`, which another
+    async store may be given), each store operation run whole in one worker thread, which costs
+    SQLite less than a trip to aiosqlite's thread for every DB-API call. A blocking engine
+    given is used the same way.
     """
 
     def __init__(
         self,
-        url_or_async_engine: AsyncEngine | str,
+        url_or_async_engine: AsyncEngine | Engine | str,
         table_prefix: str = "agent_",
         serializer: AgentStoreSerializer | None = None,
         *,
@@ -468,7 +472,9 @@ class AsyncSqlAgentStore(_SqlStoreBase):
         check_table_prefix(table_prefix)
         from sqlalchemy.ext.asyncio import AsyncEngine
 
-        engine, owns = _engine_argument(url_or_async_engine, AsyncEngine, async_engine)
+        engine, owns = _engine_argument(
+            url_or_async_engine, (AsyncEngine, sa.engine.Engine), async_engine
+        )
         self.engine: AsyncEngine | Engine = engine
         super().__init__(
             AsyncSqlPort(engine) if isinstance(engine, AsyncEngine) else ThreadedSqlPort(engine),
