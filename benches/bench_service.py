@@ -121,7 +121,7 @@ async def _assemble(memory: AsyncChatMemory, key: int = 0) -> list[dict[str, Any
     sized from what the conversation's last read needed plus the runner's margin, as the
     runner remembers it; no turn is appended between calls here)."""
     known = _REACH.get(key)
-    history = await read_history(
+    history, _ = await read_history(
         memory, max_attached_turns=10, max_attached_messages=100, compact=False,
         keep_recent_turns=2, current_stored=True,
         first_page=None if known is None else known + _REACH_MARGIN,

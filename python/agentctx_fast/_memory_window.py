@@ -1,12 +1,12 @@
 """`ChatMemory.window` and its async twin, written once: the window of a conversation built
 from the tail of its history alone.
 
-The tail is the runner's read (`read_tail`: pages from the newest message back until the
+The tail is the runner's read (`read_history`: pages from the newest message back until the
 whole turns read exceed the window's limits, or the history starts), asked for one turn more
 than ``max_attached_turns``, so that a window cut by that limit sees a turn past it and says so
 (``cut_by``) as the whole history's window does. Without a ``system`` argument a window takes
 the history's leading system message (the first `SystemMessage` before the first
-`UserMessage`): when the tail does not reach the start (`read_tail` says whether it did), the
+`UserMessage`): when the tail does not reach the start (`read_history` says whether it did), the
 head is read for it in one query (`get_first_messages`), read again longer while it holds no
 user message. The window is then `build_window_with` over that tail, the one the whole history
 gives (its ``dropped_turns`` counts only the turns of the tail read).
@@ -18,7 +18,7 @@ from agentctx_fast._core_types import ContextWindow, WindowOptions
 from agentctx_fast.errors import InvalidArgumentError
 from agentctx_fast.memory import AsyncChatMemory
 from agentctx_fast.messages import Message, SystemMessage, UserMessage
-from agentctx_fast.runner._reads import read_tail
+from agentctx_fast.runner._reads import read_history
 from agentctx_fast.window import build_window_with
 
 # The first read of the head: a history starts with a user message, or a system message and
@@ -38,7 +38,7 @@ async def memory_window(
         raise InvalidArgumentError(
             f"options must be a WindowOptions or None, got {type(options).__name__}"
         )
-    history, whole = await read_tail(
+    history, whole = await read_history(
         memory,
         max_attached_turns=options.max_attached_turns + 1,
         max_attached_messages=options.max_attached_messages,

@@ -315,7 +315,7 @@ class Persistence(ToolSteps):
     ) -> None:
         """Close the newest stored turn if its record is still open (see `_recover`), unless
         it is one of ``skipped`` (the turn being closed, the one being opened)."""
-        tail = await read_history(
+        tail, _ = await read_history(
             memory, max_attached_turns=1, max_attached_messages=0, compact=False,
             keep_recent_turns=0,
         )  # fmt: skip
@@ -348,7 +348,7 @@ class Persistence(ToolSteps):
 
 async def _turn_tail(memory: AsyncChatMemory, snapshot: AgentTurnSnapshot) -> list[Message]:
     """The newest turn's messages, reaching back to the snapshot's first message."""
-    return await read_history(
+    tail, _ = await read_history(
         memory,
         max_attached_turns=1,
         max_attached_messages=0,
@@ -356,3 +356,4 @@ async def _turn_tail(memory: AsyncChatMemory, snapshot: AgentTurnSnapshot) -> li
         keep_recent_turns=0,
         must_include=snapshot.message_ids[0] if snapshot.message_ids else None,
     )
+    return tail

@@ -38,32 +38,6 @@ async def read_history(
     must_include: str | None = None,
     current_stored: bool = True,
     first_page: int | None = None,
-) -> list[Message]:
-    """The tail of ``memory`` a window over the whole conversation depends on, oldest first
-    (`read_tail`'s messages)."""
-    tail, _ = await read_tail(
-        memory,
-        max_attached_turns=max_attached_turns,
-        max_attached_messages=max_attached_messages,
-        compact=compact,
-        keep_recent_turns=keep_recent_turns,
-        must_include=must_include,
-        current_stored=current_stored,
-        first_page=first_page,
-    )
-    return tail
-
-
-async def read_tail(
-    memory: AsyncChatMemory,
-    *,
-    max_attached_turns: int,
-    max_attached_messages: int,
-    compact: bool,
-    keep_recent_turns: int,
-    must_include: str | None = None,
-    current_stored: bool = True,
-    first_page: int | None = None,
 ) -> tuple[list[Message], bool]:
     """The tail of ``memory`` a window over the whole conversation depends on, oldest first,
     and whether it is the whole history (its last page was short: no read past it needed).
@@ -168,7 +142,7 @@ class HistoryReads(EngineState):
         asks for what this conversation's reach was after this runner last read or wrote it,
         plus a small margin."""
         known = self._reach.get(conversation_id)
-        history = await read_history(
+        history, _ = await read_history(
             memory,
             max_attached_turns=agent.max_attached_turns,
             max_attached_messages=agent.max_attached_messages,
@@ -196,10 +170,10 @@ class HistoryReads(EngineState):
         collected = (
             await self._history(agent, memory, snapshot.conversation_id, first)
             if agent is not None
-            else await read_history(
+            else (await read_history(
                 memory, max_attached_turns=1, max_attached_messages=0, compact=False,
                 keep_recent_turns=0, must_include=first,
-            )
+            ))[0]
         )  # fmt: skip
         start = next((i for i, msg in enumerate(collected) if msg.message_id == first), None)
         if start is None and missing_ok and all(m.turn_id != snapshot.turn_id for m in collected):
