@@ -20,6 +20,7 @@ from agentctx_fast.coordinator import (
     AgentContextCompressionResult,
     AgentContextCompressionState,
     AgentContextCompressionStateStore,
+    AsyncAgentContextCompressionStateStore,
     CompressionTriggerInput,
     InMemoryCompressionStateStore,
 )
@@ -101,6 +102,7 @@ from agentctx_fast.stores import (
 from agentctx_fast.stores.turns import (
     AgentTurnSnapshot,
     AgentTurnStore,
+    AsyncAgentTurnStore,
     ConversationLease,
     Fence,
     InMemoryAgentTurnStore,
@@ -147,8 +149,10 @@ __all__ = [
     "AiMessage",
     "AnthropicFormatError",
     "ApprovalRequired",
+    "AsyncAgentContextCompressionStateStore",
     "AsyncAgentRunner",
     "AsyncAgentStore",
+    "AsyncAgentTurnStore",
     "AsyncChatMemory",
     "AsyncChatModel",
     "AsyncInMemoryAgentStore",
