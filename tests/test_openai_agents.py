@@ -549,6 +549,58 @@ def test_from_url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> 
         AgentCtxSession.from_url("s", "memory:", key_prefix="p")
 
 
+def test_a_session_shared_by_two_event_loops_creates_its_tables_on_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session made with ``create_tables=True`` and used from two threads' event loops: the
+    second loop's first call does not wait on the first loop's table creation (an asyncio lock
+    belongs to one loop: waiting on it from another never wakes), it creates them itself."""
+    from agentctx_fast.stores.sql import AsyncSqlSchema
+
+    original = AsyncSqlSchema.initialize
+    first_in, release = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    async def initialize(self: AsyncSqlSchema) -> None:
+        calls.append(threading.get_ident())
+        if len(calls) == 1:  # the first loop's creation is held until the second loop is done
+            first_in.set()
+            await asyncio.to_thread(release.wait, 30)
+        await original(self)
+
+    monkeypatch.setattr(AsyncSqlSchema, "initialize", initialize)
+    session = AgentCtxSession.from_url(
+        "shared", f"sqlite:///{tmp_path / 's.db'}", create_tables=True
+    )
+    results: dict[str, str] = {}
+
+    def worker(content: str) -> None:
+        async def run() -> None:
+            await asyncio.wait_for(
+                session.add_items([{"role": "user", "content": content}]), timeout=5
+            )
+
+        try:
+            asyncio.run(run())
+            results[content] = "ok"
+        except Exception as error:  # the outcome is the assertion below
+            results[content] = type(error).__name__
+
+    one = threading.Thread(target=worker, args=("one",))
+    one.start()
+    assert first_in.wait(30)
+    two = threading.Thread(target=worker, args=("two",))
+    two.start()
+    two.join(30)
+    release.set()
+    one.join(30)
+    assert results == {"one": "ok", "two": "ok"}
+    assert len(calls) == 2
+    stored = asyncio.run(session.get_items())
+    asyncio.run(session.close())
+    assert sorted(item["content"] for item in stored) == ["one", "two"]
+
+
 # -- Runner.run with a scripted model -----------------------------------------------------------
 
 

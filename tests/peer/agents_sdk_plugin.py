@@ -112,35 +112,7 @@ class SQLiteSession(AgentCtxSession):
         self._sql_store.close()
 
 
-class _LazyTables(AgentCtxSession):
-    """An async SQL session creating its store's tables (when asked) before its first use."""
-
-    _tables_store: AsyncSqlAgentStore | None = None
-
-    async def _tables(self) -> None:
-        store = self._tables_store
-        if store is not None:  # concurrent first calls each initialize: it is idempotent
-            await store.schema().initialize()
-            self._tables_store = None
-
-    async def get_items(self, limit: int | None = None) -> list[Any]:
-        await self._tables()
-        return await super().get_items(limit)
-
-    async def add_items(self, items: list[Any]) -> None:
-        await self._tables()
-        await super().add_items(items)
-
-    async def pop_item(self) -> Any | None:
-        await self._tables()
-        return await super().pop_item()
-
-    async def clear_session(self) -> None:
-        await self._tables()
-        await super().clear_session()
-
-
-class AsyncSQLiteSession(_LazyTables):
+class AsyncSQLiteSession(AgentCtxSession):
     """`AgentCtxSession` on an `AsyncSqlAgentStore` in the SQLite file ``db_path``."""
 
     def __init__(
@@ -159,14 +131,14 @@ class AsyncSQLiteSession(_LazyTables):
         self.sessions_table = sessions_table
         self.messages_table = messages_table
         self._sql_store = store
-        self._tables_store = store
+        self._create_tables = True  # as `from_url(create_tables=True)`: on first use
         _counted()
 
     async def close(self) -> None:
         await self._sql_store.aclose()
 
 
-class SQLAlchemySession(_LazyTables):
+class SQLAlchemySession(AgentCtxSession):
     """`AgentCtxSession` on an `AsyncSqlAgentStore` on the caller's ``engine``."""
 
     def __init__(
@@ -185,7 +157,7 @@ class SQLAlchemySession(_LazyTables):
         )
         super().__init__(session_id, store, window=_window(), session_settings=session_settings)
         self._sql_store = store
-        self._tables_store = store if create_tables else None
+        self._create_tables = create_tables
         _counted()
 
     @classmethod

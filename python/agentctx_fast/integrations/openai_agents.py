@@ -302,7 +302,6 @@ class AgentCtxSession(SessionABC):
         self._store = store
         self._owned = False  # from_url made the store: close() closes it
         self._create_tables = False
-        self._opening: asyncio.Lock | None = None
 
     @classmethod
     def from_url(
@@ -342,12 +341,10 @@ class AgentCtxSession(SessionABC):
         """``operation`` on this session's memory: on the loop for an asyncio store, in a
         worker thread for a blocking one (its coroutines never suspend, `run_sync` runs them)."""
         if self._create_tables:
-            if self._opening is None:
-                self._opening = asyncio.Lock()
-            async with self._opening:
-                if self._create_tables:
-                    await self._store.schema().initialize()
-                    self._create_tables = False
+            # No lock: a session may be shared by event loops (an asyncio lock belongs to
+            # one), and `initialize` is safe to run concurrently, so each first call runs it.
+            await self._store.schema().initialize()
+            self._create_tables = False
         if self._blocking:
             return await asyncio.to_thread(run_sync, operation(self._memory))  # type: ignore[arg-type]
         return await operation(self._memory)
