@@ -16,11 +16,11 @@ stores each provider item and part once: its place holds a marker the items fill
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agentctx_fast import _wire
 from agentctx_fast._extras import missing_dependency
 from agentctx_fast._provider import _copy
 from agentctx_fast.errors import (
@@ -30,6 +30,7 @@ from agentctx_fast.errors import (
     InvalidMessageTypeError,
 )
 from agentctx_fast.messages import (
+    SYSTEM_ROLES,
     AiMessage,
     AudioPart,
     FilePart,
@@ -43,6 +44,7 @@ from agentctx_fast.messages import (
     Usage,
     UserMessage,
     _check_name,
+    not_a_message,
 )
 
 try:
@@ -255,9 +257,7 @@ def to_langchain(messages: Sequence[Message]) -> list[lc.BaseMessage]:
     out: list[lc.BaseMessage] = []
     for index, message in enumerate(messages):
         if not isinstance(message, Message):
-            raise InvalidMessageTypeError(
-                f"messages[{index}] is not a Message: got {type(message).__name__}"
-            )
+            raise not_a_message(message, f"messages[{index}]")
         converted = _to_langchain_one(message)
         if converted is not None:
             out.append(converted)
@@ -265,13 +265,6 @@ def to_langchain(messages: Sequence[Message]) -> list[lc.BaseMessage]:
 
 
 # --- from LangChain ---------------------------------------------------------------------------
-
-
-def _decode(data: Any, where: str) -> bytes:
-    try:
-        return base64.b64decode(str(data), validate=True)
-    except (binascii.Error, ValueError):
-        raise InvalidArgumentError(f"{where}: base64 data is not valid") from None
 
 
 def _block_part(block: Any, where: str) -> Part | None:
@@ -305,7 +298,9 @@ def _block_part(block: Any, where: str) -> Part | None:
     if media is ImagePart:
         fields["detail"] = extras.get("detail")
     if block.get("base64") is not None:
-        fields["data"] = _decode(block["base64"], where)
+        fields["data"] = _wire.b64decode(
+            str(block["base64"]), InvalidArgumentError, f"{where}: base64 data is not valid"
+        )
     else:
         fields["uri"] = block.get("url") or block.get("file_id")
     try:
@@ -542,7 +537,7 @@ def _from_langchain_one(message: Any, where: str, keep: bool) -> Message:
             return UserMessage(text, **ids)
         if role in ("assistant", "ai"):
             return AiMessage(text, **ids)
-        if role in ("system", "developer"):
+        if role in SYSTEM_ROLES:
             return SystemMessage(text, role=role, **ids)
     raise InvalidArgumentError(f"{where}: a {type(message).__name__} cannot be carried")
 
