@@ -10,11 +10,11 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agentctx_fast.errors import AgentCtxError, InvalidArgumentError
-from agentctx_fast.messages import FilePart, ImagePart, Message
+from agentctx_fast.messages import FilePart, ImagePart, Message, Part, UserMessage
 
 _IMAGE_MAGIC = (
     (b"\x89PNG\r\n\x1a\n", "image/png"),
@@ -33,6 +33,18 @@ def locate(message: object, index: int) -> str:
     if isinstance(message, Message):
         at = f"message {message.message_id!r} ({at})"
     return at
+
+
+def write_parts(
+    parts: Sequence[Part],
+    message: UserMessage,
+    index: int,
+    write: Callable[[Part, str], dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """A user message's parts as a format writes them: each as ``write`` gives it (an error
+    names the part: ``message 'u1' (messages[3]) content[0]``)."""
+    at = locate(message, index)
+    return [write(part, f"{at} content[{i}]") for i, part in enumerate(parts)]
 
 
 def read_field(

@@ -138,10 +138,7 @@ def to_anthropic(
         elif isinstance(message, UserMessage):
             content: Any = message.content
             if not isinstance(content, str):
-                where = _wire.locate(message, index)
-                content = [
-                    _part_to_anthropic(p, f"{where} content[{i}]") for i, p in enumerate(content)
-                ]
+                content = _wire.write_parts(content, message, index, _part_to_anthropic)
             out.append({"role": "user", "content": content})
         elif isinstance(message, AiMessage):
             out.append(

@@ -133,9 +133,8 @@ def _system_to_openai(message: SystemMessage, index: int) -> dict[str, Any]:
 
 def _user_to_openai(message: UserMessage, index: int) -> dict[str, Any]:
     content: Any = message.content
-    if not isinstance(content, str):
-        where = _wire.locate(message, index)
-        content = [_part_to_openai(p, f"{where} content[{i}]") for i, p in enumerate(content)]
+    if not isinstance(content, str):  # (the usual text content stays on the short path)
+        content = _wire.write_parts(content, message, index, _part_to_openai)
     entry: dict[str, Any] = {"role": "user", "content": content}
     if message.name is not None:
         entry["name"] = message.name

@@ -247,10 +247,7 @@ def _message_to_responses(message: object, index: int, include_ids: bool) -> lis
     elif isinstance(message, UserMessage):
         content: Any = message.content
         if not isinstance(content, str):
-            where = _wire.locate(message, index)
-            content = [
-                _part_to_responses(p, f"{where} content[{i}]") for i, p in enumerate(content)
-            ]
+            content = _wire.write_parts(content, message, index, _part_to_responses)
         item = {"role": "user", "content": content}
         item.update(_extras(message))
     elif isinstance(message, ToolMessage):
