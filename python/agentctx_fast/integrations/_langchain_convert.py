@@ -59,6 +59,7 @@ LANGCHAIN_METADATA_KEY = "langchain"
 
 _DEVELOPER_KEY = "__openai_role__"  # where langchain-openai keeps the developer role
 _MEDIA_BLOCKS = {ImagePart: "image", AudioPart: "audio", FilePart: "file"}
+_MEDIA_PARTS = {kind: part for part, kind in _MEDIA_BLOCKS.items()}
 # Where kept content held a provider item or a part (stored once, in its own field).
 _ITEM_SLOT = {"agentctx": "provider_item"}
 _PART_SLOT = {"agentctx": "part"}
@@ -284,7 +285,7 @@ def _block_part(block: Any, where: str) -> Part | None:
             raise InvalidArgumentError(f"{where}: image_url block has no url")
         detail = image.get("detail") if isinstance(image, Mapping) else None
         return ImagePart(uri=url, detail=detail)
-    media = {"image": ImagePart, "audio": AudioPart, "file": FilePart}.get(str(kind))
+    media = _MEDIA_PARTS.get(str(kind))
     if media is None or not any(block.get(k) is not None for k in ("url", "file_id", "base64")):
         return None  # e.g. Anthropic's {"type": "image", "source": ...}: kept as it is
     extras = block.get("extras") or {}
