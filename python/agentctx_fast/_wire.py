@@ -63,6 +63,14 @@ def read_field(
     return value
 
 
+def read_id(entry: Mapping[str, Any], at: str, error: type[InvalidArgumentError]) -> dict[str, Any]:
+    """``{"message_id": ...}`` of an entry that carries an ``id`` (a string), else ``{}``: the
+    keywords that give the message read from ``entry`` the id it was stored with."""
+    if entry.get("id") is None:
+        return {}
+    return {"message_id": read_field(entry, "id", str, at, error)}
+
+
 def b64decode(text: str, error: type[AgentCtxError], message: str) -> bytes:
     """``text`` decoded from strict base64, else ``error(message)``."""
     try:

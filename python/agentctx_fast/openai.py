@@ -371,9 +371,7 @@ def _assistant_from_openai(entry: Mapping[str, Any], where: str, ids: dict[str, 
 def _entry_from_openai(entry: Any, where: str) -> Message:
     if not isinstance(entry, Mapping):
         raise OpenAIFormatError(f"{where} is not an object")
-    ids: dict[str, Any] = {}
-    if entry.get("id") is not None:
-        ids["message_id"] = _get(entry, "id", str, where)
+    ids = _wire.read_id(entry, where, OpenAIFormatError)
     role = entry.get("role")
     if role in SYSTEM_ROLES:
         return SystemMessage(_text_content(entry, where), role=role, name=entry.get("name"), **ids)

@@ -415,8 +415,7 @@ def _assistant(item: Mapping[str, Any], where: str) -> _Said:
             said.extras["content"] = [dict(p) for p in parts]
     else:
         raise ResponsesFormatError(f"{where}: an assistant message needs 'content'")
-    if item.get("id") is not None:
-        said.message_id = _get(item, "id", str, where)
+    said.message_id = _wire.read_id(item, where, ResponsesFormatError).get("message_id")
     for key, value in item.items():
         if key not in ("type", "role", "id", "content") and not (
             key == "status" and value == "completed"
@@ -451,7 +450,7 @@ def _output(item: Mapping[str, Any], where: str) -> ToolMessage:
         text = output
     else:
         raise ResponsesFormatError(f"{where}: 'output' must be a string or a list of parts")
-    ids = {"message_id": _get(item, "id", str, where)} if item.get("id") is not None else {}
+    ids = _wire.read_id(item, where, ResponsesFormatError)
     name = item.get("name")
     return ToolMessage(
         call_id,
@@ -463,9 +462,7 @@ def _output(item: Mapping[str, Any], where: str) -> ToolMessage:
 
 
 def _input_message(item: Mapping[str, Any], role: Any, where: str) -> Message:
-    common: dict[str, Any] = {}
-    if item.get("id") is not None:
-        common["message_id"] = _get(item, "id", str, where)
+    common = _wire.read_id(item, where, ResponsesFormatError)
     # The item's other keys ("type": "message", "status") come back with it.
     extras = {k: v for k, v in item.items() if k not in ("role", "content", "id")}
     content = item.get("content")
