@@ -1,8 +1,9 @@
 """What the wire formats (Chat Completions, Responses, Anthropic, LangChain) share.
 
 Each format module says how its own entries look; the facts they have in common live here
-once: how an error names a message, how a field is read and refused, how inline content is
-written as (and read from) a base64 ``data:`` URL, and which image bytes say their own type.
+once: how an error names a message or a part, how a field, an id and a call's arguments are
+read and refused, how inline content is written as (and read from) a base64 ``data:`` URL, and
+which image bytes say their own type.
 """
 
 from __future__ import annotations
