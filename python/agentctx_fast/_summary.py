@@ -20,6 +20,7 @@ from agentctx_fast.messages import (
     TextPart,
     ToolMessage,
     UserMessage,
+    not_a_message,
 )
 
 T = TypeVar("T")
@@ -176,9 +177,7 @@ def check_messages(messages: object, what: str = "messages") -> list[Message]:
         )
     for index, message in enumerate(messages):
         if not isinstance(message, Message):
-            raise InvalidMessageTypeError(
-                f"{what}[{index}] is not a Message: got {type(message).__name__}"
-            )
+            raise not_a_message(message, f"{what}[{index}]")
     return list(messages)
 
 

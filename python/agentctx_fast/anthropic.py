@@ -30,11 +30,11 @@ not sent (the API refuses empty text blocks). Audio has no Anthropic form and ra
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from agentctx_fast import _wire
 from agentctx_fast._provider import RESPONSES_ITEM_TYPES, items_for
 from agentctx_fast.errors import AgentCtxError, ContentTooLargeError, InvalidArgumentError
 from agentctx_fast.messages import (
@@ -49,8 +49,8 @@ from agentctx_fast.messages import (
     ToolCall,
     ToolMessage,
     UserMessage,
+    not_a_message,
 )
-from agentctx_fast.openai import _URI_SCHEME, _image_mime, _parse_data_url, _where, read_field
 
 if TYPE_CHECKING:
     from anthropic.types import MessageParam, TextBlockParam
@@ -66,7 +66,7 @@ def _source(part: ImagePart | FilePart, mime: str | None, where: str) -> dict[st
     uri = str(part.uri)
     data = part.data
     if data is None and uri.startswith("data:"):
-        parsed = _parse_data_url(uri)
+        parsed = _wire.parse_data_url(uri)
         if parsed is not None:
             mime, data = parsed[0] or mime, parsed[1]
     if data is not None:
@@ -74,7 +74,7 @@ def _source(part: ImagePart | FilePart, mime: str | None, where: str) -> dict[st
             raise InvalidArgumentError(f"{where}: inline content needs a mime_type")
         encoded = base64.b64encode(data).decode("ascii")
         return {"type": "base64", "media_type": mime, "data": encoded}
-    if _URI_SCHEME.match(uri):
+    if _wire.URI_SCHEME.match(uri):
         return {"type": "url", "url": uri}
     return {"type": "file", "file_id": uri}
 
@@ -83,7 +83,7 @@ def _part_to_anthropic(part: Part, where: str) -> dict[str, Any]:
     if isinstance(part, TextPart):
         return {"type": "text", "text": part.text}
     if isinstance(part, ImagePart):
-        return {"type": "image", "source": _source(part, _image_mime(part), where)}
+        return {"type": "image", "source": _source(part, _wire.image_mime(part), where)}
     if isinstance(part, FilePart):
         block: dict[str, Any] = {
             "type": "document",
@@ -138,14 +138,11 @@ def to_anthropic(
         elif isinstance(message, UserMessage):
             content: Any = message.content
             if not isinstance(content, str):
-                where = _where(message, index)
-                content = [
-                    _part_to_anthropic(p, f"{where} content[{i}]") for i, p in enumerate(content)
-                ]
+                content = _wire.write_parts(content, message, index, _part_to_anthropic)
             out.append({"role": "user", "content": content})
         elif isinstance(message, AiMessage):
             out.append(
-                {"role": "assistant", "content": _ai_blocks(message, _where(message, index))}
+                {"role": "assistant", "content": _ai_blocks(message, _wire.locate(message, index))}
             )
         elif isinstance(message, ToolMessage):
             block: dict[str, Any] = {
@@ -160,8 +157,7 @@ def to_anthropic(
                 out.append({"role": "user", "content": results})
             results.append(block)
         elif not isinstance(message, Message):
-            where = _where(message, index)
-            raise InvalidArgumentError(f"{where} is not a Message: got {type(message).__name__}")
+            raise not_a_message(message, _wire.locate(message, index), InvalidArgumentError)
     system: Any = None
     if len(systems) == 1:
         system = systems[0]
@@ -174,17 +170,15 @@ def to_anthropic(
 
 
 def _get(block: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    return read_field(block, key, kind, where, AnthropicFormatError)
+    return _wire.read_field(block, key, kind, where, AnthropicFormatError)
 
 
 def _media(block: Mapping[str, Any], where: str) -> dict[str, Any]:
     source = _get(block, "source", Mapping, where)
     kind = source.get("type")
     if kind == "base64":
-        try:
-            data = base64.b64decode(_get(source, "data", str, where), validate=True)
-        except (binascii.Error, ValueError):
-            raise AnthropicFormatError(f"{where}: data is not base64") from None
+        text = _get(source, "data", str, where)
+        data = _wire.b64decode(text, AnthropicFormatError, f"{where}: data is not base64")
         return {"mime_type": source.get("media_type"), "data": data}
     if kind == "url":
         return {"uri": _get(source, "url", str, where)}

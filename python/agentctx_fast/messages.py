@@ -48,6 +48,15 @@ def _check_name(name: object, message_id: str) -> None:
         )
 
 
+def not_a_message(
+    value: object,
+    at: str,
+    error: type[InvalidArgumentError | InvalidMessageTypeError] = InvalidMessageTypeError,
+) -> InvalidArgumentError | InvalidMessageTypeError:
+    """The error (to raise) for ``value``, named ``at``, where a `Message` belongs."""
+    return error(f"{at} is not a Message: got {type(value).__name__}")
+
+
 def new_message_id() -> str:
     """A fresh message id: a uuid4 as 32 hex characters."""
     return uuid.uuid4().hex

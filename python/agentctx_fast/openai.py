@@ -19,18 +19,17 @@ message carries only the keys that API defines. `from_openai` reads that form ba
 from __future__ import annotations
 
 import base64
-import binascii
-import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from agentctx_fast import _wire
 from agentctx_fast.errors import (
     AgentCtxError,
     ContentTooLargeError,
     InvalidArgumentError,
-    InvalidMessageTypeError,
 )
 from agentctx_fast.messages import (
+    SYSTEM_ROLES,
     AiMessage,
     AudioPart,
     FilePart,
@@ -42,6 +41,7 @@ from agentctx_fast.messages import (
     ToolCall,
     ToolMessage,
     UserMessage,
+    not_a_message,
 )
 
 if TYPE_CHECKING:
@@ -65,39 +65,6 @@ _AUDIO_FORMATS = {
     "audio/x-mp3": "mp3",
 }
 _AUDIO_MIME = {"wav": "audio/wav", "mp3": "audio/mpeg"}
-_IMAGE_MAGIC = (
-    (b"\x89PNG\r\n\x1a\n", "image/png"),
-    (b"\xff\xd8\xff", "image/jpeg"),
-    (b"GIF87a", "image/gif"),
-    (b"GIF89a", "image/gif"),
-)
-_DATA_URL = re.compile(r"data:([^;,]*)((?:;[^;,]*)*?);base64,(.*)", re.S)
-_URI_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
-
-
-def _data_url(mime_type: str, data: bytes) -> str:
-    return f"data:{mime_type};base64,{base64.b64encode(data).decode('ascii')}"
-
-
-def _parse_data_url(url: str) -> tuple[str | None, bytes] | None:
-    """``(mime_type, bytes)`` of a base64 ``data:`` URL, None for any other URL."""
-    match = _DATA_URL.fullmatch(url)
-    if match is None:
-        return None
-    try:
-        data = base64.b64decode(match.group(3), validate=True)
-    except (binascii.Error, ValueError) as error:
-        raise InvalidArgumentError(f"a data: URL has invalid base64: {error}") from None
-    return match.group(1) or None, data
-
-
-def _image_mime(part: ImagePart) -> str | None:
-    if part.mime_type:
-        return part.mime_type
-    data = part.data or b""
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    return next((mime for magic, mime in _IMAGE_MAGIC if data.startswith(magic)), None)
 
 
 def _audio_format(part: AudioPart, where: str) -> str:
@@ -116,15 +83,7 @@ def _part_to_openai(part: Part, where: str) -> dict[str, Any]:
     if isinstance(part, TextPart):
         return {"type": "text", "text": part.text}
     if isinstance(part, ImagePart):
-        if part.data is not None:
-            mime = _image_mime(part)
-            if mime is None:
-                raise InvalidArgumentError(
-                    f"{where}: an inline image needs a mime_type (not png, jpeg, gif or webp)"
-                )
-            url = _data_url(mime, part.data)
-        else:
-            url = str(part.uri)
+        url = str(part.uri) if part.data is None else _wire.inline_image_url(part, part.data, where)
         image: dict[str, Any] = {"url": url}
         if part.detail is not None:
             image["detail"] = part.detail
@@ -133,7 +92,7 @@ def _part_to_openai(part: Part, where: str) -> dict[str, Any]:
         fmt = _audio_format(part, where)
         data = part.data
         if data is None:
-            parsed = _parse_data_url(str(part.uri))
+            parsed = _wire.parse_data_url(str(part.uri))
             if parsed is None:
                 raise InvalidArgumentError(
                     f"{where}: audio by reference ({part.uri!r}) cannot be sent; the Chat "
@@ -149,12 +108,12 @@ def _part_to_openai(part: Part, where: str) -> dict[str, Any]:
 
 def _file_to_openai(part: FilePart, where: str) -> dict[str, Any]:
     if part.data is not None:
-        url = _data_url(part.mime_type or "application/octet-stream", part.data)
+        url = _wire.inline_file_url(part, part.data)
         return {"file_data": url, "filename": part.name or "file"}
     uri = str(part.uri)
     if uri.startswith("data:"):
         return {"file_data": uri, "filename": part.name or "file"}
-    if _URI_SCHEME.match(uri):
+    if _wire.URI_SCHEME.match(uri):
         raise InvalidArgumentError(
             f"{where}: file {uri!r} is a URL; the Chat Completions API takes a provider file id "
             "(upload it first) or inline data"
@@ -163,14 +122,6 @@ def _file_to_openai(part: FilePart, where: str) -> dict[str, Any]:
     if part.name is not None:
         file["filename"] = part.name
     return file
-
-
-def _where(message: object, index: int) -> str:
-    """How an error names ``messages[index]`` (made only when one is raised)."""
-    where = f"messages[{index}]"
-    if isinstance(message, Message):
-        where = f"message {message.message_id!r} ({where})"
-    return where
 
 
 def _system_to_openai(message: SystemMessage, index: int) -> dict[str, Any]:
@@ -182,9 +133,8 @@ def _system_to_openai(message: SystemMessage, index: int) -> dict[str, Any]:
 
 def _user_to_openai(message: UserMessage, index: int) -> dict[str, Any]:
     content: Any = message.content
-    if not isinstance(content, str):
-        where = _where(message, index)
-        content = [_part_to_openai(p, f"{where} content[{i}]") for i, p in enumerate(content)]
+    if not isinstance(content, str):  # (the usual text content stays on the short path)
+        content = _wire.write_parts(content, message, index, _part_to_openai)
     entry: dict[str, Any] = {"role": "user", "content": content}
     if message.name is not None:
         entry["name"] = message.name
@@ -206,7 +156,7 @@ def _ai_to_openai(message: AiMessage, index: int) -> dict[str, Any]:
         out = []  # a plain loop: cheaper than a comprehension for the usual one call
         for call in calls:
             if not call.id:  # the API needs one, and `from_openai` reads none as malformed
-                where = _where(message, index)
+                where = _wire.locate(message, index)
                 raise InvalidArgumentError(f"{where}: tool call {call.name!r} has no id")
             function = {"name": call.name, "arguments": call.arguments}
             out.append({"id": call.id, "type": "function", "function": function})
@@ -236,8 +186,7 @@ def _message_to_openai(message: object, index: int) -> dict[str, Any] | None:
             return convert(message, index)  # type: ignore[no-any-return]
     if isinstance(message, Message):
         return None  # UI messages have no model form
-    where = _where(message, index)
-    raise InvalidMessageTypeError(f"{where} is not a Message: got {type(message).__name__}")
+    raise not_a_message(message, _wire.locate(message, index))
 
 
 @overload
@@ -312,24 +261,8 @@ def openai_tools(tools: Sequence[Any]) -> list[ChatCompletionToolParam]:
 # --- reading -------------------------------------------------------------------------------
 
 
-def read_field(
-    entry: Mapping[str, Any],
-    key: str,
-    kind: type | tuple[type, ...],
-    where: str,
-    error: type[InvalidArgumentError],
-) -> Any:
-    """``entry[key]`` when it is a ``kind`` (never a bool), else ``error`` naming it: how
-    every wire format (Chat Completions, Responses, Anthropic) reads a field."""
-    value = entry.get(key)
-    if not isinstance(value, kind) or isinstance(value, bool):
-        shown = "missing" if key not in entry else f"a {type(value).__name__}"
-        raise error(f"{where}: {key!r} is {shown}")
-    return value
-
-
 def _get(entry: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    return read_field(entry, key, kind, where, OpenAIFormatError)
+    return _wire.read_field(entry, key, kind, where, OpenAIFormatError)
 
 
 def _part_from_openai(part: Any, where: str) -> Part:
@@ -341,33 +274,28 @@ def _part_from_openai(part: Any, where: str) -> Part:
     if kind == "image_url":
         image = _get(part, "image_url", Mapping, where)
         url = _get(image, "url", str, f"{where} image_url")
-        detail = image.get("detail")
-        parsed = _parse_data_url(url)
-        if parsed is not None:
-            return ImagePart(mime_type=parsed[0], data=parsed[1], detail=detail)
-        return ImagePart(uri=url, detail=detail)
+        return _wire.image_from_url(url, image.get("detail"))
     if kind == "input_audio":
         audio = _get(part, "input_audio", Mapping, where)
         fmt = _get(audio, "format", str, f"{where} input_audio")
         if fmt not in _AUDIO_MIME:
             raise OpenAIFormatError(f"{where}: input audio format must be wav or mp3, got {fmt!r}")
-        try:
-            data = base64.b64decode(_get(audio, "data", str, f"{where} input_audio"), validate=True)
-        except (binascii.Error, ValueError):
-            raise OpenAIFormatError(f"{where}: input audio data is not base64") from None
+        data = _wire.b64decode(
+            _get(audio, "data", str, f"{where} input_audio"),
+            OpenAIFormatError,
+            f"{where}: input audio data is not base64",
+        )
         return AudioPart(mime_type=_AUDIO_MIME[fmt], data=data)
     if kind == "file":
         file = _get(part, "file", Mapping, where)
         name = file.get("filename")
         if file.get("file_id") is not None:
             return FilePart(uri=_get(file, "file_id", str, f"{where} file"), name=name)
-        file_data = _get(file, "file_data", str, f"{where} file")
-        parsed = _parse_data_url(file_data)
-        if parsed is None:
-            try:
-                parsed = (None, base64.b64decode(file_data, validate=True))
-            except (binascii.Error, ValueError):
-                raise OpenAIFormatError(f"{where}: file_data is not base64") from None
+        parsed = _wire.decode_file_data(
+            _get(file, "file_data", str, f"{where} file"),
+            OpenAIFormatError,
+            f"{where}: file_data is not base64",
+        )
         return FilePart(mime_type=parsed[0], data=parsed[1], name=name)
     raise OpenAIFormatError(f"{where}: unknown content part type {kind!r}")
 
@@ -404,12 +332,9 @@ def _tool_call_from_openai(raw: Any, where: str) -> ToolCall:
     if raw.get("type", "function") != "function":
         raise OpenAIFormatError(f"{where}: tool call {call_id!r} is not a function call")
     function = _get(raw, "function", Mapping, f"{where} tool call {call_id!r}")
-    arguments = function.get("arguments")
-    if not isinstance(arguments, str):
-        raise OpenAIFormatError(
-            f"{where}: tool call {call_id!r} arguments must be a JSON string, "
-            f"got {type(arguments).__name__}"
-        )
+    arguments = _wire.json_string_arguments(
+        function.get("arguments"), f"tool call {call_id!r}", where, OpenAIFormatError
+    )
     name = _get(function, "name", str, f"{where} tool call {call_id!r}")
     return ToolCall(call_id, name, arguments)
 
@@ -446,11 +371,9 @@ def _assistant_from_openai(entry: Mapping[str, Any], where: str, ids: dict[str, 
 def _entry_from_openai(entry: Any, where: str) -> Message:
     if not isinstance(entry, Mapping):
         raise OpenAIFormatError(f"{where} is not an object")
-    ids: dict[str, Any] = {}
-    if entry.get("id") is not None:
-        ids["message_id"] = _get(entry, "id", str, where)
+    ids = _wire.read_id(entry, where, OpenAIFormatError)
     role = entry.get("role")
-    if role in ("system", "developer"):
+    if role in SYSTEM_ROLES:
         return SystemMessage(_text_content(entry, where), role=role, name=entry.get("name"), **ids)
     if role == "user":
         content = entry.get("content")

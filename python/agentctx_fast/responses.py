@@ -47,14 +47,14 @@ form writes one to carry the message id).
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from agentctx_fast import _wire
 from agentctx_fast._provider import ANTHROPIC_BLOCK_TYPES, _copy, items_for
 from agentctx_fast.errors import AgentCtxError, ContentTooLargeError, InvalidArgumentError
 from agentctx_fast.messages import (
+    SYSTEM_ROLES,
     AiMessage,
     AudioPart,
     FilePart,
@@ -66,14 +66,7 @@ from agentctx_fast.messages import (
     ToolCall,
     ToolMessage,
     UserMessage,
-)
-from agentctx_fast.openai import (
-    _URI_SCHEME,
-    _data_url,
-    _image_mime,
-    _parse_data_url,
-    _where,
-    read_field,
+    not_a_message,
 )
 
 if TYPE_CHECKING:
@@ -98,13 +91,8 @@ def _part_to_responses(part: Part, where: str) -> dict[str, Any]:
     if isinstance(part, ImagePart):
         image: dict[str, Any] = {"type": "input_image", "detail": part.detail or "auto"}
         if part.data is not None:
-            mime = _image_mime(part)
-            if mime is None:
-                raise InvalidArgumentError(
-                    f"{where}: an inline image needs a mime_type (not png, jpeg, gif or webp)"
-                )
-            image["image_url"] = _data_url(mime, part.data)
-        elif _URI_SCHEME.match(str(part.uri)):
+            image["image_url"] = _wire.inline_image_url(part, part.data, where)
+        elif _wire.URI_SCHEME.match(str(part.uri)):
             image["image_url"] = part.uri
         else:
             image["file_id"] = part.uri
@@ -117,11 +105,11 @@ def _part_to_responses(part: Part, where: str) -> dict[str, Any]:
     uri = str(part.uri)
     if part.data is not None or uri.startswith("data:"):
         if part.data is not None:
-            uri = _data_url(part.mime_type or "application/octet-stream", part.data)
+            uri = _wire.inline_file_url(part, part.data)
         file["file_data"] = uri
         file["filename"] = part.name or "file"
         return file
-    file["file_url" if _URI_SCHEME.match(uri) else "file_id"] = uri
+    file["file_url" if _wire.URI_SCHEME.match(uri) else "file_id"] = uri
     if part.name is not None:
         file["filename"] = part.name
     return file
@@ -259,10 +247,7 @@ def _message_to_responses(message: object, index: int, include_ids: bool) -> lis
     elif isinstance(message, UserMessage):
         content: Any = message.content
         if not isinstance(content, str):
-            where = _where(message, index)
-            content = [
-                _part_to_responses(p, f"{where} content[{i}]") for i, p in enumerate(content)
-            ]
+            content = _wire.write_parts(content, message, index, _part_to_responses)
         item = {"role": "user", "content": content}
         item.update(_extras(message))
     elif isinstance(message, ToolMessage):
@@ -277,8 +262,7 @@ def _message_to_responses(message: object, index: int, include_ids: bool) -> lis
     elif isinstance(message, Message):
         return []  # UI messages have no model form
     else:
-        where = _where(message, index)
-        raise InvalidArgumentError(f"{where} is not a Message: got {type(message).__name__}")
+        raise not_a_message(message, _wire.locate(message, index), InvalidArgumentError)
     if include_ids:
         item["id"] = message.message_id
     return [item]
@@ -303,14 +287,14 @@ def to_responses(
 
 
 def _get(item: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    return read_field(item, key, kind, where, ResponsesFormatError)
+    return _wire.read_field(item, key, kind, where, ResponsesFormatError)
 
 
-def _b64(text: str, where: str) -> bytes:
-    try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        raise ResponsesFormatError(f"{where}: data is not base64") from None
+def _call_id(item: Mapping[str, Any], what: str, where: str) -> str:
+    call_id = item.get("call_id")
+    if not isinstance(call_id, str) or not call_id:
+        raise ResponsesFormatError(f"{where}: a {what} has no call_id")
+    return call_id
 
 
 def _part_from_responses(part: Any, where: str) -> Part:
@@ -324,20 +308,16 @@ def _part_from_responses(part: Any, where: str) -> Part:
         detail = None if detail == "auto" else detail
         if part.get("file_id") is not None:
             return ImagePart(uri=_get(part, "file_id", str, where), detail=detail)
-        url = _get(part, "image_url", str, where)
-        parsed = _parse_data_url(url)
-        if parsed is not None:
-            return ImagePart(mime_type=parsed[0], data=parsed[1], detail=detail)
-        return ImagePart(uri=url, detail=detail)
+        return _wire.image_from_url(_get(part, "image_url", str, where), detail)
     if kind == "input_file":
         name = part.get("filename")
         for key in ("file_id", "file_url"):
             if part.get(key) is not None:
                 return FilePart(uri=_get(part, key, str, where), name=name)
         file_data = _get(part, "file_data", str, where)
-        parsed = _parse_data_url(file_data)
-        if parsed is None:
-            parsed = (None, _b64(file_data, where))
+        parsed = _wire.decode_file_data(
+            file_data, ResponsesFormatError, f"{where}: data is not base64"
+        )
         return FilePart(mime_type=parsed[0], data=parsed[1], name=name)
     raise ResponsesFormatError(f"{where}: unknown content part type {kind!r}")
 
@@ -370,6 +350,13 @@ class _Reply:
         self.extras: dict[str, Any] = {}
 
     def message(self) -> AiMessage:
+        """The AI message read; a value it refuses names the reply's first item."""
+        try:
+            return self._message()
+        except AgentCtxError as error:
+            raise ResponsesFormatError(f"{self.where}: {error}") from None
+
+    def _message(self) -> AiMessage:
         extras = dict(self.extras)
         text = refusal = message_id = None
         order = list(self.order)
@@ -428,8 +415,7 @@ def _assistant(item: Mapping[str, Any], where: str) -> _Said:
             said.extras["content"] = [dict(p) for p in parts]
     else:
         raise ResponsesFormatError(f"{where}: an assistant message needs 'content'")
-    if item.get("id") is not None:
-        said.message_id = _get(item, "id", str, where)
+    said.message_id = _wire.read_id(item, where, ResponsesFormatError).get("message_id")
     for key, value in item.items():
         if key not in ("type", "role", "id", "content") and not (
             key == "status" and value == "completed"
@@ -439,15 +425,10 @@ def _assistant(item: Mapping[str, Any], where: str) -> _Said:
 
 
 def _function_call(reply: _Reply, item: Mapping[str, Any], where: str) -> None:
-    call_id = item.get("call_id")
-    if not isinstance(call_id, str) or not call_id:
-        raise ResponsesFormatError(f"{where}: a function call has no call_id")
-    arguments = item.get("arguments")
-    if not isinstance(arguments, str):
-        raise ResponsesFormatError(
-            f"{where}: function call {call_id!r} arguments must be a JSON string, "
-            f"got {type(arguments).__name__}"
-        )
+    call_id = _call_id(item, "function call", where)
+    arguments = _wire.json_string_arguments(
+        item.get("arguments"), f"function call {call_id!r}", where, ResponsesFormatError
+    )
     reply.calls.append(ToolCall(call_id, _get(item, "name", str, where), arguments))
     kept = {k: v for k, v in item.items() if k not in ("type", "call_id", "name", "arguments")}
     if kept:
@@ -455,9 +436,7 @@ def _function_call(reply: _Reply, item: Mapping[str, Any], where: str) -> None:
 
 
 def _output(item: Mapping[str, Any], where: str) -> ToolMessage:
-    call_id = item.get("call_id")
-    if not isinstance(call_id, str) or not call_id:
-        raise ResponsesFormatError(f"{where}: a function call output has no call_id")
+    call_id = _call_id(item, "function call output", where)
     output = item.get("output")
     extras = {k: v for k, v in item.items() if k not in ("type", "call_id", "output", "name", "id")}
     if isinstance(output, list):
@@ -471,7 +450,7 @@ def _output(item: Mapping[str, Any], where: str) -> ToolMessage:
         text = output
     else:
         raise ResponsesFormatError(f"{where}: 'output' must be a string or a list of parts")
-    ids = {"message_id": _get(item, "id", str, where)} if item.get("id") is not None else {}
+    ids = _wire.read_id(item, where, ResponsesFormatError)
     name = item.get("name")
     return ToolMessage(
         call_id,
@@ -483,13 +462,11 @@ def _output(item: Mapping[str, Any], where: str) -> ToolMessage:
 
 
 def _input_message(item: Mapping[str, Any], role: Any, where: str) -> Message:
-    common: dict[str, Any] = {}
-    if item.get("id") is not None:
-        common["message_id"] = _get(item, "id", str, where)
+    common = _wire.read_id(item, where, ResponsesFormatError)
     # The item's other keys ("type": "message", "status") come back with it.
     extras = {k: v for k, v in item.items() if k not in ("role", "content", "id")}
     content = item.get("content")
-    if role in ("system", "developer"):
+    if role in SYSTEM_ROLES:
         if isinstance(content, list):
             extras["content"] = content
             content = "".join(
@@ -536,10 +513,7 @@ def _read(items: Sequence[Mapping[str, Any]]) -> tuple[list[Message], list[int]]
         if reply is not None and reply is not ended:
             reply_start = index
     if reply is not None:
-        try:
-            out.append(reply.message())
-        except AgentCtxError as error:
-            raise ResponsesFormatError(f"{reply.where}: {error}") from None
+        out.append(reply.message())
         starts.append(reply_start)
     return out, starts
 
@@ -550,7 +524,7 @@ def _take(out: list[Message], reply: _Reply | None, item: Any, where: str) -> _R
         raise ResponsesFormatError(f"{where} is not an object")
     kind, role = item.get("type"), item.get("role")
     letter: str | None
-    if kind in (None, "message") and role in ("user", "system", "developer"):
+    if kind in (None, "message") and (role == "user" or role in SYSTEM_ROLES):
         letter = None
     elif kind in (None, "message") and role == "assistant":
         letter = "m"
@@ -565,10 +539,7 @@ def _take(out: list[Message], reply: _Reply | None, item: Any, where: str) -> _R
     else:
         raise ResponsesFormatError(f"{where}: unknown role {role!r}")
     if reply is not None and letter is None:
-        try:
-            out.append(reply.message())
-        except AgentCtxError as error:
-            raise ResponsesFormatError(f"{reply.where}: {error}") from None
+        out.append(reply.message())
         reply = None
     if letter is None:
         if kind == "function_call_output":

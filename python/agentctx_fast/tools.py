@@ -186,12 +186,10 @@ class Tool:
         Nothing escapes: malformed arguments, a raising tool or an unserialisable result all
         become an error outcome the model can read.
         """
-        parsed = self._parse(arguments)
-        if isinstance(parsed, ToolOutcome):
-            return parsed
-        call = self._validated(parsed)
-        if isinstance(call, ToolOutcome):
-            return call
+        prepared = self._prepared(arguments)
+        if isinstance(prepared, ToolOutcome):
+            return prepared
+        parsed, call = prepared
         try:
             result = self.fn(**call)
         except Exception as error:  # a tool's failure is a result the model can react to
@@ -200,12 +198,10 @@ class Tool:
 
     async def ainvoke(self, arguments: str) -> ToolOutcome:
         """`invoke` for an ``async def`` tool: ``fn(**arguments)`` is awaited."""
-        parsed = self._parse(arguments)
-        if isinstance(parsed, ToolOutcome):
-            return parsed
-        call = self._validated(parsed)
-        if isinstance(call, ToolOutcome):
-            return call
+        prepared = self._prepared(arguments)
+        if isinstance(prepared, ToolOutcome):
+            return prepared
+        parsed, call = prepared
         try:
             result = await self.fn(**call)
         except Exception as error:  # a tool's failure is a result the model can react to
@@ -216,11 +212,17 @@ class Tool:
         """The error outcome of a call whose ``arguments`` would not reach ``fn`` (not a JSON
         object, or refused by the validator), or None: a call the user is asked to approve
         is first checked with this, so nobody approves a call that cannot run."""
+        prepared = self._prepared(arguments)
+        return prepared if isinstance(prepared, ToolOutcome) else None
+
+    def _prepared(self, arguments: str) -> tuple[dict[str, Any], Mapping[str, Any]] | ToolOutcome:
+        """The parsed arguments and the keyword arguments ``fn`` gets, or the error outcome the
+        model reads (arguments that are not a JSON object, or refused by the validator)."""
         parsed = self._parse(arguments)
         if isinstance(parsed, ToolOutcome):
             return parsed
         call = self._validated(parsed)
-        return call if isinstance(call, ToolOutcome) else None
+        return call if isinstance(call, ToolOutcome) else (parsed, call)
 
     def _validated(self, parsed: dict[str, Any]) -> Mapping[str, Any] | ToolOutcome:
         """The keyword arguments of the call, or the error outcome the model reads."""

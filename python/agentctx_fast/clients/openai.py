@@ -16,7 +16,7 @@ import inspect
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from agentctx_fast._extras import missing_dependency
 from agentctx_fast.errors import InvalidArgumentError, ModelCallError
@@ -24,7 +24,7 @@ from agentctx_fast.messages import AiMessage, Message, ToolCall, Usage
 from agentctx_fast.openai import openai_tools, to_openai
 
 if TYPE_CHECKING:  # the openai extra: typed for users, imported when a model is made
-    import openai
+    import openai  # noqa: F401 (named, quoted, in the models' base classes)
 
 __all__ = ["AsyncOpenAIChatModel", "OpenAIChatModel"]
 
@@ -180,16 +180,14 @@ def _api_errors() -> Iterator[None]:
         raise ModelCallError(f"model API call failed: {error}") from error
 
 
-class OpenAIChatModel:
-    """A `ChatModel` over an ``openai.OpenAI`` client.
+_Client = TypeVar("_Client")
 
-    ``request_options`` (e.g. ``temperature=0``, ``tool_choice="auto"``) go into every request.
 
-    >>> import openai  # doctest: +SKIP
-    >>> model = OpenAIChatModel(openai.OpenAI(), "gpt-4o-mini", temperature=0)  # doctest: +SKIP
-    """
+class _OpenAIModel(Generic[_Client]):
+    """What both models hold: the SDK client, the model called and the options of every
+    request (checked once, when the model is made)."""
 
-    def __init__(self, client: openai.OpenAI, model: str, /, **request_options: Any) -> None:
+    def __init__(self, client: _Client, model: str, /, **request_options: Any) -> None:
         _require_openai()
         _check_options(client, model, request_options)
         self.client = client
@@ -200,6 +198,16 @@ class OpenAIChatModel:
     def model_name(self) -> str:
         """The model called; an `Agent` counts its windows with this model's tokens."""
         return self.model
+
+
+class OpenAIChatModel(_OpenAIModel["openai.OpenAI"]):
+    """A `ChatModel` over an ``openai.OpenAI`` client.
+
+    ``request_options`` (e.g. ``temperature=0``, ``tool_choice="auto"``) go into every request.
+
+    >>> import openai  # doctest: +SKIP
+    >>> model = OpenAIChatModel(openai.OpenAI(), "gpt-4o-mini", temperature=0)  # doctest: +SKIP
+    """
 
     def chat(self, messages: Sequence[Message], tools: Sequence[Any]) -> AiMessage:
         """One Chat Completions call with the window ``messages`` and the agent's ``tools``."""
@@ -209,20 +217,8 @@ class OpenAIChatModel:
         return _ai_message(completion)
 
 
-class AsyncOpenAIChatModel:
+class AsyncOpenAIChatModel(_OpenAIModel["openai.AsyncOpenAI"]):
     """An `AsyncChatModel` (and streaming model) over an ``openai.AsyncOpenAI`` client."""
-
-    def __init__(self, client: openai.AsyncOpenAI, model: str, /, **request_options: Any) -> None:
-        _require_openai()
-        _check_options(client, model, request_options)
-        self.client = client
-        self.model = model
-        self.request_options = dict(request_options)
-
-    @property
-    def model_name(self) -> str:
-        """The model called; an `Agent` counts its windows with this model's tokens."""
-        return self.model
 
     async def chat(self, messages: Sequence[Message], tools: Sequence[Any]) -> AiMessage:
         """One Chat Completions call with the window ``messages`` and the agent's ``tools``."""

@@ -16,11 +16,11 @@ stores each provider item and part once: its place holds a marker the items fill
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agentctx_fast import _wire
 from agentctx_fast._extras import missing_dependency
 from agentctx_fast._provider import _copy
 from agentctx_fast.errors import (
@@ -30,6 +30,7 @@ from agentctx_fast.errors import (
     InvalidMessageTypeError,
 )
 from agentctx_fast.messages import (
+    SYSTEM_ROLES,
     AiMessage,
     AudioPart,
     FilePart,
@@ -43,6 +44,7 @@ from agentctx_fast.messages import (
     Usage,
     UserMessage,
     _check_name,
+    not_a_message,
 )
 
 try:
@@ -57,6 +59,7 @@ LANGCHAIN_METADATA_KEY = "langchain"
 
 _DEVELOPER_KEY = "__openai_role__"  # where langchain-openai keeps the developer role
 _MEDIA_BLOCKS = {ImagePart: "image", AudioPart: "audio", FilePart: "file"}
+_MEDIA_PARTS = {kind: part for part, kind in _MEDIA_BLOCKS.items()}
 # Where kept content held a provider item or a part (stored once, in its own field).
 _ITEM_SLOT = {"agentctx": "provider_item"}
 _PART_SLOT = {"agentctx": "part"}
@@ -255,9 +258,7 @@ def to_langchain(messages: Sequence[Message]) -> list[lc.BaseMessage]:
     out: list[lc.BaseMessage] = []
     for index, message in enumerate(messages):
         if not isinstance(message, Message):
-            raise InvalidMessageTypeError(
-                f"messages[{index}] is not a Message: got {type(message).__name__}"
-            )
+            raise not_a_message(message, f"messages[{index}]")
         converted = _to_langchain_one(message)
         if converted is not None:
             out.append(converted)
@@ -265,13 +266,6 @@ def to_langchain(messages: Sequence[Message]) -> list[lc.BaseMessage]:
 
 
 # --- from LangChain ---------------------------------------------------------------------------
-
-
-def _decode(data: Any, where: str) -> bytes:
-    try:
-        return base64.b64decode(str(data), validate=True)
-    except (binascii.Error, ValueError):
-        raise InvalidArgumentError(f"{where}: base64 data is not valid") from None
 
 
 def _block_part(block: Any, where: str) -> Part | None:
@@ -291,7 +285,7 @@ def _block_part(block: Any, where: str) -> Part | None:
             raise InvalidArgumentError(f"{where}: image_url block has no url")
         detail = image.get("detail") if isinstance(image, Mapping) else None
         return ImagePart(uri=url, detail=detail)
-    media = {"image": ImagePart, "audio": AudioPart, "file": FilePart}.get(str(kind))
+    media = _MEDIA_PARTS.get(str(kind))
     if media is None or not any(block.get(k) is not None for k in ("url", "file_id", "base64")):
         return None  # e.g. Anthropic's {"type": "image", "source": ...}: kept as it is
     extras = block.get("extras") or {}
@@ -305,7 +299,9 @@ def _block_part(block: Any, where: str) -> Part | None:
     if media is ImagePart:
         fields["detail"] = extras.get("detail")
     if block.get("base64") is not None:
-        fields["data"] = _decode(block["base64"], where)
+        fields["data"] = _wire.b64decode(
+            str(block["base64"]), InvalidArgumentError, f"{where}: base64 data is not valid"
+        )
     else:
         fields["uri"] = block.get("url") or block.get("file_id")
     try:
@@ -542,7 +538,7 @@ def _from_langchain_one(message: Any, where: str, keep: bool) -> Message:
             return UserMessage(text, **ids)
         if role in ("assistant", "ai"):
             return AiMessage(text, **ids)
-        if role in ("system", "developer"):
+        if role in SYSTEM_ROLES:
             return SystemMessage(text, role=role, **ids)
     raise InvalidArgumentError(f"{where}: a {type(message).__name__} cannot be carried")
 

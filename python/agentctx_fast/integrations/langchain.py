@@ -216,17 +216,8 @@ def _chunk_text(chunk: Any) -> str:
     )
 
 
-def _model_name(chat_model: BaseChatModel) -> str | None:
-    # Chat models name their model ``model_name`` (ChatOpenAI) or ``model`` (most others).
-    for attribute in ("model_name", "model"):
-        name = getattr(chat_model, attribute, None)
-        if isinstance(name, str) and name:
-            return name
-    return None
-
-
-class LangChainChatModel:
-    """A `ChatModel` over any LangChain ``BaseChatModel``, with the agent's tools bound."""
+class _LangChainModel:
+    """What both models hold: the wrapped ``BaseChatModel`` (checked when the model is made)."""
 
     def __init__(self, chat_model: BaseChatModel) -> None:
         _check_model(chat_model)
@@ -235,7 +226,16 @@ class LangChainChatModel:
     @property
     def model_name(self) -> str | None:
         """The wrapped model's name, if it has one."""
-        return _model_name(self.chat_model)
+        # Chat models name their model ``model_name`` (ChatOpenAI) or ``model`` (most others).
+        for attribute in ("model_name", "model"):
+            name = getattr(self.chat_model, attribute, None)
+            if isinstance(name, str) and name:
+                return name
+        return None
+
+
+class LangChainChatModel(_LangChainModel):
+    """A `ChatModel` over any LangChain ``BaseChatModel``, with the agent's tools bound."""
 
     def chat(self, messages: Sequence[Message], tools: Sequence[Any]) -> AiMessage:
         """``invoke`` the model on the window; its errors become `ModelCallError`."""
@@ -247,17 +247,8 @@ class LangChainChatModel:
         return _reply(result)
 
 
-class AsyncLangChainChatModel:
+class AsyncLangChainChatModel(_LangChainModel):
     """An `AsyncChatModel` with ``stream`` over any LangChain ``BaseChatModel``."""
-
-    def __init__(self, chat_model: BaseChatModel) -> None:
-        _check_model(chat_model)
-        self.chat_model = chat_model
-
-    @property
-    def model_name(self) -> str | None:
-        """The wrapped model's name, if it has one."""
-        return _model_name(self.chat_model)
 
     async def chat(self, messages: Sequence[Message], tools: Sequence[Any]) -> AiMessage:
         """``ainvoke`` the model on the window; its errors become `ModelCallError`."""
