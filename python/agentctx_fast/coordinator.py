@@ -17,7 +17,14 @@ from typing import Protocol, runtime_checkable
 
 from agentctx_fast._ids import check_conversation_id, check_identifier, check_version
 from agentctx_fast._ids import check_expected_version as check_expected_version_number
-from agentctx_fast._sync import run_sync
+from agentctx_fast._sync import (
+    AwaitableAdapter,
+    BlockingAdapter,
+    awaitable,
+    blocking,
+    implementation,
+    run_sync,
+)
 from agentctx_fast.errors import (
     CompressionStateConflictError,
     CoveredMessageNotFoundError,
@@ -96,46 +103,32 @@ class AsyncAgentContextCompressionStateStore(Protocol):
         ...
 
 
-class BlockingCompressionStateStore:
+class BlockingCompressionStateStore(
+    BlockingAdapter[AsyncAgentContextCompressionStateStore], AgentContextCompressionStateStore
+):
     """The blocking compression-state store over a store's one implementation."""
 
-    def __init__(self, inner: AsyncAgentContextCompressionStateStore) -> None:
-        self._inner = inner
-
-    def load(self, conversation_id: str) -> AgentContextCompressionState | None:
-        """The saved state, or None when the conversation has none."""
-        return run_sync(self._inner.load(conversation_id))
-
-    def save(self, state: AgentContextCompressionState, expected_version: int) -> bool:
-        """Compare-and-set save; False on conflict."""
-        return run_sync(self._inner.save(state, expected_version))
+    load = blocking(AsyncAgentContextCompressionStateStore.load)
+    save = blocking(AsyncAgentContextCompressionStateStore.save)
 
 
-class AwaitableCompressionStateStore:
+class AwaitableCompressionStateStore(
+    AwaitableAdapter[AgentContextCompressionStateStore], AsyncAgentContextCompressionStateStore
+):
     """A blocking compression-state store offered to the one implementation (in-process, or
     one the caller accepts to block on)."""
 
-    def __init__(self, inner: AgentContextCompressionStateStore) -> None:
-        self._inner = inner
-
-    async def load(self, conversation_id: str) -> AgentContextCompressionState | None:
-        """The saved state, or None when the conversation has none."""
-        return self._inner.load(conversation_id)
-
-    async def save(self, state: AgentContextCompressionState, expected_version: int) -> bool:
-        """Compare-and-set save; False on conflict."""
-        return self._inner.save(state, expected_version)
+    load = awaitable(AgentContextCompressionStateStore.load)
+    save = awaitable(AgentContextCompressionStateStore.save)
 
 
 def awaitable_state_store(
     store: AgentContextCompressionStateStore | AsyncAgentContextCompressionStateStore,
 ) -> AsyncAgentContextCompressionStateStore:
     """Any state store as the async view the one implementation awaits."""
-    if isinstance(store, BlockingCompressionStateStore):
-        return store._inner
     if inspect.iscoroutinefunction(getattr(store, "load", None)):
         return store  # type: ignore[return-value]
-    return AwaitableCompressionStateStore(store)  # type: ignore[arg-type]
+    return implementation(store, AwaitableCompressionStateStore)
 
 
 def check_expected_version(state: object, expected_version: object) -> None:
