@@ -92,6 +92,21 @@ def awaitable(
     return call
 
 
+def driven(
+    method: Callable[Concatenate[Any, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[Any, P], T]:
+    """A blocking method that runs the coroutine method ``method`` on its own object (a
+    blocking store, whose port never suspends): the async and blocking stores share one
+    method."""
+
+    def call(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return run_sync(method(self, *args, **kwargs))
+
+    call.__name__ = method.__name__
+    call.__doc__ = method.__doc__
+    return call
+
+
 def implementation(obj: object, wrap: Callable[[Any], T]) -> T:
     """``obj`` for the library's one (async) implementation: a `BlockingAdapter` gives back
     the implementation it drives (no async → blocking → async detour), anything else is
