@@ -29,11 +29,10 @@ from agentctx_fast.stores._loader import (
     MessageCacheInfo,
     MessageLoader,
 )
+from agentctx_fast.stores._sql_async_io import AsyncSqlPort, ThreadedSqlPort
 from agentctx_fast.stores._sql_io import (
-    AsyncSqlPort,
     BlockingSqlPort,
     SqlPort,
-    ThreadedSqlPort,
     async_engine,
     blocking_engine,
     check_dialect,
