@@ -10,12 +10,13 @@ import threading
 import weakref
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, contextmanager, nullcontext
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from agentctx_fast._sync import run_sync
 from agentctx_fast._tasks import in_thread, wait_uncut
 from agentctx_fast.stores._sql_io import (
     BlockingSqlPort,
+    SqlPort,
     check_dialect,
     counted,
     fetched,
@@ -28,6 +29,23 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 T = TypeVar("T")
+P = ParamSpec("P")
+
+
+def routed(
+    method: Callable[Concatenate[Any, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[Any, P], Coroutine[Any, Any, T]]:
+    """The `SqlPort` call ``method`` of an async port, which sends all four calls one way
+    (its ``_route``), written once per port."""
+    name = method.__name__
+
+    async def call(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        result: T = await self._route(name, *args, **kwargs)
+        return result
+
+    call.__name__ = name
+    call.__doc__ = method.__doc__
+    return call
 
 
 class ThreadedSqlPort:
@@ -50,32 +68,15 @@ class ThreadedSqlPort:
         self.dialect = self._port.dialect
         self._unit = threading.local()  # on a worker thread during a unit: its `_Unit`
 
-    async def rows(
-        self,
-        action: str,
-        statement: Any,
-        *,
-        write: bool = False,
-        params: Mapping[str, Any] | None = None,
-    ) -> Sequence[Any]:
-        port = self._port
-        return await self.together(
-            action, lambda: port.rows(action, statement, write=write, params=params)
-        )
+    rows = routed(SqlPort.rows)
+    changed = routed(SqlPort.changed)
+    run = routed(SqlPort.run)
+    many = routed(SqlPort.many)
 
-    async def changed(self, action: str, statement: Any) -> int:
-        port = self._port
-        return await self.together(action, lambda: port.changed(action, statement))
-
-    async def run(self, action: str, work: Callable[[Connection], Any]) -> None:
-        port = self._port
-        return await self.together(action, lambda: port.run(action, work))
-
-    async def many(
-        self, action: str, statement: Any, params: Sequence[Mapping[str, Any]]
-    ) -> Sequence[Any]:
-        port = self._port
-        return await self.together(action, lambda: port.many(action, statement, params))
+    async def _route(self, name: str, action: str, *args: Any, **kwargs: Any) -> Any:
+        """The blocking port's call ``name``, in a worker thread (`together`)."""
+        call = getattr(self._port, name)
+        return await self.together(action, lambda: call(action, *args, **kwargs))
 
     async def together(self, action: str, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """``work()``, whose awaits are this port's calls, in one worker thread."""
@@ -170,38 +171,18 @@ class AsyncSqlPort:
                 engine.sync_engine, single=self._held, writer=self._held
             )
 
-    async def rows(
-        self,
-        action: str,
-        statement: Any,
-        *,
-        write: bool = False,
-        params: Mapping[str, Any] | None = None,
-    ) -> Sequence[Any]:
-        unit = self._unit()
-        if unit is not None:
-            return await unit.rows(action, statement, write=write, params=params)
-        return await self._whole(self._rows(action, statement, write, params))
+    rows = routed(SqlPort.rows)
+    changed = routed(SqlPort.changed)
+    run = routed(SqlPort.run)
+    many = routed(SqlPort.many)
 
-    async def changed(self, action: str, statement: Any) -> int:
+    async def _route(self, name: str, action: str, *args: Any, **kwargs: Any) -> Any:
+        """The call ``name``: in a unit, run by the unit's blocking port on its connection;
+        otherwise its own statement (`_rows`, `_changed`, `_run`, `_many`), run whole."""
         unit = self._unit()
         if unit is not None:
-            return await unit.changed(action, statement)
-        return await self._whole(self._changed(action, statement))
-
-    async def run(self, action: str, work: Callable[[Connection], Any]) -> None:
-        unit = self._unit()
-        if unit is not None:
-            return await unit.run(action, work)
-        await self._whole(self._run(action, work))
-
-    async def many(
-        self, action: str, statement: Any, params: Sequence[Mapping[str, Any]]
-    ) -> Sequence[Any]:
-        unit = self._unit()
-        if unit is not None:
-            return await unit.many(action, statement, params)
-        return await self._whole(self._many(action, statement, params))
+            return await getattr(unit, name)(action, *args, **kwargs)
+        return await self._whole(getattr(self, "_" + name)(action, *args, **kwargs))
 
     async def together(self, action: str, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """``work()``, whose awaits are this port's calls: on PostgreSQL, all of them on one
@@ -292,7 +273,12 @@ class AsyncSqlPort:
         return task.result()
 
     async def _rows(
-        self, action: str, statement: Any, write: bool, params: Mapping[str, Any] | None
+        self,
+        action: str,
+        statement: Any,
+        *,
+        write: bool = False,
+        params: Mapping[str, Any] | None = None,
     ) -> Sequence[Any]:
         with translated(action):
             async with self._serial:
