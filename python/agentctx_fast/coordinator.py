@@ -15,16 +15,10 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
+from agentctx_fast import _sync
 from agentctx_fast._ids import check_conversation_id, check_identifier, check_version
 from agentctx_fast._ids import check_expected_version as check_expected_version_number
-from agentctx_fast._sync import (
-    AwaitableAdapter,
-    BlockingAdapter,
-    awaitable,
-    blocking,
-    implementation,
-    run_sync,
-)
+from agentctx_fast._sync import run_sync
 from agentctx_fast.errors import (
     CompressionStateConflictError,
     CoveredMessageNotFoundError,
@@ -104,22 +98,23 @@ class AsyncAgentContextCompressionStateStore(Protocol):
 
 
 class BlockingCompressionStateStore(
-    BlockingAdapter[AsyncAgentContextCompressionStateStore], AgentContextCompressionStateStore
+    _sync.BlockingAdapter[AsyncAgentContextCompressionStateStore], AgentContextCompressionStateStore
 ):
     """The blocking compression-state store over a store's one implementation."""
 
-    load = blocking(AsyncAgentContextCompressionStateStore.load)
-    save = blocking(AsyncAgentContextCompressionStateStore.save)
+    load = _sync.blocking(AsyncAgentContextCompressionStateStore.load)
+    save = _sync.blocking(AsyncAgentContextCompressionStateStore.save)
 
 
 class AwaitableCompressionStateStore(
-    AwaitableAdapter[AgentContextCompressionStateStore], AsyncAgentContextCompressionStateStore
+    _sync.AwaitableAdapter[AgentContextCompressionStateStore],
+    AsyncAgentContextCompressionStateStore,
 ):
     """A blocking compression-state store offered to the one implementation (in-process, or
     one the caller accepts to block on)."""
 
-    load = awaitable(AgentContextCompressionStateStore.load)
-    save = awaitable(AgentContextCompressionStateStore.save)
+    load = _sync.awaitable(AgentContextCompressionStateStore.load)
+    save = _sync.awaitable(AgentContextCompressionStateStore.save)
 
 
 def awaitable_state_store(
@@ -128,7 +123,7 @@ def awaitable_state_store(
     """Any state store as the async view the one implementation awaits."""
     if inspect.iscoroutinefunction(getattr(store, "load", None)):
         return store  # type: ignore[return-value]
-    return implementation(store, AwaitableCompressionStateStore)
+    return _sync.implementation(store, AwaitableCompressionStateStore)
 
 
 def check_expected_version(state: object, expected_version: object) -> None:
