@@ -30,8 +30,9 @@ same keys, so one reads what the other wrote.
 
 from __future__ import annotations
 
+import functools
 import time
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from agentctx_fast.errors import InvalidArgumentError
 from agentctx_fast.stores._common import check_conversation_id, check_key_prefix
@@ -69,27 +70,17 @@ from agentctx_fast.stores.serializer import AgentStoreSerializer, JsonAgentStore
 
 
 class _RedisStoreBase:
-    """What both Redis stores share: key layout, serializer, decoded-record cache, the port."""
+    """What both Redis stores share: key layout, serializer, decoded-record cache, the port
+    (set up by `_RedisStore`'s constructor)."""
 
-    def __init__(
-        self,
-        client: Any,
-        owns_client: bool,
-        key_prefix: str,
-        serializer: AgentStoreSerializer | None,
-        message_cache_size: int,
-        message_cache_bytes: int,
-        ttl_seconds: float | None,
-        timeout: float | None = None,
-    ) -> None:
-        self._expiry_ms = check_ttl(ttl_seconds)
-        self.ttl_seconds = ttl_seconds
-        self.client = client
-        self._owns_client = owns_client
-        self._port = RedisPort(client, timeout)
-        self.key_prefix = key_prefix
-        self.serializer: AgentStoreSerializer = serializer or JsonAgentStoreSerializer()
-        self._load_message = MessageLoader(self, message_cache_size, message_cache_bytes)
+    client: Any
+    key_prefix: str
+    serializer: AgentStoreSerializer
+    ttl_seconds: float | None
+    _owns_client: bool
+    _expiry_ms: int | None
+    _port: RedisPort
+    _load_message: MessageLoader
 
     def message_cache_info(self) -> MessageCacheInfo:
         """Hits, misses and entries of the decoded-record cache (its hit rate is a metric a
@@ -129,24 +120,58 @@ class _RedisStoreBase:
         return await list_conversations(self, *check_listing(prefix, limit, after))
 
 
-def _client_argument(
-    client_or_url: object, client_types: tuple[type, ...], from_url: Any
-) -> tuple[Any, bool]:
-    """The client a store uses and whether it owns it (it does when it made it from a URL)."""
-    if isinstance(client_or_url, str):
-        try:
-            return from_url(client_or_url), True
-        except ValueError as error:
-            raise InvalidArgumentError(f"cannot use Redis URL: {error}") from error
-    if isinstance(client_or_url, client_types):
-        return client_or_url, False
-    names = " or ".join(f"{t.__module__}.{t.__name__}" for t in client_types)
-    raise InvalidArgumentError(
-        f"client_or_url must be a {names} client or a URL, got {type(client_or_url).__name__}"
-    )
+C = TypeVar("C")
 
 
-class RedisAgentStore(_RedisStoreBase, StoreFront):
+class _RedisStore(_RedisStoreBase, Generic[C]):
+    """The constructor of both Redis stores, over the client type ``C`` of each
+    (`_client_types`, `_connect`)."""
+
+    _client_types: tuple[type, ...]
+
+    def __init__(
+        self,
+        client_or_url: C | str,
+        key_prefix: str = "agent:",
+        serializer: AgentStoreSerializer | None = None,
+        *,
+        message_cache_size: int = DEFAULT_MESSAGE_CACHE_SIZE,
+        message_cache_bytes: int = DEFAULT_MESSAGE_CACHE_BYTES,
+        ttl_seconds: float | None = None,
+    ) -> None:
+        check_key_prefix(key_prefix)
+        self._expiry_ms = check_ttl(ttl_seconds)
+        self.ttl_seconds = ttl_seconds
+        client, self._owns_client, timeout = self._client(client_or_url)
+        self.client: C = client
+        self._port = RedisPort(client, timeout)
+        self.key_prefix = key_prefix
+        self.serializer: AgentStoreSerializer = serializer or JsonAgentStoreSerializer()
+        self._load_message = MessageLoader(self, message_cache_size, message_cache_bytes)
+
+    def _client(self, client_or_url: object) -> tuple[Any, bool, float | None]:
+        """The client a store uses, whether it owns it (it does when it made it from a URL),
+        and the socket timeout its port keeps."""
+        if isinstance(client_or_url, str):
+            try:
+                client, timeout = self._connect(client_or_url)
+            except ValueError as error:
+                raise InvalidArgumentError(f"cannot use Redis URL: {error}") from error
+            return client, True, timeout
+        if isinstance(client_or_url, self._client_types):
+            return client_or_url, False, None
+        names = " or ".join(f"{t.__module__}.{t.__name__}" for t in self._client_types)
+        raise InvalidArgumentError(
+            f"client_or_url must be a {names} client or a URL, got {type(client_or_url).__name__}"
+        )
+
+    @staticmethod
+    def _connect(url: str) -> tuple[Any, float | None]:
+        """A client of the store's own for ``url``, and the socket timeout its port keeps."""
+        raise NotImplementedError
+
+
+class RedisAgentStore(_RedisStore["redis.Redis | RedisCluster"], StoreFront):
     """Chat memories, compression states, turns and leases in Redis under ``key_prefix``.
 
     ``client_or_url`` is a `redis.Redis` or `redis.cluster.RedisCluster` client (the caller
@@ -156,30 +181,11 @@ class RedisAgentStore(_RedisStoreBase, StoreFront):
     the store's keys per page.
     """
 
-    def __init__(
-        self,
-        client_or_url: redis.Redis | RedisCluster | str,
-        key_prefix: str = "agent:",
-        serializer: AgentStoreSerializer | None = None,
-        *,
-        message_cache_size: int = DEFAULT_MESSAGE_CACHE_SIZE,
-        message_cache_bytes: int = DEFAULT_MESSAGE_CACHE_BYTES,
-        ttl_seconds: float | None = None,
-    ) -> None:
-        check_key_prefix(key_prefix)
-        check_ttl(ttl_seconds)
-        client, owns = _client_argument(client_or_url, (redis.Redis, RedisCluster), own_client)
-        super().__init__(
-            client,
-            owns,
-            key_prefix,
-            serializer,
-            message_cache_size,
-            message_cache_bytes,
-            ttl_seconds,
-        )
-        self.client: redis.Redis | RedisCluster = client
-        self._turn_store: RedisAgentTurnStore | None = None
+    _client_types = (redis.Redis, RedisCluster)
+
+    @staticmethod
+    def _connect(url: str) -> tuple[Any, float | None]:
+        return own_client(url), None
 
     def chat_memory(self, conversation_id: str) -> RedisChatMemory:
         """The memory of ``conversation_id`` (a light handle; create as many as you like)."""
@@ -189,11 +195,13 @@ class RedisAgentStore(_RedisStoreBase, StoreFront):
         """The compression states of every conversation in this store."""
         return RedisCompressionStateStore(AsyncRedisCompressionStateStore(self))
 
+    @functools.cached_property
+    def _turns(self) -> RedisAgentTurnStore:
+        return RedisAgentTurnStore(AsyncRedisAgentTurnStore(self))
+
     def turn_store(self) -> RedisAgentTurnStore:
         """Turn snapshots and conversation leases (the runner's busy protection)."""
-        if self._turn_store is None:
-            self._turn_store = RedisAgentTurnStore(AsyncRedisAgentTurnStore(self))
-        return self._turn_store
+        return self._turns
 
     def close(self) -> None:
         """Close the client if this store created it."""
@@ -201,7 +209,9 @@ class RedisAgentStore(_RedisStoreBase, StoreFront):
             self.client.close()
 
 
-class AsyncRedisAgentStore(_RedisStoreBase, AsyncStoreFront):
+class AsyncRedisAgentStore(
+    _RedisStore["redis.asyncio.Redis | AsyncRedisCluster"], AsyncStoreFront
+):
     """`RedisAgentStore` for asyncio programs, on redis.asyncio: the same keys and records, so a
     conversation written by one is read, continued and resumed by the other.
 
@@ -210,40 +220,8 @@ class AsyncRedisAgentStore(_RedisStoreBase, AsyncStoreFront):
     `aclose` closes it).
     """
 
-    def __init__(
-        self,
-        client_or_url: redis.asyncio.Redis | AsyncRedisCluster | str,
-        key_prefix: str = "agent:",
-        serializer: AgentStoreSerializer | None = None,
-        *,
-        message_cache_size: int = DEFAULT_MESSAGE_CACHE_SIZE,
-        message_cache_bytes: int = DEFAULT_MESSAGE_CACHE_BYTES,
-        ttl_seconds: float | None = None,
-    ) -> None:
-        check_key_prefix(key_prefix)
-        check_ttl(ttl_seconds)
-        made: list[float | None] = []
-
-        def from_url(url: str) -> Any:
-            client, timeout = own_async_client(url)
-            made.append(timeout)
-            return client
-
-        client, owns = _client_argument(
-            client_or_url, (redis.asyncio.Redis, AsyncRedisCluster), from_url
-        )
-        super().__init__(
-            client,
-            owns,
-            key_prefix,
-            serializer,
-            message_cache_size,
-            message_cache_bytes,
-            ttl_seconds,
-            made[0] if made else None,
-        )
-        self.client: redis.asyncio.Redis | AsyncRedisCluster = client
-        self._turn_store: AsyncRedisAgentTurnStore | None = None
+    _client_types = (redis.asyncio.Redis, AsyncRedisCluster)
+    _connect = staticmethod(own_async_client)
 
     def chat_memory(self, conversation_id: str) -> AsyncRedisChatMemory:
         """The memory of ``conversation_id`` (a light handle; create as many as you like)."""
@@ -253,11 +231,13 @@ class AsyncRedisAgentStore(_RedisStoreBase, AsyncStoreFront):
         """The compression states of every conversation in this store."""
         return AsyncRedisCompressionStateStore(self)
 
+    @functools.cached_property
+    def _turns(self) -> AsyncRedisAgentTurnStore:
+        return AsyncRedisAgentTurnStore(self)
+
     def turn_store(self) -> AsyncRedisAgentTurnStore:
         """Turn snapshots and conversation leases (the runner's busy protection)."""
-        if self._turn_store is None:
-            self._turn_store = AsyncRedisAgentTurnStore(self)
-        return self._turn_store
+        return self._turns
 
     async def aclose(self) -> None:
         """Close the client if this store created it."""
