@@ -14,12 +14,13 @@ with the protocol's own signature.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Coroutine
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
 T = TypeVar("T")
 P = ParamSpec("P")
-I = TypeVar("I")  # noqa: E741 (the implementation an adapter wraps)
+W = TypeVar("W")  # what an adapter wraps
 
 
 class SuspendedError(RuntimeError):
@@ -42,23 +43,23 @@ def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
     raise SuspendedError("a blocking call awaited an operation that suspends")
 
 
-class BlockingAdapter(Generic[I]):
+class BlockingAdapter(Generic[W]):
     """Base of a blocking adapter: the async implementation it drives with `run_sync` (one
     whose I/O port never suspends: a store's one implementation over its blocking port)."""
 
     __slots__ = ("_inner",)
 
-    def __init__(self, inner: I) -> None:
+    def __init__(self, inner: W) -> None:
         self._inner = inner
 
 
-class AwaitableAdapter(Generic[I]):
+class AwaitableAdapter(Generic[W]):
     """Base of an awaitable adapter: the blocking object it offers to asyncio code (one that
     does not block, in process, or that the caller accepts to block on)."""
 
     __slots__ = ("_inner",)
 
-    def __init__(self, inner: I) -> None:
+    def __init__(self, inner: W) -> None:
         self._inner = inner
 
 
@@ -72,9 +73,7 @@ def blocking(
         result: T = run_sync(getattr(self._inner, name)(*args, **kwargs))
         return result
 
-    call.__name__ = name
-    call.__doc__ = method.__doc__
-    return call
+    return _named(call, method)
 
 
 def awaitable(
@@ -87,9 +86,7 @@ def awaitable(
         result: T = getattr(self._inner, name)(*args, **kwargs)
         return result
 
-    call.__name__ = name
-    call.__doc__ = method.__doc__
-    return call
+    return _named(call, method)
 
 
 def driven(
@@ -102,8 +99,17 @@ def driven(
     def call(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return run_sync(method(self, *args, **kwargs))
 
-    call.__name__ = method.__name__
-    call.__doc__ = method.__doc__
+    return _named(call, method)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _named(call: F, method: Callable[..., Any]) -> F:
+    """``call`` under ``method``'s name and docstring, and with its signature for `inspect`
+    (``__wrapped__``: ``help()`` and signature-reading tools show the protocol's parameters,
+    as type checkers do)."""
+    functools.update_wrapper(call, method, assigned=("__name__", "__doc__"), updated=())
     return call
 
 
