@@ -62,7 +62,9 @@ def _methods(protocol: type) -> set[str]:
     }
 
 
-@pytest.mark.parametrize("adapter, protocol, wrapped, defaults", ADAPTERS, ids=lambda a: "")
+@pytest.mark.parametrize(
+    "adapter, protocol, wrapped, defaults", ADAPTERS, ids=[row[0].__name__ for row in ADAPTERS]
+)
 def test_every_protocol_method_is_delegated_with_its_signature(
     adapter: type, protocol: type, wrapped: type, defaults: set[str]
 ) -> None:
