@@ -20,8 +20,7 @@ from agentctx_fast.coordinator import (
     AgentContextCompressionState,
 )
 from agentctx_fast.stores import InMemoryAgentStore
-from agentctx_fast.stores._redis_memory import _ADD_IF_ABSENT
-from agentctx_fast.stores.redis import RedisAgentStore
+from agentctx_fast.stores.redis import _ADD_IF_ABSENT, RedisAgentStore
 from agentctx_fast.stores.serializer import dump
 from agentctx_fast.stores.sql import SqlAgentStore
 

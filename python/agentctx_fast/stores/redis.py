@@ -59,6 +59,11 @@ from agentctx_fast.stores._redis_lifecycle import (
     delete_conversation,
     list_conversations,
 )
+
+# The write scripts, by the names the tests and benchmarks recognise them by on the wire.
+from agentctx_fast.stores._redis_memory import _ADD_IF_ABSENT as _ADD_IF_ABSENT
+from agentctx_fast.stores._redis_memory import _DELETE as _DELETE
+from agentctx_fast.stores._redis_memory import _UPDATE as _UPDATE
 from agentctx_fast.stores._redis_memory import (
     AsyncRedisChatMemory,
     AsyncRedisCompressionStateStore,
