@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
+from agentctx_fast import _sync
 from agentctx_fast._ids import check_conversation_id, check_identifier, check_version
 from agentctx_fast._ids import check_expected_version as check_expected_version_number
 from agentctx_fast._sync import run_sync
@@ -96,46 +97,33 @@ class AsyncAgentContextCompressionStateStore(Protocol):
         ...
 
 
-class BlockingCompressionStateStore:
+class BlockingCompressionStateStore(
+    _sync.BlockingAdapter[AsyncAgentContextCompressionStateStore], AgentContextCompressionStateStore
+):
     """The blocking compression-state store over a store's one implementation."""
 
-    def __init__(self, inner: AsyncAgentContextCompressionStateStore) -> None:
-        self._inner = inner
-
-    def load(self, conversation_id: str) -> AgentContextCompressionState | None:
-        """The saved state, or None when the conversation has none."""
-        return run_sync(self._inner.load(conversation_id))
-
-    def save(self, state: AgentContextCompressionState, expected_version: int) -> bool:
-        """Compare-and-set save; False on conflict."""
-        return run_sync(self._inner.save(state, expected_version))
+    load = _sync.blocking(AsyncAgentContextCompressionStateStore.load)
+    save = _sync.blocking(AsyncAgentContextCompressionStateStore.save)
 
 
-class AwaitableCompressionStateStore:
+class AwaitableCompressionStateStore(
+    _sync.AwaitableAdapter[AgentContextCompressionStateStore],
+    AsyncAgentContextCompressionStateStore,
+):
     """A blocking compression-state store offered to the one implementation (in-process, or
     one the caller accepts to block on)."""
 
-    def __init__(self, inner: AgentContextCompressionStateStore) -> None:
-        self._inner = inner
-
-    async def load(self, conversation_id: str) -> AgentContextCompressionState | None:
-        """The saved state, or None when the conversation has none."""
-        return self._inner.load(conversation_id)
-
-    async def save(self, state: AgentContextCompressionState, expected_version: int) -> bool:
-        """Compare-and-set save; False on conflict."""
-        return self._inner.save(state, expected_version)
+    load = _sync.awaitable(AgentContextCompressionStateStore.load)
+    save = _sync.awaitable(AgentContextCompressionStateStore.save)
 
 
 def awaitable_state_store(
     store: AgentContextCompressionStateStore | AsyncAgentContextCompressionStateStore,
 ) -> AsyncAgentContextCompressionStateStore:
     """Any state store as the async view the one implementation awaits."""
-    if isinstance(store, BlockingCompressionStateStore):
-        return store._inner
     if inspect.iscoroutinefunction(getattr(store, "load", None)):
         return store  # type: ignore[return-value]
-    return AwaitableCompressionStateStore(store)  # type: ignore[arg-type]
+    return _sync.implementation(store, AwaitableCompressionStateStore)
 
 
 def check_expected_version(state: object, expected_version: object) -> None:

@@ -24,7 +24,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from agentctx_fast._ids import check_expected_version, check_identifier
-from agentctx_fast._sync import run_sync
+from agentctx_fast._sync import (
+    AwaitableAdapter,
+    BlockingAdapter,
+    awaitable,
+    blocking,
+    implementation,
+    run_sync,
+)
 from agentctx_fast.errors import (
     DuplicateMessageError,
     InvalidArgumentError,
@@ -317,104 +324,58 @@ async def model_messages(
     return kept
 
 
-class BlockingChatMemory(ChatMemory):
+class BlockingChatMemory(BlockingAdapter[AsyncChatMemory], ChatMemory):
     """The blocking `ChatMemory` over an `AsyncChatMemory` whose I/O never suspends (a store's
     one implementation driven by its blocking port)."""
 
-    __slots__ = ("_inner",)
-
-    def __init__(self, inner: AsyncChatMemory) -> None:
-        self._inner = inner
+    __slots__ = ()
 
     @property
     def conversation_id(self) -> str:
         """The conversation this memory holds."""
         return str(getattr(self._inner, "conversation_id", ""))
 
-    def add_message_if_absent(self, message: Message) -> bool:
-        return run_sync(self._inner.add_message_if_absent(message))
-
-    def add_messages_if_absent(self, messages: Sequence[Message]) -> list[bool]:
-        return run_sync(self._inner.add_messages_if_absent(messages))
-
-    def get_messages(self, count: int | None = None, *, offset: int = 0) -> list[Message]:
-        return run_sync(self._inner.get_messages(count, offset=offset))
-
-    def get_model_messages(self, count: int | None = None) -> list[Message]:
-        return run_sync(self._inner.get_model_messages(count))
-
-    def get_message(self, message_id: str) -> Message | None:
-        return run_sync(self._inner.get_message(message_id))
-
-    def update_message(self, message: Message, expected_version: int) -> Message:
-        return run_sync(self._inner.update_message(message, expected_version))
-
-    def delete_message(self, message_id: str, expected_version: int) -> None:
-        run_sync(self._inner.delete_message(message_id, expected_version))
-
-    def message_count(self) -> int:
-        return run_sync(self._inner.message_count())
-
-    def get_first_messages(self, count: int) -> list[Message]:
-        return run_sync(self._inner.get_first_messages(count))
-
-    def clear(self) -> None:
-        run_sync(self._inner.clear())
+    add_message_if_absent = blocking(AsyncChatMemory.add_message_if_absent)
+    add_messages_if_absent = blocking(AsyncChatMemory.add_messages_if_absent)
+    get_messages = blocking(AsyncChatMemory.get_messages)
+    get_model_messages = blocking(AsyncChatMemory.get_model_messages)
+    get_message = blocking(AsyncChatMemory.get_message)
+    update_message = blocking(AsyncChatMemory.update_message)
+    delete_message = blocking(AsyncChatMemory.delete_message)
+    message_count = blocking(AsyncChatMemory.message_count)
+    get_first_messages = blocking(AsyncChatMemory.get_first_messages)
+    clear = blocking(AsyncChatMemory.clear)
 
     def fenced(self, fence: Fence) -> ChatMemory:
         return BlockingChatMemory(self._inner.fenced(fence))
 
 
-class AwaitableChatMemory(AsyncChatMemory):
+class AwaitableChatMemory(AwaitableAdapter[ChatMemory], AsyncChatMemory):
     """An `AsyncChatMemory` over a `ChatMemory` whose calls do not block (an in-process memory),
     or that the caller accepts to block on."""
 
-    __slots__ = ("_inner",)
+    __slots__ = ()
 
-    def __init__(self, inner: ChatMemory) -> None:
-        self._inner = inner
-
-    async def add_message_if_absent(self, message: Message) -> bool:
-        return self._inner.add_message_if_absent(message)
-
-    async def add_messages_if_absent(self, messages: Sequence[Message]) -> list[bool]:
-        return self._inner.add_messages_if_absent(messages)
-
-    async def get_messages(self, count: int | None = None, *, offset: int = 0) -> list[Message]:
-        return self._inner.get_messages(count, offset=offset)
-
-    async def get_model_messages(self, count: int | None = None) -> list[Message]:
-        return self._inner.get_model_messages(count)
-
-    async def get_message(self, message_id: str) -> Message | None:
-        return self._inner.get_message(message_id)
-
-    async def update_message(self, message: Message, expected_version: int) -> Message:
-        return self._inner.update_message(message, expected_version)
-
-    async def delete_message(self, message_id: str, expected_version: int) -> None:
-        self._inner.delete_message(message_id, expected_version)
-
-    async def message_count(self) -> int:
-        return self._inner.message_count()
-
-    async def get_first_messages(self, count: int) -> list[Message]:
-        return self._inner.get_first_messages(count)
+    add_message_if_absent = awaitable(ChatMemory.add_message_if_absent)
+    add_messages_if_absent = awaitable(ChatMemory.add_messages_if_absent)
+    get_messages = awaitable(ChatMemory.get_messages)
+    get_model_messages = awaitable(ChatMemory.get_model_messages)
+    get_message = awaitable(ChatMemory.get_message)
+    update_message = awaitable(ChatMemory.update_message)
+    delete_message = awaitable(ChatMemory.delete_message)
+    message_count = awaitable(ChatMemory.message_count)
+    get_first_messages = awaitable(ChatMemory.get_first_messages)
+    clear = awaitable(ChatMemory.clear)
 
     def fenced(self, fence: Fence) -> AsyncChatMemory:
         inner = self._inner.fenced(fence)
         return self if inner is self._inner else AwaitableChatMemory(inner)
 
-    async def clear(self) -> None:
-        self._inner.clear()
-
 
 def awaitable_memory(memory: ChatMemory) -> AsyncChatMemory:
     """``memory`` as an `AsyncChatMemory` for the library's one implementation: a blocking
     store memory gives back its own implementation, any other memory is wrapped."""
-    if isinstance(memory, BlockingChatMemory):
-        return memory._inner
-    return AwaitableChatMemory(memory)
+    return implementation(memory, AwaitableChatMemory)
 
 
 class InMemoryChatMemory(ChatMemory):

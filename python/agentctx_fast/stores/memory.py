@@ -12,15 +12,14 @@ from agentctx_fast.coordinator import InMemoryCompressionStateStore
 from agentctx_fast.errors import VersionConflictError
 from agentctx_fast.memory import (
     AsyncChatMemory,
-    AsyncChatMemoryProvider,
     AwaitableChatMemory,
     ChatMemory,
-    ChatMemoryProvider,
     InMemoryChatMemory,
 )
 from agentctx_fast.messages import Message
 from agentctx_fast.stores._bridge import AwaitableAgentTurnStore, AwaitableCompressionStateStore
 from agentctx_fast.stores._common import check_conversation_id
+from agentctx_fast.stores._front import AsyncStoreFront, StoreFront
 from agentctx_fast.stores._lifecycle import check_delete, check_listing, page_of
 from agentctx_fast.stores.turns import Fence, InMemoryAgentTurnStore, busy_error
 from agentctx_fast.turns import TurnStatus
@@ -110,13 +109,8 @@ class _FencedChatMemory(ChatMemory):
         return _FencedChatMemory(self._memory, fence)
 
 
-class InMemoryAgentStore:
-    """Chat memories, compression states, turns and leases held in this process; thread-safe.
-
-    >>> store = InMemoryAgentStore()
-    >>> store.chat_memory("c1") is store.chat_memory("c1")
-    True
-    """
+class _InMemoryData:
+    """What both in-memory stores hold: the memories, compression states, turns and leases."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -124,7 +118,7 @@ class InMemoryAgentStore:
         self._states = InMemoryCompressionStateStore()
         self._turns = InMemoryAgentTurnStore()
 
-    def chat_memory(self, conversation_id: str) -> StoreChatMemory:
+    def _memory(self, conversation_id: str) -> StoreChatMemory:
         """The memory of ``conversation_id`` (the same object on every call)."""
         check_conversation_id(conversation_id)
         with self._lock:
@@ -134,23 +128,8 @@ class InMemoryAgentStore:
                 self._memories[conversation_id] = memory
             return memory
 
-    def chat_memory_provider(self) -> ChatMemoryProvider:
-        """A provider that locates each conversation's memory in this store."""
-        return self.chat_memory
-
-    def compression_state_store(self) -> InMemoryCompressionStateStore:
-        """The compression states of every conversation in this store."""
-        return self._states
-
-    def turn_store(self) -> InMemoryAgentTurnStore:
-        """Turn snapshots and conversation leases (protects the threads of this process)."""
-        return self._turns
-
-    def delete_conversation(self, conversation_id: str, *, force: bool = False) -> bool:
-        """Remove everything of the conversation (messages, turn records, lease, compression
-        state); True when there was anything. Raises `AgentConversationBusyError` while a turn
-        is running under a live lease, unless ``force``: checked and done under the turn
-        store's lock, so no turn starts in between."""
+    async def _delete_conversation(self, conversation_id: str, force: bool) -> bool:
+        """Checked and done under the turn store's lock, so no turn starts in between."""
         conversation_id, force = check_delete(conversation_id, force)
         with self._turns.fenced(conversation_id, None):
             lease = self._turns._leases.get(conversation_id)
@@ -171,11 +150,9 @@ class InMemoryAgentStore:
                     memory._clear()
             return found
 
-    def list_conversations(
-        self, prefix: str | None = None, limit: int = 100, after: str | None = None
+    async def _list_conversations(
+        self, prefix: str | None, limit: int, after: str | None
     ) -> list[str]:
-        """Up to ``limit`` ids of conversations holding anything, starting with ``prefix``,
-        after ``after``, in code-point order."""
         prefix, limit, after = check_listing(prefix, limit, after)
         with self._lock:
             memories = list(self._memories.items())
@@ -183,11 +160,32 @@ class InMemoryAgentStore:
         ids |= self._turns.conversations() | self._states.conversations()
         return page_of(ids, prefix, limit, after)
 
+
+class InMemoryAgentStore(_InMemoryData, StoreFront):
+    """Chat memories, compression states, turns and leases held in this process; thread-safe.
+
+    >>> store = InMemoryAgentStore()
+    >>> store.chat_memory("c1") is store.chat_memory("c1")
+    True
+    """
+
+    def chat_memory(self, conversation_id: str) -> StoreChatMemory:
+        """The memory of ``conversation_id`` (the same object on every call)."""
+        return self._memory(conversation_id)
+
+    def compression_state_store(self) -> InMemoryCompressionStateStore:
+        """The compression states of every conversation in this store."""
+        return self._states
+
+    def turn_store(self) -> InMemoryAgentTurnStore:
+        """Turn snapshots and conversation leases (protects the threads of this process)."""
+        return self._turns
+
     def close(self) -> None:
         """Nothing to release; present so every store closes the same way."""
 
 
-class AsyncInMemoryAgentStore:
+class AsyncInMemoryAgentStore(_InMemoryData, AsyncStoreFront):
     """`InMemoryAgentStore` for asyncio programs: the same in-process data behind coroutines
     (nothing in it waits, so nothing blocks the event loop).
 
@@ -202,35 +200,21 @@ class AsyncInMemoryAgentStore:
     """
 
     def __init__(self) -> None:
-        self._store = InMemoryAgentStore()
-        self._states = AwaitableCompressionStateStore(self._store.compression_state_store())
-        self._turns = AwaitableAgentTurnStore(self._store.turn_store())
+        super().__init__()
+        self._awaitable_states = AwaitableCompressionStateStore(self._states)
+        self._awaitable_turns = AwaitableAgentTurnStore(self._turns)
 
     def chat_memory(self, conversation_id: str) -> AsyncChatMemory:
         """The memory of ``conversation_id``."""
-        return AwaitableChatMemory(self._store.chat_memory(conversation_id))
-
-    def chat_memory_provider(self) -> AsyncChatMemoryProvider:
-        """A provider that locates each conversation's memory in this store."""
-        return self.chat_memory
+        return AwaitableChatMemory(self._memory(conversation_id))
 
     def compression_state_store(self) -> AwaitableCompressionStateStore:
         """The compression states of every conversation in this store."""
-        return self._states
+        return self._awaitable_states
 
     def turn_store(self) -> AwaitableAgentTurnStore:
         """Turn snapshots and conversation leases (protects the tasks of this process)."""
-        return self._turns
-
-    async def delete_conversation(self, conversation_id: str, *, force: bool = False) -> bool:
-        """Remove everything of the conversation (see `InMemoryAgentStore.delete_conversation`)."""
-        return self._store.delete_conversation(conversation_id, force=force)
-
-    async def list_conversations(
-        self, prefix: str | None = None, limit: int = 100, after: str | None = None
-    ) -> list[str]:
-        """A page of conversation ids (see `InMemoryAgentStore.list_conversations`)."""
-        return self._store.list_conversations(prefix, limit, after)
+        return self._awaitable_turns
 
     async def aclose(self) -> None:
         """Nothing to release; present so every async store closes the same way."""

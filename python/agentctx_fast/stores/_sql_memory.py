@@ -1,0 +1,309 @@
+"""The chat memories and compression states of the SQL stores: the one implementation of each,
+awaited by `AsyncSqlAgentStore` and driven blocking by `SqlAgentStore`."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from agentctx_fast._ids import check_identifier
+from agentctx_fast.coordinator import AgentContextCompressionState, check_expected_version
+from agentctx_fast.errors import (
+    InvalidArgumentError,
+    MessageNotFoundError,
+    VersionConflictError,
+)
+from agentctx_fast.memory import (
+    AsyncChatMemory,
+    BlockingChatMemory,
+    check_first,
+    check_message,
+    check_messages,
+    check_page,
+    check_version,
+    first_of_each,
+)
+from agentctx_fast.messages import Message
+from agentctx_fast.stores import _sql_lifecycle
+from agentctx_fast.stores._bridge import BlockingCompressionStateStore
+from agentctx_fast.stores._common import check_conversation_id, unit_handle
+from agentctx_fast.stores._records import UndecodableRecord
+from agentctx_fast.stores._sql_io import SqlPort, sa
+from agentctx_fast.stores._sql_records import named_message
+from agentctx_fast.stores.serializer import dump, load_state
+from agentctx_fast.stores.sql_turns import check_fence, fence_holds, fenced_insert
+from agentctx_fast.stores.turns import Fence
+
+if TYPE_CHECKING:
+    from agentctx_fast.stores.sql import _SqlStoreBase
+
+
+@unit_handle
+class AsyncSqlChatMemory(AsyncChatMemory):
+    """One conversation's messages in the store's ``messages`` table (the one implementation:
+    awaited by `AsyncSqlAgentStore`, driven blocking by `SqlAgentStore`)."""
+
+    def __init__(self, store: _SqlStoreBase, conversation_id: str) -> None:
+        self._store = store
+        self._table = store._tables.messages
+        self.conversation_id = conversation_id
+        self._fence: Fence | None = None
+
+    def fenced(self, fence: Fence) -> AsyncSqlChatMemory:
+        """A copy whose writes are fenced (a method replaced on this instance is kept)."""
+        view = copy.copy(self)
+        view._fence = fence
+        return view
+
+    @property
+    def _io_port(self) -> SqlPort:
+        """The store's port (see `agentctx_fast.stores._common.shared_port`)."""
+        return self._store._port
+
+    async def add_message_if_absent(self, message: Message) -> bool:
+        check_message(message)
+        action = f"adding message {message.message_id!r}"
+        statement = self._store._append()
+        params = self._row(message)
+        if self._fence is not None:
+            return message.message_id in await self._fenced_append(action, [params])
+        return bool(await self._store._port.rows(action, statement, write=True, params=params))
+
+    async def _fenced_append(self, action: str, rows: list[dict[str, Any]]) -> set[str]:
+        """The ids of ``rows`` appended under the fence (one statement), or found stored as
+        they are: a fenced append re-sent after a lost reply finds its own records (the lease
+        is its own, so no other runner wrote them)."""
+        assert self._fence is not None
+        cid, fence, table = self.conversation_id, self._fence, self._table
+        keys = ["conversation_id", "message_id"]
+        statement = fenced_insert(self._store, table, rows, keys, cid, fence)
+        port = self._store._port
+        added = await port.rows(action, statement.returning(table.c.message_id), write=True)
+        written = {row.message_id for row in added}
+        missing = [row["message_id"] for row in rows if row["message_id"] not in written]
+        if missing:
+            await check_fence(self._store, action, cid, fence)
+            query = sa.select(table.c.message_id, table.c.data).where(
+                table.c.conversation_id == cid, table.c.message_id.in_(missing)
+            )
+            stored = {row.message_id: row.data for row in await port.rows(action, query)}
+            written |= {
+                row["message_id"] for row in rows if stored.get(row["message_id"]) == row["data"]
+            }
+        return written
+
+    async def add_messages_if_absent(self, messages: Sequence[Message]) -> list[bool]:
+        """One transaction: one ``INSERT … ON CONFLICT DO NOTHING … RETURNING`` statement,
+        built once per store and run over the rows (SQLAlchemy sends them as multi-row
+        inserts)."""
+        batch = check_messages(messages)
+        rows = [self._row(message) for message in batch]  # every record made before writing
+        if not rows:
+            return []
+        action = f"adding {len(rows)} messages"
+        if self._fence is not None:
+            return first_of_each(batch, await self._fenced_append(action, rows))
+        written = await self._store._port.many(action, self._store._append(), rows)
+        return first_of_each(batch, {row.message_id for row in written})
+
+    def _row(self, message: Message) -> dict[str, Any]:
+        return {
+            "conversation_id": self.conversation_id,
+            "message_id": message.message_id,
+            "kind": type(message).__name__,
+            "model_visible": message.model_visible,
+            "version": message.version,
+            "data": dump(self._store.serializer, message),
+            "written_at": time.time(),
+        }
+
+    async def get_messages(self, count: int | None = None, *, offset: int = 0) -> list[Message]:
+        check_page(count, offset)
+        return await self._page(count, offset, visible_only=False)
+
+    async def get_model_messages(self, count: int | None = None) -> list[Message]:
+        check_page(count, 0)
+        return await self._page(count, 0, visible_only=True)
+
+    async def _page(self, count: int | None, offset: int, *, visible_only: bool) -> list[Message]:
+        """One index range scan, newest first from ``offset``: ``(conversation_id, seq)`` or
+        the partial index of visible messages."""
+        if count == 0:
+            return []
+        statement = self._store._pages.get(visible_only, count is not None, offset > 0)
+        params = {"conversation_id": self.conversation_id, "count": count, "offset": offset}
+        rows = await self._store._port.rows("reading messages", statement, params=params)
+        return await self._load([row[0] for row in reversed(rows)])
+
+    async def get_first_messages(self, count: int) -> list[Message]:
+        if check_first(count) == 0:
+            return []
+        params = {"conversation_id": self.conversation_id, "count": count}
+        first = self._store._pages.first()
+        rows = await self._store._port.rows("reading messages", first, params=params)
+        return await self._load([row[0] for row in rows])
+
+    async def _load(self, records: list[Any]) -> list[Message]:
+        try:
+            return self._store._load_message.load_all(self.conversation_id, records)
+        except UndecodableRecord as bad:
+            raise await named_message(self._store, bad) from bad
+
+    async def get_message(self, message_id: str) -> Message | None:
+        check_identifier(message_id, "message_id")
+        table = self._table
+        query = sa.select(table.c.data).where(
+            table.c.conversation_id == self.conversation_id, table.c.message_id == message_id
+        )
+        rows = await self._store._port.rows(f"reading message {message_id!r}", query)
+        if not rows:
+            return None
+        try:
+            return self._store._load_message(self.conversation_id, rows[0].data)
+        except UndecodableRecord as bad:
+            raise bad.named(message_id) from bad
+
+    async def update_message(self, message: Message, expected_version: int) -> Message:
+        check_message(message)
+        check_version(expected_version)
+        updated = replace(message, version=expected_version + 1)
+        table = self._table
+        key = (table.c.conversation_id == self.conversation_id) & (
+            table.c.message_id == message.message_id
+        )
+        data = dump(self._store.serializer, updated)
+        statement = (
+            sa.update(table)
+            .where(key, table.c.version == expected_version, table.c.kind == type(message).__name__)
+            .values(version=expected_version + 1, data=data, written_at=time.time())
+        )
+        action = f"updating message {message.message_id!r}"
+        port = self._store._port
+
+        fence = self._fence
+        if fence is not None:
+            statement = statement.where(fence_holds(self._store, self.conversation_id, fence))
+
+        async def update() -> Sequence[Any] | None:
+            if await port.changed(action, statement) == 1:
+                return None
+            # Only to say why the update did not apply; the decision was the UPDATE's.
+            if fence is not None:
+                await check_fence(self._store, action, self.conversation_id, fence)
+            query = sa.select(table.c.version, table.c.kind, table.c.data).where(key)
+            return await port.rows(action, query)
+
+        rows = await port.together(action, update)
+        if rows is None:
+            return updated
+        if not rows:
+            raise MessageNotFoundError(f"no stored message {message.message_id!r}")
+        row = rows[0]
+        if self._fence is not None and row.version == expected_version + 1 and row.data == data:
+            return updated  # a re-sent fenced update that finds itself applied
+        if row.kind != type(message).__name__:
+            raise InvalidArgumentError(
+                f"update_message cannot turn {row.kind} {message.message_id!r} "
+                f"into a {type(message).__name__}"
+            )
+        raise VersionConflictError(
+            f"message {message.message_id!r} is at version {row.version}, not {expected_version}"
+        )
+
+    async def delete_message(self, message_id: str, expected_version: int) -> None:
+        """One ``DELETE … WHERE version = :expected`` (and the fence) decides it; pages order
+        by ``seq``, so the messages after it move up one place without a write. A transaction
+        either commits or not, so there is no re-sent statement to recognise: a lost reply to
+        the commit is a `StoreUnavailableError`, and the caller's check (`get_message`) tells."""
+        check_identifier(message_id, "message_id")
+        check_version(expected_version)
+        table, cid, fence = self._table, self.conversation_id, self._fence
+        key = (table.c.conversation_id == cid) & (table.c.message_id == message_id)
+        statement = sa.delete(table).where(key, table.c.version == expected_version)
+        if fence is not None:
+            statement = statement.where(fence_holds(self._store, cid, fence))
+        action = f"deleting message {message_id!r}"
+        port = self._store._port
+
+        async def delete() -> Sequence[Any] | None:
+            if await port.changed(action, statement) == 1:
+                return None
+            # Only to say why the delete did not apply; the decision was the DELETE's.
+            if fence is not None:
+                await check_fence(self._store, action, cid, fence)
+            return await port.rows(action, sa.select(table.c.version).where(key))
+
+        rows = await port.together(action, delete)
+        if rows is None:
+            return
+        if not rows:
+            raise MessageNotFoundError(f"no stored message {message_id!r}")
+        raise VersionConflictError(
+            f"message {message_id!r} is at version {rows[0].version}, not {expected_version}"
+        )
+
+    async def message_count(self) -> int:
+        query = (
+            sa.select(sa.func.count())
+            .select_from(self._table)
+            .where(self._table.c.conversation_id == self.conversation_id)
+        )
+        rows = await self._store._port.rows("counting messages", query)
+        return int(rows[0][0])
+
+    async def clear(self) -> None:
+        """The messages and the compression state built from them, in one transaction."""
+        await _sql_lifecycle.clear(self._store, self.conversation_id)
+
+
+class SqlChatMemory(BlockingChatMemory):
+    """One conversation's messages in a `SqlAgentStore` (blocking)."""
+
+
+class AsyncSqlCompressionStateStore:
+    """Compression states in the store's ``compression_states`` table, saved by CAS."""
+
+    def __init__(self, store: _SqlStoreBase) -> None:
+        self._store = store
+        self._table = store._tables.compression_states
+
+    async def load(self, conversation_id: str) -> AgentContextCompressionState | None:
+        check_conversation_id(conversation_id)
+        table = self._table
+        query = sa.select(table.c.version, table.c.data).where(
+            table.c.conversation_id == conversation_id
+        )
+        rows = await self._store._port.rows("loading a compression state", query)
+        if not rows:
+            return None
+        state = load_state(self._store.serializer, rows[0].data)
+        return replace(state, version=rows[0].version)
+
+    async def save(self, state: AgentContextCompressionState, expected_version: int) -> bool:
+        check_expected_version(state, expected_version)
+        stored = replace(state, version=expected_version + 1)
+        data = dump(self._store.serializer, stored)
+        table = self._table
+        statement: Any
+        if expected_version == 0:
+            values = {"conversation_id": state.conversation_id, "version": 1, "data": data}
+            statement = self._store._insert_if_absent(table, values, ["conversation_id"])
+        else:
+            statement = (
+                sa.update(table)
+                .where(
+                    table.c.conversation_id == state.conversation_id,
+                    table.c.version == expected_version,
+                )
+                .values(version=expected_version + 1, data=data)
+            )
+        statement = statement.returning(table.c.version)
+        rows = await self._store._port.rows("saving a compression state", statement, write=True)
+        return bool(rows)
+
+
+class SqlCompressionStateStore(BlockingCompressionStateStore):
+    """Compression states of a `SqlAgentStore` (blocking)."""
