@@ -48,12 +48,13 @@ class Runner(Generic[StoreT, ProviderT, TurnStoreT]):
     ) -> None:
         blocking = self.blocking
         provider, turn_store = store_parts(store, chat_memory_provider, want_async=not blocking)
+        # the runner's own turn store (blocking or async), and the async view the engine uses
         if blocking:
-            self.turn_store = turn_store or InMemoryAgentTurnStore()
-            turns = awaitable_turn_store(self.turn_store)  # type: ignore[arg-type]
+            public: Any = turn_store or InMemoryAgentTurnStore()
+            turns = awaitable_turn_store(public)
         else:
-            turns = turn_store or awaitable_turn_store(InMemoryAgentTurnStore())
-            self.turn_store = turns
+            public = turns = turn_store or awaitable_turn_store(InMemoryAgentTurnStore())
+        self.turn_store = public
         seconds = check_lease_seconds(lease_seconds)
         self._keeper = LeaseKeeper(turns, seconds, clock, threaded=blocking)
         states = awaitable_state_store(

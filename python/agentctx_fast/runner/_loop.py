@@ -140,7 +140,7 @@ async def loop(eng: Engine, run: TurnRun) -> AgentTurn:
         if held is not None and not waiting:
             await step_done(eng, run, held)
             continue
-        # Some calls wait for approval (the reply has calls: `_record` ended the turn
+        # Some calls wait for approval (the reply has calls: `record_reply` ended the turn
         # otherwise, and its last call either ran, and is held, or waits).
         if held is not None:
             await store_result(eng, run, held)
@@ -152,7 +152,7 @@ async def record_reply(
     eng: Engine, run: TurnRun, reply: AiMessage
 ) -> tuple[AgentTurn | None, AiMessage]:
     """The model's reply stored, and the turn completed if it is the final answer (store
-    calls only: `_together` runs them as one unit)."""
+    calls only: `together` runs them as one unit)."""
     # Ask the server after every model call: a takeover drops the reply, and a cancel
     # from another process is seen before any tool runs or the turn completes.
     await check_lease(eng, run, ask=True)

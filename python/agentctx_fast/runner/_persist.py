@@ -107,7 +107,7 @@ async def suspend(eng: Engine, run: TurnRun, waiting: list[PendingApproval]) -> 
 
 async def record_suspension(eng: Engine, run: TurnRun, waiting: list[PendingApproval]) -> None:
     """The suspended record and the conversation marked suspended, the lease no longer
-    renewed (store calls only: `_together` runs them as one unit)."""
+    renewed (store calls only: `together` runs them as one unit)."""
     await save(eng, run, TurnStatus.SUSPENDED, pending=waiting)
     if run.lease is not None:
         eng.keeper.drop(run.lease)
@@ -302,7 +302,7 @@ async def recover_newest(
     agent: Agent,
     fence: Fence | None,
 ) -> None:
-    """Close the newest stored turn if its record is still open (see `_recover`), unless
+    """Close the newest stored turn if its record is still open (see `recover`), unless
     it is one of ``skipped`` (the turn being closed, the one being opened)."""
     tail, _ = await read_history(
         memory, max_attached_turns=1, max_attached_messages=0, compact=False,

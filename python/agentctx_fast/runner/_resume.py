@@ -30,19 +30,23 @@ async def resume(
     approvals: Mapping[str, bool] | None,
 ) -> AgentTurn:
     check_conversation_id(conversation_id)
-    work = resume_turn(eng, io, agent, conversation_id, turn_id, approvals)
-    return await observed(eng, io, agent, conversation_id, turn_id, "resume", work)
+
+    async def work() -> AgentTurn:
+        snapshot = await load(eng, conversation_id, turn_id)
+        return await resume_stored(eng, io, agent, snapshot, approvals)
+
+    return await observed(eng, io, agent, conversation_id, turn_id, "resume", work())
 
 
-async def resume_turn(
+async def resume_stored(
     eng: Engine,
     io: TurnIO,
     agent: Agent,
-    conversation_id: str,
-    turn_id: str,
+    snapshot: AgentTurnSnapshot,
     approvals: Mapping[str, bool] | None,
 ) -> AgentTurn:
-    snapshot = await load(eng, conversation_id, turn_id)
+    """Resume the stored turn ``snapshot`` (see `AgentRunner.resume`)."""
+    conversation_id, turn_id = snapshot.conversation_id, snapshot.turn_id
     if snapshot.status is TurnStatus.RUNNING:
         # The same approvals again (a retry after a resume whose reply was lost) find them
         # recorded: the turn goes on as an interrupted one.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Coroutine, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -38,6 +38,18 @@ from agentctx_fast.runner._state import (
 from agentctx_fast.stores._common import check_conversation_id
 from agentctx_fast.stores.turns import AgentTurnSnapshot, dump_snapshot
 from agentctx_fast.turns import TurnStatus
+
+
+@dataclass(frozen=True, slots=True)
+class _NewTurn:
+    """What a new turn starts from: its first record, its user message, whether that message
+    is the caller's own `UserMessage` (its id is checked then; a str's is made from the turn
+    id) and whether the caller gave the turn id (a retried request finds its turn)."""
+
+    snapshot: AgentTurnSnapshot
+    user: UserMessage
+    own_message: bool
+    given: bool
 
 
 class _TurnExists(TurnStateError):
@@ -93,7 +105,7 @@ async def run_new(
     dump_snapshot(snapshot)  # refuse unserialisable metadata before taking the conversation
     run = TurnRun(io, agent, conversation_id, turn_id, memory, [], [user])
     try:
-        return await opened(eng, run, snapshot, user, message, given)
+        return await opened(eng, run, _NewTurn(snapshot, user, not isinstance(message, str), given))
     except AgentConversationBusyError as error:
         if not given or error.turn_id != turn_id:
             raise  # another turn holds the conversation
@@ -111,21 +123,12 @@ async def run_new(
         return view(found)
 
 
-async def opened(
-    eng: Engine,
-    run: TurnRun,
-    snapshot: AgentTurnSnapshot,
-    user: UserMessage,
-    message: UserMessage | str,
-    given: bool,
-) -> AgentTurn:
+async def opened(eng: Engine, run: TurnRun, new: _NewTurn) -> AgentTurn:
     """The new turn's conversation taken, its record and user message stored, and the
     turn driven to its end."""
-    io, agent, conversation_id = run.io, run.agent, snapshot.conversation_id
+    io, agent, conversation_id = run.io, run.agent, new.snapshot.conversation_id
     try:
-        stale = await together(
-            eng, run, "opening a turn", partial(open_turn, eng, run, snapshot, user, message, given)
-        )
+        stale = await together(eng, run, "opening a turn", partial(open_turn, eng, run, new))
         if run.lease is not None:
             eng.keeper.keep(run.lease)
         if stale is not None:
@@ -133,9 +136,7 @@ async def opened(
             await recover(
                 eng, io, run.memory, conversation_id, stale, agent, run.fence, run.turn_id
             )
-            await together(
-                eng, run, "opening a turn", partial(start_turn, eng, run, snapshot, user, message)
-            )
+            await together(eng, run, "opening a turn", partial(start_turn, eng, run, new))
     except _TurnExists:
         await release(eng, run)  # its record is another turn's: nothing to close
         raise
@@ -146,22 +147,16 @@ async def opened(
     return await drive(eng, run)
 
 
-async def open_turn(
-    eng: Engine,
-    run: TurnRun,
-    snapshot: AgentTurnSnapshot,
-    user: UserMessage,
-    message: UserMessage | str,
-    given: bool,
-) -> str | None:
+async def open_turn(eng: Engine, run: TurnRun, new: _NewTurn) -> str | None:
     """The conversation taken for a new turn (`AgentConversationBusyError` if another turn
     holds it) and, unless a turn whose process died held it (its id is returned, to be
-    closed first), the turn started (store calls only: `_together` runs them as one unit).
-    A ``given`` turn id is looked up first: `_TurnExists` if the conversation has it.
+    closed first), the turn started (store calls only: `together` runs them as one unit).
+    A given turn id is looked up first: `_TurnExists` if the conversation has it.
     """
     owner = uuid.uuid4().hex
+    snapshot = new.snapshot
     conversation_id, turn_id = snapshot.conversation_id, snapshot.turn_id
-    if given:
+    if new.given:
         found = await timed(
             eng, run, "load_turn", eng.turn_store.load_turn(conversation_id, turn_id)
         )
@@ -190,19 +185,14 @@ async def open_turn(
     run.lease = HeldLease(conversation_id, turn_id, owner, current_time(eng, run))
     fence(run, owner)
     if stale is None:
-        await start_turn(eng, run, snapshot, user, message)
+        await start_turn(eng, run, new)
     return stale
 
 
-async def start_turn(
-    eng: Engine,
-    run: TurnRun,
-    snapshot: AgentTurnSnapshot,
-    user: UserMessage,
-    message: UserMessage | str,
-) -> None:
+async def start_turn(eng: Engine, run: TurnRun, new: _NewTurn) -> None:
     """A new turn's record, its history read and its user message stored, under its lease
     (store calls only)."""
+    snapshot, user = new.snapshot, new.user
     conversation_id, turn_id = snapshot.conversation_id, snapshot.turn_id
     memory = run.memory
     assert memory is not None
@@ -210,13 +200,13 @@ async def start_turn(
     # turn: a caller's own UserMessage is checked here, before anything is written; a
     # str gets an id made from the turn id, and a reused turn id is refused by
     # save_turn (or, with an in-process turn store, by add_message_if_absent below).
-    if not isinstance(message, str) and (await memory.get_message(user.message_id)) is not None:
+    if new.own_message and (await memory.get_message(user.message_id)) is not None:
         raise DuplicateMessageError(
             f"message {user.message_id!r} is already stored in conversation "
             f"{conversation_id!r}: a new turn needs a new user message"
         )
     # Known from here on as saved: if the save's reply is lost, closing the turn finds the
-    # record (or, if it was never written, the lease is left to expire: `_abandon`).
+    # record (or, if it was never written, the lease is left to expire: `abandon`).
     run.snapshot = replace(snapshot, version=1)
     if not await timed(eng, run, "save_turn", eng.turn_store.save_turn(snapshot, 0, run.fence)):
         run.snapshot = None  # another turn's record

@@ -39,7 +39,7 @@ async def call_tools(
     waits for the user again.
 
     ``hold_last``: the result of the reply's last call, if it ran, is returned instead of
-    stored, for the caller to store with what follows it (`_store_result`).
+    stored, for the caller to store with what follows it (`store_result`).
     """
     answered = {m.tool_call_id for m in run.messages if isinstance(m, ToolMessage)}
     forms = _forms(run.messages) if interrupted else {}

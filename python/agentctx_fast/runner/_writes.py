@@ -52,7 +52,7 @@ def result_message(run: TurnRun, call_id: str, tool_name: str, outcome: ToolOutc
 
 async def store_result(eng: Engine, run: TurnRun, result: HeldResult, *, emit: bool = True) -> None:
     """Store a tool result; then its `ToolResultEvent` goes out and it is counted, unless
-    not ``emit`` (store calls only: the caller then calls `_emit_result`)."""
+    not ``emit`` (store calls only: the caller then calls `emit_result`)."""
     await keep(eng, run, [result[0]])
     if emit:
         await emit_result(eng, run, result)
