@@ -20,7 +20,6 @@ from agentctx_fast.coordinator import (
     AgentContextCompressionState,
 )
 from agentctx_fast.errors import (
-    AgentCtxError,
     CompressionError,
     CompressionStateConflictError,
     CompressorOutputError,
@@ -307,5 +306,3 @@ async def _older(
                 f"message {boundary_id!r} of the current window is not in chat memory"
             )
 
-
-__all__ = ["AgentCtxError", "window_for"]
