@@ -132,14 +132,15 @@ class LeaseKeeper:
         while not await wait(self._lease_seconds / 6):
             with self._lock:
                 if not self._held or self._closed:
-                    break
+                    self._renewer = None  # under the lock: a `keep` now starts a new renewer
+                    return
             for lease in self._due():
                 try:
                     await self.renew(lease)
                 except Exception as error:  # a custom store's failure too: try next round
                     _renewal_failed(lease, error)
         with self._lock:
-            self._renewer = None
+            self._renewer = None  # closed: nothing starts another
 
     def _due(self) -> list[HeldLease]:
         """The leases to renew now."""

@@ -305,4 +305,3 @@ async def _older(
             raise CoveredMessageNotFoundError(
                 f"message {boundary_id!r} of the current window is not in chat memory"
             )
-
