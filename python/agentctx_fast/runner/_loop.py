@@ -44,7 +44,7 @@ async def drive(
     try:
         try:
             if interrupted:
-                ended = await continue_interrupted(eng, run)
+                ended = await _continue_interrupted(eng, run)
                 if ended is not None:
                     return ended
             if decisions is not None:
@@ -52,7 +52,7 @@ async def drive(
                 check_cancel(run)
                 if waiting:
                     return await suspend(eng, run, waiting)
-            return await loop(eng, run)
+            return await _loop(eng, run)
         except (LeaseLost, LeaseLostError):
             raise lost(eng, run) from None
         except Cancelled:
@@ -73,7 +73,7 @@ async def drive(
         raise
 
 
-async def continue_interrupted(eng: Engine, run: TurnRun) -> AgentTurn | None:
+async def _continue_interrupted(eng: Engine, run: TurnRun) -> AgentTurn | None:
     """Finish the step the dead process was in; the turn's end if that ends it."""
     last = next((m for m in reversed(run.messages) if isinstance(m, AiMessage)), None)
     if last is None:
@@ -89,7 +89,7 @@ async def continue_interrupted(eng: Engine, run: TurnRun) -> AgentTurn | None:
     return None
 
 
-async def loop(eng: Engine, run: TurnRun) -> AgentTurn:
+async def _loop(eng: Engine, run: TurnRun) -> AgentTurn:
     agent = run.agent
     while True:
         await checkpoint(eng, run)
@@ -132,15 +132,15 @@ async def loop(eng: Engine, run: TurnRun) -> AgentTurn:
                 error=f"model returned {type(reply).__name__}, not an AiMessage",
             )
         ended, ai = await together(
-            eng, run, "recording a reply", partial(record_reply, eng, run, reply)
+            eng, run, "recording a reply", partial(_record_reply, eng, run, reply)
         )
         if ended is not None:
             return ended
         waiting, held = await call_tools(eng, run, ai, hold_last=True)
         if held is not None and not waiting:
-            await step_done(eng, run, held)
+            await _step_done(eng, run, held)
             continue
-        # Some calls wait for approval (the reply has calls: `record_reply` ended the turn
+        # Some calls wait for approval (the reply has calls: `_record_reply` ended the turn
         # otherwise, and its last call either ran, and is held, or waits).
         if held is not None:
             await store_result(eng, run, held)
@@ -148,7 +148,7 @@ async def loop(eng: Engine, run: TurnRun) -> AgentTurn:
         return await suspend(eng, run, waiting)
 
 
-async def record_reply(
+async def _record_reply(
     eng: Engine, run: TurnRun, reply: AiMessage
 ) -> tuple[AgentTurn | None, AiMessage]:
     """The model's reply stored, and the turn completed if it is the final answer (store
@@ -165,17 +165,17 @@ async def record_reply(
     return None, ai
 
 
-async def step_done(eng: Engine, run: TurnRun, held: HeldResult) -> None:
+async def _step_done(eng: Engine, run: TurnRun, held: HeldResult) -> None:
     """A step whose calls all ran: its last result stored and the turn's record saved as
     one unit of store I/O, then the result's event."""
     try:
-        await together(eng, run, "recording a step", partial(record_step, eng, run, held))
+        await together(eng, run, "recording a step", partial(_record_step, eng, run, held))
     finally:
         if run.messages and run.messages[-1] is held[0]:  # stored
             await emit_result(eng, run, held)
 
 
-async def record_step(eng: Engine, run: TurnRun, held: HeldResult) -> None:
+async def _record_step(eng: Engine, run: TurnRun, held: HeldResult) -> None:
     await store_result(eng, run, held, emit=False)
     check_cancel(run)  # a cancel during the step's last tool
     await save(eng, run, TurnStatus.RUNNING)

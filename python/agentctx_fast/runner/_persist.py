@@ -100,12 +100,12 @@ async def record_started(eng: Engine, run: TurnRun, call_ids: list[str]) -> None
 async def suspend(eng: Engine, run: TurnRun, waiting: list[PendingApproval]) -> AgentTurn:
     """The turn's record saved suspended and its conversation marked so, as one unit of
     store I/O, then the `ApprovalRequired` event."""
-    await together(eng, run, "suspending a turn", partial(record_suspension, eng, run, waiting))
+    await together(eng, run, "suspending a turn", partial(_record_suspension, eng, run, waiting))
     await run.io.emit(ApprovalRequired(tuple(waiting)))
-    return result(eng, run, TurnStatus.SUSPENDED, pending=tuple(waiting))
+    return _result(eng, run, TurnStatus.SUSPENDED, pending=tuple(waiting))
 
 
-async def record_suspension(eng: Engine, run: TurnRun, waiting: list[PendingApproval]) -> None:
+async def _record_suspension(eng: Engine, run: TurnRun, waiting: list[PendingApproval]) -> None:
     """The suspended record and the conversation marked suspended, the lease no longer
     renewed (store calls only: `together` runs them as one unit)."""
     await save(eng, run, TurnStatus.SUSPENDED, pending=waiting)
@@ -152,7 +152,7 @@ async def finish(
             run.lease.conversation_id, run.turn_id, run.lease.owner, current_time(eng, run)
         )
         await timed(eng, run, "release", releasing)
-    return result(eng, run, status, final=final, error=error, exception=exception)
+    return _result(eng, run, status, final=final, error=error, exception=exception)
 
 
 def lost(eng: Engine, run: TurnRun) -> LeaseLostError:
@@ -204,12 +204,12 @@ async def abandon(
             stopped = f"the runner stopped on an error: {type(error).__name__}"
             await finish(eng, run, TurnStatus.FAILED, error=stopped, logged=True)
     except Exception:
-        if await may_be_open(eng, run):
+        if await _may_be_open(eng, run):
             return  # its lease expires and the next run takes it over and closes it
     await release(eng, run)
 
 
-async def may_be_open(eng: Engine, run: TurnRun) -> bool:
+async def _may_be_open(eng: Engine, run: TurnRun) -> bool:
     """Whether the turn's record may still be open (after closing it failed: it may have
     been closed all the same, its reply lost)."""
     if run.conversation_id is None:
@@ -262,7 +262,7 @@ async def recover(
         # taken over, which its lease named and this lease no longer does. Every turn is
         # started only once the one before it is closed, so that turn, if any is open, is
         # the newest turn stored.
-        await recover_newest(eng, io, memory, conversation_id, (stale_id, opening), agent, fence)
+        await _recover_newest(eng, io, memory, conversation_id, (stale_id, opening), agent, fence)
         if stale_id == opening:
             return
         snapshot = AgentTurnSnapshot(
@@ -293,7 +293,7 @@ async def recover(
         pass  # another process recorded it first
 
 
-async def recover_newest(
+async def _recover_newest(
     eng: Engine,
     io: TurnIO,
     memory: AsyncChatMemory,
@@ -316,7 +316,7 @@ async def recover_newest(
         await recover(eng, io, memory, conversation_id, newest, agent, fence)
 
 
-def result(
+def _result(
     eng: Engine,
     run: TurnRun,
     status: TurnStatus,

@@ -33,12 +33,12 @@ async def resume(
 
     async def work() -> AgentTurn:
         snapshot = await load(eng, conversation_id, turn_id)
-        return await resume_stored(eng, io, agent, snapshot, approvals)
+        return await _resume_stored(eng, io, agent, snapshot, approvals)
 
     return await observed(eng, io, agent, conversation_id, turn_id, "resume", work())
 
 
-async def resume_stored(
+async def _resume_stored(
     eng: Engine,
     io: TurnIO,
     agent: Agent,
@@ -56,7 +56,7 @@ async def resume_stored(
         ):
             raise InvalidArgumentError(f"turn {turn_id!r} is running, not waiting for approvals")
         try:
-            return await resume_interrupted(eng, io, agent, conversation_id, snapshot)
+            return await _resume_interrupted(eng, io, agent, conversation_id, snapshot)
         except AgentConversationBusyError as error:
             if not approvals:
                 raise
@@ -77,15 +77,15 @@ async def resume_stored(
     # suspension, one takes it; the other changes nothing (SPEC §20).
     if not await eng.turn_store.reacquire_conversation(
         conversation_id, turn_id, owner, eng.lease_seconds, eng.clock(), snapshot.version
-    ) and not await take_stranded(eng, snapshot, owner):
+    ) and not await _take_stranded(eng, snapshot, owner):
         raise TurnStateError(
             f"turn {turn_id!r} is no longer suspended: resumed or cancelled elsewhere"
         )
-    run = await reopened(eng, io, agent, memory, snapshot, owner)
+    run = await _reopened(eng, io, agent, memory, snapshot, owner)
     return await drive(eng, run, snapshot.pending_approvals, decisions)
 
 
-async def take_stranded(eng: Engine, snapshot: AgentTurnSnapshot, owner: str) -> bool:
+async def _take_stranded(eng: Engine, snapshot: AgentTurnSnapshot, owner: str) -> bool:
     """Take a suspended turn whose last resume took it back and stopped (a lost reply, a
     dead process) before its record changed: once that lease expires, as an interrupted
     turn is. True when taken; the record is still the one read (else it is let go)."""
@@ -100,7 +100,7 @@ async def take_stranded(eng: Engine, snapshot: AgentTurnSnapshot, owner: str) ->
     ):
         return False
     try:
-        if await retake(eng, snapshot, owner, now) == turn_id:
+        if await _retake(eng, snapshot, owner, now) == turn_id:
             return True
     except TurnStateError:
         return False
@@ -108,7 +108,7 @@ async def take_stranded(eng: Engine, snapshot: AgentTurnSnapshot, owner: str) ->
     return False
 
 
-async def retake(eng: Engine, snapshot: AgentTurnSnapshot, owner: str, now: float) -> str | None:
+async def _retake(eng: Engine, snapshot: AgentTurnSnapshot, owner: str, now: float) -> str | None:
     """The conversation taken for the stored turn ``snapshot`` once the lease on it has
     expired (`AgentConversationBusyError` while it lives); the id of the expired turn
     taken over. If the record changed since it was read (another process closed or
@@ -124,23 +124,23 @@ async def retake(eng: Engine, snapshot: AgentTurnSnapshot, owner: str, now: floa
     return stale
 
 
-async def resume_interrupted(
+async def _resume_interrupted(
     eng: Engine, io: TurnIO, agent: Agent, conversation_id: str, snapshot: AgentTurnSnapshot
 ) -> AgentTurn:
     """Continue a `RUNNING` turn whose process died, from its last stored step, once its
     lease has expired (a live lease raises `AgentConversationBusyError`)."""
     memory = memory_of(eng, conversation_id)
     owner = uuid.uuid4().hex
-    stale = await retake(eng, snapshot, owner, eng.clock())
+    stale = await _retake(eng, snapshot, owner, eng.clock())
     stale = None if stale == snapshot.turn_id else stale
-    run = await reopened(eng, io, agent, memory, snapshot, owner, stale)
+    run = await _reopened(eng, io, agent, memory, snapshot, owner, stale)
     # Messages stored after the last snapshot count: a reply is one step.
     replies = sum(isinstance(message, AiMessage) for message in run.messages)
     run.steps = max(run.steps, replies)
     return await drive(eng, run, interrupted=True)
 
 
-async def reopened(
+async def _reopened(
     eng: Engine,
     io: TurnIO,
     agent: Agent,

@@ -73,11 +73,11 @@ async def run(
     check_conversation_id(conversation_id)
     given = turn_id is not None
     turn_id = uuid.uuid4().hex if turn_id is None else check_turn_id(turn_id)
-    work = run_new(eng, io, agent, conversation_id, message, turn_id, given, metadata)
+    work = _run_new(eng, io, agent, conversation_id, message, turn_id, given, metadata)
     return await observed(eng, io, agent, conversation_id, turn_id, "run", work)
 
 
-async def run_new(
+async def _run_new(
     eng: Engine,
     io: TurnIO,
     agent: Agent,
@@ -105,7 +105,9 @@ async def run_new(
     dump_snapshot(snapshot)  # refuse unserialisable metadata before taking the conversation
     run = TurnRun(io, agent, conversation_id, turn_id, memory, [], [user])
     try:
-        return await opened(eng, run, _NewTurn(snapshot, user, not isinstance(message, str), given))
+        return await _opened(
+            eng, run, _NewTurn(snapshot, user, not isinstance(message, str), given)
+        )
     except AgentConversationBusyError as error:
         if not given or error.turn_id != turn_id:
             raise  # another turn holds the conversation
@@ -123,12 +125,12 @@ async def run_new(
         return view(found)
 
 
-async def opened(eng: Engine, run: TurnRun, new: _NewTurn) -> AgentTurn:
+async def _opened(eng: Engine, run: TurnRun, new: _NewTurn) -> AgentTurn:
     """The new turn's conversation taken, its record and user message stored, and the
     turn driven to its end."""
     io, agent, conversation_id = run.io, run.agent, new.snapshot.conversation_id
     try:
-        stale = await together(eng, run, "opening a turn", partial(open_turn, eng, run, new))
+        stale = await together(eng, run, "opening a turn", partial(_open_turn, eng, run, new))
         if run.lease is not None:
             eng.keeper.keep(run.lease)
         if stale is not None:
@@ -136,7 +138,7 @@ async def opened(eng: Engine, run: TurnRun, new: _NewTurn) -> AgentTurn:
             await recover(
                 eng, io, run.memory, conversation_id, stale, agent, run.fence, run.turn_id
             )
-            await together(eng, run, "opening a turn", partial(start_turn, eng, run, new))
+            await together(eng, run, "opening a turn", partial(_start_turn, eng, run, new))
     except _TurnExists:
         await release(eng, run)  # its record is another turn's: nothing to close
         raise
@@ -147,7 +149,7 @@ async def opened(eng: Engine, run: TurnRun, new: _NewTurn) -> AgentTurn:
     return await drive(eng, run)
 
 
-async def open_turn(eng: Engine, run: TurnRun, new: _NewTurn) -> str | None:
+async def _open_turn(eng: Engine, run: TurnRun, new: _NewTurn) -> str | None:
     """The conversation taken for a new turn (`AgentConversationBusyError` if another turn
     holds it) and, unless a turn whose process died held it (its id is returned, to be
     closed first), the turn started (store calls only: `together` runs them as one unit).
@@ -185,11 +187,11 @@ async def open_turn(eng: Engine, run: TurnRun, new: _NewTurn) -> str | None:
     run.lease = HeldLease(conversation_id, turn_id, owner, current_time(eng, run))
     fence(run, owner)
     if stale is None:
-        await start_turn(eng, run, new)
+        await _start_turn(eng, run, new)
     return stale
 
 
-async def start_turn(eng: Engine, run: TurnRun, new: _NewTurn) -> None:
+async def _start_turn(eng: Engine, run: TurnRun, new: _NewTurn) -> None:
     """A new turn's record, its history read and its user message stored, under its lease
     (store calls only)."""
     snapshot, user = new.snapshot, new.user

@@ -65,7 +65,7 @@ async def call_tools(
         if not interrupted:
             await run.io.emit(ToolCallEvent(call))
         if action == "ask":
-            waiting.append(await ask_approval(eng, run, call.id, call.name, call.arguments))
+            waiting.append(await _ask_approval(eng, run, call.id, call.name, call.arguments))
             continue
         if isinstance(action, AgentFormMessage):
             waiting.append(PendingApproval(call.id, call.name, call.arguments, action.message_id))
@@ -83,7 +83,7 @@ async def call_tools(
     return waiting, held
 
 
-async def ask_approval(
+async def _ask_approval(
     eng: Engine, run: TurnRun, call_id: str, tool_name: str, arguments: str
 ) -> PendingApproval:
     form = AgentFormMessage(
@@ -111,16 +111,16 @@ async def invoke(
     run.not_started.discard(call_id)  # from here on it may have run
     tracing = eng.tracing
     if tracing is None:
-        outcome = await called(run, tool, call_id, arguments)
+        outcome = await _called(run, tool, call_id, arguments)
     else:
         with tracing.tool(tool.name, call_id, arguments) as span:
-            outcome = await called(run, tool, call_id, arguments)
+            outcome = await _called(run, tool, call_id, arguments)
             tracing.tool_done(span, outcome)
     await check_lease(eng, run)
     return outcome
 
 
-async def called(run: TurnRun, tool: Tool, call_id: str, arguments: str) -> ToolOutcome:
+async def _called(run: TurnRun, tool: Tool, call_id: str, arguments: str) -> ToolOutcome:
     return reported(run, tool.name, call_id, await run.io.invoke(tool, arguments))
 
 

@@ -61,16 +61,16 @@ _PAGE = 256
 async def window_for(eng: Engine, run: TurnRun) -> ContextWindow:
     agent = run.agent
     labels = {"agent": agent.name}
-    statuses = await turn_statuses(eng, run)
+    statuses = await _turn_statuses(eng, run)
     timeline = [*run.history, *run.messages]
     try:
         if agent.context_compressor is None:
             window = _build(agent, timeline, None, statuses)
         elif agent.compression_trigger is not None and run.conversation_id is not None:
-            coordinated = await coordinated_messages(eng, run, timeline)
+            coordinated = await _coordinated_messages(eng, run, timeline)
             window = _build(agent, coordinated, None, statuses)
         else:
-            compressor = compressor_for(eng, run, partial(summary_keeper, eng))
+            compressor = _compressor_for(eng, run, partial(_summary_keeper, eng))
             try:
                 window = await run.io.offload(_build, agent, timeline, compressor, statuses)
             except CompressionError as error:
@@ -78,8 +78,8 @@ async def window_for(eng: Engine, run: TurnRun) -> ContextWindow:
                     raise
                 # The window's older turns moved past this conversation's running summary
                 # (a heavy turn attached fewer of them): start a new summary of them.
-                forget_summary(eng, run)
-                compressor = compressor_for(eng, run, partial(summary_keeper, eng))
+                _forget_summary(eng, run)
+                compressor = _compressor_for(eng, run, partial(_summary_keeper, eng))
                 window = await run.io.offload(_build, agent, timeline, compressor, statuses)
     except COMPRESSION_FAILURES as error:
         if eng.metrics is not None:
@@ -131,7 +131,7 @@ def observe_reply(
         record(m.MODEL_COMPLETION_TOKENS, completion, labels)
 
 
-async def turn_statuses(eng: Engine, run: TurnRun) -> dict[str, TurnStatus] | None:
+async def _turn_statuses(eng: Engine, run: TurnRun) -> dict[str, TurnStatus] | None:
     """The recorded status of every turn of the window's history the store knows, so a
     cancelled, failed or suspended turn is never compacted, even with a final answer."""
     conversation_id = run.conversation_id
@@ -165,7 +165,7 @@ async def turn_statuses(eng: Engine, run: TurnRun) -> dict[str, TurnStatus] | No
     return statuses
 
 
-def compressor_for(
+def _compressor_for(
     eng: Engine,
     run: TurnRun,
     own: Callable[[IncrementalCompressor, TurnRun], IncrementalCompressor],
@@ -181,14 +181,14 @@ def compressor_for(
     return compressor
 
 
-def forget_summary(eng: Engine, run: TurnRun) -> None:
+def _forget_summary(eng: Engine, run: TurnRun) -> None:
     compressor = run.agent.context_compressor
     key_id = run.conversation_id or f"turn:{run.turn_id}"
     with eng.caches_lock:
         eng.summaries.pop((compressor, key_id), None)  # type: ignore[arg-type]
 
 
-def summary_keeper(
+def _summary_keeper(
     eng: Engine, compressor: IncrementalCompressor, run: TurnRun
 ) -> IncrementalCompressor:
     """Without a trigger: one running summary per conversation, kept in this process."""
@@ -208,7 +208,9 @@ def summary_keeper(
         return own
 
 
-async def coordinated_messages(eng: Engine, run: TurnRun, timeline: list[Message]) -> list[Message]:
+async def _coordinated_messages(
+    eng: Engine, run: TurnRun, timeline: list[Message]
+) -> list[Message]:
     """The saved summary, the older messages it does not cover yet and the protected
     recent turns; the coordinator compresses first when the agent's trigger fires."""
     agent = run.agent
@@ -227,7 +229,7 @@ async def coordinated_messages(eng: Engine, run: TurnRun, timeline: list[Message
     compressible = [message for message in older if message.model_visible]
     # An incremental compressor continues the persisted summary (saved by any process),
     # never its in-process state of another conversation.
-    compressor = compressor_for(eng, run, lambda inner, _run: _resumed(inner, state))
+    compressor = _compressor_for(eng, run, lambda inner, _run: _resumed(inner, state))
     coordinator = AgentContextCompressionCoordinator(
         eng.states,
         agent.compression_trigger,

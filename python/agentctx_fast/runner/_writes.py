@@ -16,7 +16,7 @@ HeldResult = tuple[ToolMessage, ToolOutcome]
 """A tool call's result message and the outcome it was made from."""
 
 
-async def keep(eng: Engine, run: TurnRun, messages: list[Message]) -> None:
+async def _keep(eng: Engine, run: TurnRun, messages: list[Message]) -> None:
     """Store ``messages`` (one atomic write when there are several) and keep them, with no
     event (store calls only)."""
     if run.memory is not None:
@@ -28,12 +28,12 @@ async def keep(eng: Engine, run: TurnRun, messages: list[Message]) -> None:
 
 
 async def append(eng: Engine, run: TurnRun, message: Message) -> None:
-    await append_all(eng, run, [message])
+    await _append_all(eng, run, [message])
 
 
-async def append_all(eng: Engine, run: TurnRun, messages: list[Message]) -> None:
+async def _append_all(eng: Engine, run: TurnRun, messages: list[Message]) -> None:
     """Store ``messages`` (one atomic write when there are several) and keep them."""
-    await keep(eng, run, messages)
+    await _keep(eng, run, messages)
     for message in messages:
         if isinstance(message, ToolMessage):
             await run.io.emit(ToolResultEvent(message))
@@ -53,7 +53,7 @@ def result_message(run: TurnRun, call_id: str, tool_name: str, outcome: ToolOutc
 async def store_result(eng: Engine, run: TurnRun, result: HeldResult, *, emit: bool = True) -> None:
     """Store a tool result; then its `ToolResultEvent` goes out and it is counted, unless
     not ``emit`` (store calls only: the caller then calls `emit_result`)."""
-    await keep(eng, run, [result[0]])
+    await _keep(eng, run, [result[0]])
     if emit:
         await emit_result(eng, run, result)
 
@@ -107,4 +107,4 @@ async def answer_calls(eng: Engine, run: TurnRun, text: str) -> None:
             turn_id=run.turn_id,
         )
     )
-    await append_all(eng, run, closing)  # one write: the protocol is whole or unchanged
+    await _append_all(eng, run, closing)  # one write: the protocol is whole or unchanged
