@@ -13,6 +13,7 @@ from agentctx_fast.stores.turns import AgentTurnSnapshot
 
 
 def memory_of(eng: Engine, conversation_id: str) -> AsyncChatMemory:
+    """The chat memory of ``conversation_id`` (`InvalidArgumentError` without a provider)."""
     if eng.provider is None:
         raise InvalidArgumentError(
             "this runner has no chat memory: give it a store or a chat_memory_provider, "
@@ -34,7 +35,7 @@ async def history(
     asks for what this conversation's reach was after this runner last read or wrote it,
     plus a small margin."""
     known = eng.reach.get(conversation_id)
-    history, _ = await read_history(
+    tail, _ = await read_history(
         memory,
         max_attached_turns=agent.max_attached_turns,
         max_attached_messages=agent.max_attached_messages,
@@ -44,8 +45,8 @@ async def history(
         current_stored=current_stored,
         first_page=None if known is None else known + _REACH_MARGIN,
     )
-    remember_reach(eng, conversation_id, len(history))
-    return history
+    remember_reach(eng, conversation_id, len(tail))
+    return tail
 
 
 async def split_turn(

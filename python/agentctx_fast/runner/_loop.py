@@ -39,6 +39,9 @@ async def drive(
     *,
     interrupted: bool = False,
 ) -> AgentTurn:
+    """Drive ``run`` to its end: first an interrupted step finished, or a resume's
+    ``decisions`` recorded, then the loop. Whatever stops it, the turn is closed (or left to
+    expire, when closing fails) and its lease freed or dropped."""
     if run.io.span is not None and eng.tracing is not None:
         eng.tracing.turn_started(run.io.span, len(run.history))
     try:
