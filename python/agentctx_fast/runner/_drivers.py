@@ -1,20 +1,71 @@
-"""What both runners' constructors share: checking the store or memory provider they get."""
+"""What both runners share: their construction (checking the store or memory provider they get,
+and making the turn engine's parts), written once; `AgentRunner` and `AsyncAgentRunner` differ
+only in how they drive the engine's coroutines."""
 
 from __future__ import annotations
 
 import inspect
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
+from agentctx_fast.coordinator import InMemoryCompressionStateStore, awaitable_state_store
 from agentctx_fast.errors import InvalidArgumentError
+from agentctx_fast.memory import AsyncChatMemory, ChatMemory, awaitable_memory
 from agentctx_fast.metrics import AgentMetrics
+from agentctx_fast.runner._engine import Engine
 from agentctx_fast.runner._leases import LeaseKeeper
 from agentctx_fast.runner._state import check_lease_seconds
-from agentctx_fast.stores.turns import AsyncAgentTurnStore
+from agentctx_fast.stores._bridge import awaitable_turn_store
+from agentctx_fast.stores.turns import InMemoryAgentTurnStore
+
+if TYPE_CHECKING:
+    from agentctx_fast.otel import OtelTracing
 
 Clock = Callable[[], float]
 DEFAULT_CLOCK: Clock = time.time
+
+StoreT = TypeVar("StoreT")
+ProviderT = TypeVar("ProviderT")
+TurnStoreT = TypeVar("TurnStoreT")
+
+
+class Runner(Generic[StoreT, ProviderT, TurnStoreT]):
+    """A runner's construction; ``blocking`` says which kind of stores it takes."""
+
+    blocking: ClassVar[bool]
+    turn_store: TurnStoreT
+
+    def __init__(
+        self,
+        store: StoreT | None = None,
+        chat_memory_provider: ProviderT | None = None,
+        *,
+        metrics: AgentMetrics | None = None,
+        tracing: OtelTracing | None = None,
+        lease_seconds: float = 30.0,
+        clock: Clock = DEFAULT_CLOCK,
+    ) -> None:
+        blocking = self.blocking
+        provider, turn_store = store_parts(store, chat_memory_provider, want_async=not blocking)
+        # the runner's own turn store (blocking or async), and the async view the engine uses
+        if blocking:
+            public: Any = turn_store or InMemoryAgentTurnStore()
+            turns = awaitable_turn_store(public)
+        else:
+            public = turns = turn_store or awaitable_turn_store(InMemoryAgentTurnStore())
+        self.turn_store = public
+        seconds = check_lease_seconds(lease_seconds)
+        self._keeper = LeaseKeeper(turns, seconds, clock, threaded=blocking)
+        states = awaitable_state_store(
+            store.compression_state_store()  # type: ignore[attr-defined]
+            if store is not None and callable(getattr(store, "compression_state_store", None))
+            else InMemoryCompressionStateStore()
+        )
+        self._engine = Engine(
+            None if provider is None else _memories(provider, blocking), turns, states,
+            self._keeper, seconds, clock, metrics, tracing, store_label(store),
+        )  # fmt: skip
 
 
 def store_parts(store: Any, chat_memory_provider: Any, *, want_async: bool) -> tuple[Any, Any]:
@@ -45,14 +96,22 @@ def store_label(store: object) -> str:
     return "none" if store is None else type(store).__name__
 
 
-def new_keeper(
-    keeper_type: type[LeaseKeeper],
-    turn_store: AsyncAgentTurnStore,
-    lease_seconds: object,
-    clock: Clock,
-) -> tuple[LeaseKeeper, float]:
-    seconds = check_lease_seconds(lease_seconds)
-    return keeper_type(turn_store, seconds, clock), seconds
+def _memories(provider: Any, blocking: bool) -> Callable[[str], AsyncChatMemory]:
+    """The engine's memory of a conversation: the provider's, checked to be the runner's
+    kind (an async view of a blocking one)."""
+    kind, name = (
+        (ChatMemory, "a ChatMemory") if blocking else (AsyncChatMemory, "an AsyncChatMemory")
+    )
+
+    def locate(conversation_id: str) -> AsyncChatMemory:
+        memory = provider(conversation_id)
+        if not isinstance(memory, kind):
+            raise InvalidArgumentError(
+                f"chat_memory_provider returned {type(memory).__name__}, not {name}"
+            )
+        return awaitable_memory(memory) if blocking else memory  # type: ignore[arg-type,return-value]
+
+    return locate
 
 
-__all__ = ["DEFAULT_CLOCK", "AgentMetrics", "Clock", "new_keeper", "store_label", "store_parts"]
+__all__ = ["DEFAULT_CLOCK", "AgentMetrics", "Clock", "Runner", "store_label", "store_parts"]

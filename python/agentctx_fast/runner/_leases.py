@@ -1,7 +1,10 @@
 """Keeps the leases of a runner's running turns alive while a long model or tool call runs.
 
-The renewal is written once (`LeaseKeeper.renew`, awaited by the turn loop); what renews in
-the background is a daemon thread for `AgentRunner` and an asyncio task for `AsyncAgentRunner`.
+One keeper and one renewal loop (`LeaseKeeper._renewing`) for both runners: the turn loop
+awaits `LeaseKeeper.renew` itself before each model call, and between those the loop renews in
+the background, on a daemon thread for `AgentRunner` (whose stores answer at once, so the loop
+is driven by `run_sync` there) and as an asyncio task for `AsyncAgentRunner`. Only how the
+loop waits between rounds, and where it runs, differ.
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from agentctx_fast._sync import run_sync
@@ -37,17 +40,27 @@ class HeldLease:
 
 
 class LeaseKeeper:
-    """The leases a runner holds, renewed a third of the way to expiry in the background."""
+    """The leases a runner holds, renewed a third of the way to expiry in the background:
+    on a daemon thread when ``threaded`` (a blocking runner), else as a task on the running
+    event loop. The background renewer runs while leases are held and stops when none is."""
 
     def __init__(
-        self, turn_store: AsyncAgentTurnStore, lease_seconds: float, clock: Callable[[], float]
+        self,
+        turn_store: AsyncAgentTurnStore,
+        lease_seconds: float,
+        clock: Callable[[], float],
+        *,
+        threaded: bool,
     ) -> None:
         self._turn_store = turn_store
         self._lease_seconds = lease_seconds
         self._clock = clock
+        self._threaded = threaded
         self._held: dict[tuple[str, str], HeldLease] = {}
         self._lock = threading.Lock()
         self._closed = False
+        self._wake = threading.Event()  # set by `close`: the thread stops waiting
+        self._renewer: threading.Thread | asyncio.Task[None] | None = None
 
     def hold(self, conversation_id: str, turn_id: str, owner: str) -> HeldLease:
         return self.keep(HeldLease(conversation_id, turn_id, owner, self._clock()))
@@ -82,15 +95,52 @@ class LeaseKeeper:
         lease.renewed_at = now
 
     def close(self) -> None:
+        """Stop renewing (turns still running stop renewing)."""
         self._closed = True
+        self._wake.set()
+        renewer = self._renewer
+        if isinstance(renewer, asyncio.Task):
+            renewer.cancel()
 
     def _start(self) -> None:
         """Start the background renewer if it is not running (called under the lock)."""
-        raise NotImplementedError
+        renewer = self._renewer
+        if self._threaded:
+            if renewer is None:
+                wait = _thread_wait(self._wake)
+                self._renewer = threading.Thread(
+                    target=run_sync,
+                    args=(self._renewing(wait),),
+                    name="agentctx-lease-keeper",
+                    daemon=True,
+                )
+                self._renewer.start()
+            return
+        loop = asyncio.get_running_loop()
+        # A runner used from a new event loop (its old one closed) starts a task on it.
+        if (
+            not isinstance(renewer, asyncio.Task)
+            or renewer.done()
+            or renewer.get_loop() is not loop
+        ):
+            self._renewer = loop.create_task(self._renewing(_task_wait))
 
-    def _idle(self) -> bool:
-        """True when no lease is held (the renewer then stops; called under the lock)."""
-        return not self._held or self._closed
+    async def _renewing(self, wait: Callable[[float], Awaitable[bool]]) -> None:
+        """The renewal loop: every sixth of the lease, renew the leases due, until none is
+        held (the next `keep` starts a new renewer) or the keeper is closed. ``wait(seconds)``
+        is awaited between rounds; it returns True once the keeper is closed."""
+        while not await wait(self._lease_seconds / 6):
+            with self._lock:
+                if not self._held or self._closed:
+                    self._renewer = None  # under the lock: a `keep` now starts a new renewer
+                    return
+            for lease in self._due():
+                try:
+                    await self.renew(lease)
+                except Exception as error:  # a custom store's failure too: try next round
+                    _renewal_failed(lease, error)
+        with self._lock:
+            self._renewer = None  # closed: nothing starts another
 
     def _due(self) -> list[HeldLease]:
         """The leases to renew now."""
@@ -100,74 +150,16 @@ class LeaseKeeper:
         return [lease for lease in held if self._clock() - lease.renewed_at >= interval]
 
 
-class ThreadLeaseKeeper(LeaseKeeper):
-    """`AgentRunner`'s keeper: one daemon thread while leases are held."""
+def _thread_wait(wake: threading.Event) -> Callable[[float], Awaitable[bool]]:
+    async def wait(seconds: float) -> bool:
+        return wake.wait(seconds)  # on the keeper's own thread: blocking is its job
 
-    def __init__(
-        self, turn_store: AsyncAgentTurnStore, lease_seconds: float, clock: Callable[[], float]
-    ) -> None:
-        super().__init__(turn_store, lease_seconds, clock)
-        self._thread: threading.Thread | None = None
-        self._wake = threading.Event()
-
-    def _start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._run, name="agentctx-lease-keeper", daemon=True
-            )
-            self._thread.start()
-
-    def close(self) -> None:
-        super().close()
-        self._wake.set()
-
-    def _run(self) -> None:
-        while not self._wake.wait(self._lease_seconds / 6):
-            with self._lock:
-                if self._idle():  # the next `hold` starts a new thread
-                    self._thread = None
-                    return
-            for lease in self._due():
-                try:
-                    run_sync(self.renew(lease))
-                except Exception as error:  # a custom store's failure too: try next round
-                    _renewal_failed(lease, error)
-        with self._lock:
-            self._thread = None
+    return wait
 
 
-class TaskLeaseKeeper(LeaseKeeper):
-    """`AsyncAgentRunner`'s keeper: one task on the running event loop while leases are held."""
-
-    def __init__(
-        self, turn_store: AsyncAgentTurnStore, lease_seconds: float, clock: Callable[[], float]
-    ) -> None:
-        super().__init__(turn_store, lease_seconds, clock)
-        self._task: asyncio.Task[None] | None = None
-
-    def _start(self) -> None:
-        loop = asyncio.get_running_loop()
-        # A runner used from a new event loop (its old one closed) starts a task on it.
-        if self._task is None or self._task.done() or self._task.get_loop() is not loop:
-            self._task = loop.create_task(self._run())
-
-    def close(self) -> None:
-        super().close()
-        if self._task is not None:
-            self._task.cancel()
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._lease_seconds / 6)
-            with self._lock:
-                if self._idle():  # the next `hold` starts a new task
-                    self._task = None
-                    return
-            for lease in self._due():
-                try:
-                    await self.renew(lease)
-                except Exception as error:  # a custom store's failure too: try next round
-                    _renewal_failed(lease, error)
+async def _task_wait(seconds: float) -> bool:
+    await asyncio.sleep(seconds)  # `close` cancels the task
+    return False
 
 
 def _renewal_failed(lease: HeldLease, error: Exception) -> None:

@@ -13,13 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agentctx_fast._backend import core
-from agentctx_fast.agent import Agent
-from agentctx_fast.errors import InvalidArgumentError, TurnNotFoundError, TurnStateError
 from agentctx_fast.memory import AsyncChatMemory
 from agentctx_fast.messages import AiMessage, Message, ToolMessage
-from agentctx_fast.runner._state import EngineState, check_turn_id
-from agentctx_fast.stores.turns import AgentTurnSnapshot
-from agentctx_fast.turns import TurnStatus
 
 _FIRST_PAGE_MIN = 64
 # Past what a conversation's reach was when this runner last read or wrote it: the message
@@ -116,83 +111,3 @@ def _least_size(turn: Sequence[Message], compactable: bool) -> int:
         return 0
     size = sum(1 for m in turn if m.model_visible and not isinstance(m, ToolMessage))
     return min(size, 2) if compactable and call_ids else size
-
-
-class HistoryReads(EngineState):
-    """Reads a conversation's memory and turn records for the loop (a part of `TurnEngine`)."""
-
-    def _memory(self, conversation_id: str) -> AsyncChatMemory:
-        if self._provider is None:
-            raise InvalidArgumentError(
-                "this runner has no chat memory: give it a store or a chat_memory_provider, "
-                "or use run_history"
-            )
-        return self._provider(conversation_id)
-
-    async def _history(
-        self,
-        agent: Agent,
-        memory: AsyncChatMemory,
-        conversation_id: str,
-        must_include: str | None = None,
-        *,
-        current_stored: bool = True,
-    ) -> list[Message]:
-        """The history a window of ``agent`` reaches, read in about one page: the first read
-        asks for what this conversation's reach was after this runner last read or wrote it,
-        plus a small margin."""
-        known = self._reach.get(conversation_id)
-        history, _ = await read_history(
-            memory,
-            max_attached_turns=agent.max_attached_turns,
-            max_attached_messages=agent.max_attached_messages,
-            compact=agent.compact_completed_tool_turns,
-            keep_recent_turns=agent.compression_keep_recent_turns,
-            must_include=must_include,
-            current_stored=current_stored,
-            first_page=None if known is None else known + _REACH_MARGIN,
-        )
-        self._remember_reach(conversation_id, len(history))
-        return history
-
-    async def _split_turn(
-        self,
-        agent: Agent | None,
-        memory: AsyncChatMemory,
-        snapshot: AgentTurnSnapshot,
-        *,
-        missing_ok: bool = False,
-    ) -> tuple[list[Message], list[Message]]:
-        """The history before a stored turn, and the turn's own messages (its tail). A turn
-        whose first message is not stored (its process stopped between recording the turn
-        and storing the user message) has none when ``missing_ok``."""
-        first = snapshot.message_ids[0] if snapshot.message_ids else None
-        collected = (
-            await self._history(agent, memory, snapshot.conversation_id, first)
-            if agent is not None
-            else (await read_history(
-                memory, max_attached_turns=1, max_attached_messages=0, compact=False,
-                keep_recent_turns=0, must_include=first,
-            ))[0]
-        )  # fmt: skip
-        start = next((i for i, msg in enumerate(collected) if msg.message_id == first), None)
-        if start is None and missing_ok and all(m.turn_id != snapshot.turn_id for m in collected):
-            return collected, []
-        if start is None:
-            raise TurnStateError(
-                f"turn {snapshot.turn_id!r}: its first message {first!r} is not in chat memory"
-            )
-        return collected[:start], collected[start:]
-
-    async def _load(self, conversation_id: str, turn_id: str) -> AgentTurnSnapshot:
-        check_turn_id(turn_id)
-        snapshot = await self.turn_store.load_turn(conversation_id, turn_id)
-        if snapshot is None:
-            raise TurnNotFoundError(f"conversation {conversation_id!r} has no turn {turn_id!r}")
-        return snapshot
-
-    async def _suspended(self, conversation_id: str, turn_id: str) -> AgentTurnSnapshot:
-        snapshot = await self._load(conversation_id, turn_id)
-        if snapshot.status is not TurnStatus.SUSPENDED:
-            raise TurnStateError(f"turn {turn_id!r} is {snapshot.status.value}, not suspended")
-        return snapshot

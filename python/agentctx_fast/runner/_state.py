@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from agentctx_fast import metrics as m
 from agentctx_fast._ids import check_identifier
 from agentctx_fast.agent import Agent, AgentTurn
+from agentctx_fast.compressors import IncrementalCompressor
 from agentctx_fast.coordinator import AsyncAgentContextCompressionStateStore
 from agentctx_fast.errors import InvalidArgumentError, InvalidMessageTypeError, TurnStateError
 from agentctx_fast.memory import AsyncChatMemory, check_messages
 from agentctx_fast.messages import AiMessage, Message, UserMessage
 from agentctx_fast.metrics import AgentMetrics
-from agentctx_fast.runner._io import AsyncTurnIO, BlockingTurnIO
+from agentctx_fast.runner._io import AsyncTurnIO, BlockingTurnIO, Cancelled
 from agentctx_fast.runner._leases import HeldLease, LeaseKeeper
 from agentctx_fast.stores._common import shared_port
 from agentctx_fast.stores.turns import (
@@ -44,6 +45,10 @@ Observation = tuple[str, float, Mapping[str, str]]
 """A metric observed: its name, value and labels."""
 
 
+class LeaseLost(Exception):
+    """Another process took this turn's expired lease over: stop writing."""
+
+
 @dataclass(slots=True)
 class TurnRun:
     """The mutable state of a turn while this process drives it."""
@@ -61,10 +66,10 @@ class TurnRun:
     decisions: dict[str, bool] = field(default_factory=dict)
     # The lease this run's writes are made under (SPEC §20): set with `fence`.
     fence: Fence | None = None
-    # Calls this process recorded as started (`_record_started`) but has not invoked yet.
+    # Calls this process recorded as started (`record_started`) but has not invoked yet.
     not_started: set[str] = field(default_factory=set)
-    # During a unit of store I/O (`EngineState._together`): the clock's reading taken before
-    # it, and the metrics observed in it, recorded once it is over (see `_together`).
+    # During a unit of store I/O (`together`): the clock's reading taken before it, and the
+    # metrics observed in it, recorded once it is over.
     now: float | None = None
     observed: list[Observation] | None = None
 
@@ -73,126 +78,173 @@ _REMEMBERED_REACHES = 65_536
 _CACHED_STATUSES = 65_536
 
 
-class EngineState:
-    """What every part of the turn engine reads: the stores, the lease keeper, the options."""
+@dataclass(slots=True, eq=False)
+class Engine:
+    """What every turn function reads besides its turn: the runner's stores, its lease keeper
+    and options, and the bounded caches its turns share (a runner has one)."""
 
+    provider: Callable[[str], AsyncChatMemory] | None
     turn_store: AsyncAgentTurnStore
-    _states: AsyncAgentContextCompressionStateStore
-    _provider: Callable[[str], AsyncChatMemory] | None
-    _keeper: LeaseKeeper
-    _lease_seconds: float
-    _clock: Callable[[], float]
-    _metrics: AgentMetrics | None
-    _tracing: OtelTracing | None
-    _store_name: str  # the ``store`` label of `m.STORE_OPERATION_SECONDS`
-    _reach: OrderedDict[str, int]  # per conversation: messages its next history read needs
+    states: AsyncAgentContextCompressionStateStore
+    keeper: LeaseKeeper
+    lease_seconds: float
+    clock: Callable[[], float]
+    metrics: AgentMetrics | None
+    tracing: OtelTracing | None = None
+    store_name: str = "none"  # the ``store`` label of `m.STORE_OPERATION_SECONDS`
+    # per conversation: messages its next history read needs
+    reach: OrderedDict[str, int] = field(default_factory=OrderedDict)
     # per (conversation, turn): a recorded status that never changes again (None: no record)
-    _status_cache: OrderedDict[tuple[str, str], TurnStatus | None]
-    _caches_lock: threading.Lock  # guards the bounded caches above and in `WindowBuilding`
+    status_cache: OrderedDict[tuple[str, str], TurnStatus | None] = field(
+        default_factory=OrderedDict
+    )
+    # per (compressor, conversation): this process's running summary (`_windows`)
+    summaries: OrderedDict[tuple[IncrementalCompressor, str], IncrementalCompressor] = field(
+        default_factory=OrderedDict
+    )
+    caches_lock: threading.Lock = field(default_factory=threading.Lock)  # guards the caches
 
-    async def _together(
-        self, run: TurnRun, action: str, work: Callable[[], Coroutine[Any, Any, T]]
-    ) -> T:
-        """``work()``, whose awaits are calls of this turn's turn store and chat memory only
-        (no model, tool, event or task), as one unit of I/O when both are handles of one
-        database store that can: on the async SQLite store, one worker-thread hop instead of
-        one per call. Each call is still the store's own (its statement, its
-        transaction); a unit is not a transaction.
 
-        A unit may run on another thread, outside the caller's context, so no callable of the
-        user's runs in it, whatever the store (one behaviour): the clock is read once before
-        it (`_now`), and the metrics it observes (`_observe`) are recorded after it, on the
-        caller's side, in order. A serializer of the user's makes the store offer no unit
-        (`shared_port`). (SQLAlchemy event listeners on the store's engine are the engine's,
-        not the runner's: on the async SQLite store they see its statements on the connection's
-        thread, as a blocking engine's do, in a copy of the caller's context.) A turn without
-        a chat memory (``run_history``) has no store work:
-        its ``work()`` runs as it is, with no unit and no clock reading."""
-        if run.memory is None:
-            return await work()
-        port = shared_port(self.turn_store, run.memory)
-        run.now = self._clock()
-        observed: list[Observation] = []
-        run.observed = observed
-        try:
-            if port is None:
-                result = await work()
-            else:
-                result = await port.together(action, work)
-        except BaseException:
-            self._recorded(observed, quiet=True)  # the unit's own failure goes on
-            raise
-        finally:
-            run.now = run.observed = None
-        self._recorded(observed)
-        return result
+async def together(
+    eng: Engine, run: TurnRun, action: str, work: Callable[[], Coroutine[Any, Any, T]]
+) -> T:
+    """``work()``, whose awaits are calls of this turn's turn store and chat memory only
+    (no model, tool, event or task), as one unit of I/O when both are handles of one
+    database store that can: on the async SQLite store, one worker-thread hop instead of
+    one per call. Each call is still the store's own (its statement, its
+    transaction); a unit is not a transaction.
 
-    async def _timed(self, run: TurnRun, operation: str, call: Awaitable[T]) -> T:
-        """``await call``, a store call of ``run``, timed as `m.STORE_OPERATION_SECONDS` when
-        a metrics hook is set (inside a unit of store I/O, recorded once it is over)."""
-        if self._metrics is None:
-            return await call
-        labels = {"operation": operation, "store": self._store_name}
-        started = time.perf_counter()
-        try:
-            result = await call
-        except BaseException:
-            try:  # the store's error goes on, whatever the sink does
-                self._observe(run, m.STORE_OPERATION_SECONDS, time.perf_counter() - started, labels)
-            except Exception:
-                pass
-            raise
-        self._observe(run, m.STORE_OPERATION_SECONDS, time.perf_counter() - started, labels)
-        return result
-
-    def _now(self, run: TurnRun) -> float:
-        """The clock's reading: inside a unit of store I/O, the one taken before it."""
-        return self._clock() if run.now is None else run.now
-
-    def _observe(self, run: TurnRun, metric: str, value: float, labels: Mapping[str, str]) -> None:
-        """Record a metric of ``run``; inside a unit of store I/O, once the unit is over."""
-        if self._metrics is None:
-            return
-        if run.observed is not None:
-            run.observed.append((metric, value, labels))
+    A unit may run on another thread, outside the caller's context, so no callable of the
+    user's runs in it, whatever the store (one behaviour): the clock is read once before
+    it (`current_time`), and the metrics it observes (`observe`) are recorded after it, on the
+    caller's side, in order. A serializer of the user's makes the store offer no unit
+    (`shared_port`). (SQLAlchemy event listeners on the store's engine are the engine's,
+    not the runner's: on the async SQLite store they see its statements on the connection's
+    thread, as a blocking engine's do, in a copy of the caller's context.) A turn without
+    a chat memory (``run_history``) has no store work:
+    its ``work()`` runs as it is, with no unit and no clock reading."""
+    if run.memory is None:
+        return await work()
+    port = shared_port(eng.turn_store, run.memory)
+    run.now = eng.clock()
+    observed: list[Observation] = []
+    run.observed = observed
+    try:
+        if port is None:
+            result = await work()
         else:
-            self._metrics.record(metric, value, labels)
+            result = await port.together(action, work)
+    except BaseException:
+        _recorded(eng, observed, quiet=True)  # the unit's own failure goes on
+        raise
+    finally:
+        run.now = run.observed = None
+    _recorded(eng, observed)
+    return result
 
-    def _recorded(self, observed: list[Observation], *, quiet: bool = False) -> None:
-        """The metrics a unit observed, recorded in order; with ``quiet`` (the unit failed),
-        a failing metrics sink does not replace the unit's error."""
-        if self._metrics is None:
-            return
-        for metric, value, labels in observed:
-            if not quiet:
-                self._metrics.record(metric, value, labels)
-                continue
-            try:
-                self._metrics.record(metric, value, labels)
-            except Exception:
-                pass
 
-    def _remember_status(
-        self, conversation_id: str, turn_id: str, status: TurnStatus | None
-    ) -> None:
-        """Remember a turn's recorded status once it can no longer change (a final status, or
-        no record at all); an open one is asked again next time."""
-        if status in OPEN_STATUSES:
-            return
-        with self._caches_lock:
-            self._status_cache[(conversation_id, turn_id)] = status
-            if len(self._status_cache) > _CACHED_STATUSES:
-                self._status_cache.popitem(last=False)
+async def timed(eng: Engine, run: TurnRun, operation: str, call: Awaitable[T]) -> T:
+    """``await call``, a store call of ``run``, timed as `m.STORE_OPERATION_SECONDS` when
+    a metrics hook is set (inside a unit of store I/O, recorded once it is over)."""
+    if eng.metrics is None:
+        return await call
+    labels = {"operation": operation, "store": eng.store_name}
+    started = time.perf_counter()
+    try:
+        result = await call
+    except BaseException:
+        try:  # the store's error goes on, whatever the sink does
+            observe(eng, run, m.STORE_OPERATION_SECONDS, time.perf_counter() - started, labels)
+        except Exception:
+            pass
+        raise
+    observe(eng, run, m.STORE_OPERATION_SECONDS, time.perf_counter() - started, labels)
+    return result
 
-    def _remember_reach(self, conversation_id: str, size: int) -> None:
-        """Remember that a window over ``conversation_id`` reaches about ``size`` messages
-        back: what its last history read kept, or that plus the turn this runner just stored
-        (the next turn's history holds it)."""
-        with self._caches_lock:  # the blocking runner serves many threads
-            self._reach[conversation_id] = size
-            self._reach.move_to_end(conversation_id)
-            if len(self._reach) > _REMEMBERED_REACHES:
-                self._reach.popitem(last=False)
+
+def current_time(eng: Engine, run: TurnRun) -> float:
+    """The clock's reading: inside a unit of store I/O, the one taken before it."""
+    return eng.clock() if run.now is None else run.now
+
+
+def observe(
+    eng: Engine, run: TurnRun, metric: str, value: float, labels: Mapping[str, str]
+) -> None:
+    """Record a metric of ``run``; inside a unit of store I/O, once the unit is over."""
+    if eng.metrics is None:
+        return
+    if run.observed is not None:
+        run.observed.append((metric, value, labels))
+    else:
+        eng.metrics.record(metric, value, labels)
+
+
+def _recorded(eng: Engine, observed: list[Observation], *, quiet: bool = False) -> None:
+    """The metrics a unit observed, recorded in order; with ``quiet`` (the unit failed),
+    a failing metrics sink does not replace the unit's error."""
+    if eng.metrics is None:
+        return
+    for metric, value, labels in observed:
+        if not quiet:
+            eng.metrics.record(metric, value, labels)
+            continue
+        try:
+            eng.metrics.record(metric, value, labels)
+        except Exception:
+            pass
+
+
+def remember_status(
+    eng: Engine, conversation_id: str, turn_id: str, status: TurnStatus | None
+) -> None:
+    """Remember a turn's recorded status once it can no longer change (a final status, or
+    no record at all); an open one is asked again next time."""
+    if status in OPEN_STATUSES:
+        return
+    with eng.caches_lock:
+        eng.status_cache[(conversation_id, turn_id)] = status
+        if len(eng.status_cache) > _CACHED_STATUSES:
+            eng.status_cache.popitem(last=False)
+
+
+def remember_reach(eng: Engine, conversation_id: str, size: int) -> None:
+    """Remember that a window over ``conversation_id`` reaches about ``size`` messages
+    back: what its last history read kept, or that plus the turn this runner just stored
+    (the next turn's history holds it)."""
+    with eng.caches_lock:  # the blocking runner serves many threads
+        eng.reach[conversation_id] = size
+        eng.reach.move_to_end(conversation_id)
+        if len(eng.reach) > _REMEMBERED_REACHES:
+            eng.reach.popitem(last=False)
+
+
+async def check_lease(eng: Engine, run: TurnRun, *, ask: bool = False) -> None:
+    """`LeaseLost` if another process took this turn's lease over: this runner then
+    writes nothing more. The server is asked (a renewal, which also brings a cancel
+    requested from another process) when ``ask``, or once a tenth of the lease has gone
+    by since the last renewal, so a slow model, tool or compressor is always followed by
+    a check."""
+    lease = run.lease
+    if lease is None:
+        return
+    if ask or current_time(eng, run) - lease.renewed_at >= eng.lease_seconds / 10:
+        await eng.keeper.renew(lease, run.now)  # in a unit: the reading taken before it
+    if lease.lost.is_set():
+        raise LeaseLost
+
+
+async def checkpoint(eng: Engine, run: TurnRun) -> None:
+    """The lease is still this runner's and the turn was not cancelled (before a model or
+    tool call, and before a failure is recorded)."""
+    await check_lease(eng, run)
+    check_cancel(run)
+
+
+def check_cancel(run: TurnRun) -> None:
+    """`Cancelled` once the turn was cancelled (here, through the store by another
+    process as of the last renewal, or by cancelling the task that awaits it)."""
+    if run.io.cancelled or (run.lease is not None and run.lease.cancel.is_set()):
+        raise Cancelled
 
 
 def fence(run: TurnRun, owner: str) -> None:
@@ -220,10 +272,6 @@ def log_context(run: TurnRun, tool_call_id: str | None = None) -> dict[str, str 
     if tool_call_id is not None:
         extra["tool_call_id"] = tool_call_id
     return extra
-
-
-class LeaseLost(Exception):
-    """Another process took this turn's expired lease over: stop writing."""
 
 
 def check_agent(agent: object) -> Agent:
@@ -261,29 +309,6 @@ def user_message(message: object, turn_id: str) -> UserMessage:
 
 def check_history(history: Sequence[Message]) -> list[Message]:
     return check_messages(history, "history")
-
-
-def check_approvals(approvals: object, snapshot: AgentTurnSnapshot) -> dict[str, bool]:
-    if not isinstance(approvals, Mapping):
-        raise InvalidArgumentError("approvals must map tool_call_id to True or False")
-    pending = {p.tool_call_id for p in snapshot.pending_approvals}
-    decisions: dict[str, bool] = {}
-    for call_id, approved in approvals.items():
-        if call_id not in pending and call_id in snapshot.decisions:
-            raise TurnStateError(
-                f"turn {snapshot.turn_id!r}: tool call {call_id!r} was already decided "
-                "(the turn was resumed elsewhere)"
-            )
-        if call_id not in pending:
-            raise InvalidArgumentError(
-                f"turn {snapshot.turn_id!r} has no pending approval for tool call {call_id!r}"
-            )
-        if not isinstance(approved, bool):
-            raise InvalidArgumentError(
-                f"approval of tool call {call_id!r} must be True or False, got {approved!r}"
-            )
-        decisions[call_id] = approved
-    return decisions
 
 
 def counted(

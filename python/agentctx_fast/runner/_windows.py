@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 
 from agentctx_fast import metrics as m
 from agentctx_fast._ids import check_identifier
@@ -20,7 +20,6 @@ from agentctx_fast.coordinator import (
     AgentContextCompressionState,
 )
 from agentctx_fast.errors import (
-    AgentCtxError,
     CompressionError,
     CompressionStateConflictError,
     CompressorOutputError,
@@ -30,7 +29,14 @@ from agentctx_fast.errors import (
 )
 from agentctx_fast.memory import AsyncChatMemory
 from agentctx_fast.messages import AiMessage, Message
-from agentctx_fast.runner._state import EngineState, TurnRun, counted, log_context
+from agentctx_fast.runner._state import (
+    Engine,
+    TurnRun,
+    counted,
+    log_context,
+    remember_status,
+    together,
+)
 from agentctx_fast.stores.turns import AgentTurnSnapshot
 from agentctx_fast.turns import TurnStatus, segment_turns
 from agentctx_fast.window import AgentContextCompressor, ContextWindow, build_window_with
@@ -52,195 +58,198 @@ _CACHED_SUMMARIES = 1_024
 _PAGE = 256
 
 
-class WindowBuilding(EngineState):
-    """Builds each model call's window (a part of `TurnEngine`)."""
-
-    _summaries: OrderedDict[tuple[IncrementalCompressor, str], IncrementalCompressor]
-
-    async def _window(self, run: TurnRun) -> ContextWindow:
-        agent = run.agent
-        labels = {"agent": agent.name}
-        statuses = await self._turn_statuses(run)
-        timeline = [*run.history, *run.messages]
-        try:
-            if agent.context_compressor is None:
-                window = _build(agent, timeline, None, statuses)
-            elif agent.compression_trigger is not None and run.conversation_id is not None:
-                coordinated = await self._coordinated(run, timeline)
-                window = _build(agent, coordinated, None, statuses)
-            else:
-                compressor = self._compressor_for(run, self._summary_keeper)
-                try:
-                    window = await run.io.offload(_build, agent, timeline, compressor, statuses)
-                except CompressionError as error:
-                    if not isinstance(error.__cause__, CoveredMessageNotFoundError):
-                        raise
-                    # The window's older turns moved past this conversation's running summary
-                    # (a heavy turn attached fewer of them): start a new summary of them.
-                    self._forget_summary(run)
-                    compressor = self._compressor_for(run, self._summary_keeper)
-                    window = await run.io.offload(_build, agent, timeline, compressor, statuses)
-        except COMPRESSION_FAILURES as error:
-            if self._metrics is not None:
-                self._metrics.record(m.COMPRESSOR_FAILURES, 1, labels)
-            if agent.on_compression_error != "uncompressed":
-                raise
-            log.warning(
-                "agent %r, conversation %r, turn %r: compression failed (%s: %s); the model "
-                "call goes ahead without it",
-                agent.name, run.conversation_id, run.turn_id, type(error).__name__, error,
-                extra=log_context(run),
-            )  # fmt: skip
+async def window_for(eng: Engine, run: TurnRun) -> ContextWindow:
+    agent = run.agent
+    labels = {"agent": agent.name}
+    statuses = await _turn_statuses(eng, run)
+    timeline = [*run.history, *run.messages]
+    try:
+        if agent.context_compressor is None:
             window = _build(agent, timeline, None, statuses)
-        if window.repairs:
-            log.debug(
-                "turn %r: the window repaired %d tool-protocol violation(s) of the history",
-                run.turn_id, len(window.repairs), extra=log_context(run),
-            )  # fmt: skip
-        if self._metrics is not None:
-            record = self._metrics.record
-            record(m.WINDOW_MESSAGES, len(window.messages), labels)
-            record(m.WINDOW_TOKENS, window.estimated_tokens, labels)
-            record(m.WINDOW_DROPPED_TURNS, window.dropped_turns, labels)
-            record(m.WINDOW_COMPACTED_TURNS, window.compacted_turns, labels)
-        return window
-
-    def _observe_reply(
-        self, run: TurnRun, window: ContextWindow, reply: object, started: float
-    ) -> None:
-        """Model latency and the usage the model reported (with the window's estimate ratio);
-        a `CalibratedTokenEstimator` of the agent learns from the reported prompt tokens."""
-        usage = getattr(reply, "usage", None) if isinstance(reply, AiMessage) else None
-        prompt = _count(getattr(usage, "prompt_tokens", None))
-        completion = _count(getattr(usage, "completion_tokens", None))
-        estimator = run.agent.token_estimator
-        if prompt and isinstance(estimator, CalibratedTokenEstimator):
-            estimator.observe(estimator.base.estimate(window.messages), prompt)
-        if self._metrics is None:
-            return
-        labels = {"agent": run.agent.name}
-        record = self._metrics.record
-        record(m.MODEL_LATENCY_SECONDS, time.perf_counter() - started, labels)
-        if prompt is not None:
-            record(m.MODEL_PROMPT_TOKENS, prompt, labels)
-            if prompt > 0:
-                record(m.WINDOW_ESTIMATE_RATIO, window.estimated_tokens / prompt, labels)
-        if completion is not None:
-            record(m.MODEL_COMPLETION_TOKENS, completion, labels)
-
-    async def _turn_statuses(self, run: TurnRun) -> dict[str, TurnStatus] | None:
-        """The recorded status of every turn of the window's history the store knows, so a
-        cancelled, failed or suspended turn is never compacted, even with a final answer."""
-        conversation_id = run.conversation_id
-        if conversation_id is None:
-            return None
-        statuses = {run.turn_id: TurnStatus.RUNNING}
-        cache = self._status_cache
-        known: dict[str, TurnStatus | None] = {}
-        for turn_id in dict.fromkeys(msg.turn_id for msg in run.history if msg.turn_id):
-            if turn_id in statuses or not _storable(turn_id):
-                continue
-            known[turn_id] = cache.get((conversation_id, turn_id), _UNKNOWN)
-        unknown = [turn_id for turn_id, status in known.items() if status is _UNKNOWN]
-        if unknown:
-
-            async def load() -> list[AgentTurnSnapshot | None]:
-                return [await self.turn_store.load_turn(conversation_id, t) for t in unknown]
-
-            # all of them as one unit of store I/O (one thread hop on the async SQLite store)
-            snapshots = await self._together(run, "loading turn statuses", load)
-            for turn_id, snapshot in zip(unknown, snapshots, strict=True):
-                # No record: written without the runner, its status is inferred; a record is
-                # made before a turn's first message, so none appears later. A final status
-                # never changes again. Both are kept; an open one is asked again next time.
-                status = None if snapshot is None else snapshot.status
-                self._remember_status(conversation_id, turn_id, status)
-                known[turn_id] = status
-        for turn_id, status in known.items():
-            if status is not None:
-                statuses[turn_id] = status
-        return statuses
-
-    def _compressor_for(
-        self,
-        run: TurnRun,
-        own: Callable[[IncrementalCompressor, TurnRun], IncrementalCompressor],
-    ) -> AgentContextCompressor:
-        """The agent's compressor for this conversation, metrics counted: an incremental one is
-        replaced by ``own(compressor, run)``, so no summary is shared between conversations."""
-        compressor = run.agent.context_compressor
-        assert compressor is not None
-        if isinstance(compressor, IncrementalCompressor):
-            compressor = own(compressor, run)
-        if self._metrics is not None:
-            compressor = counted(compressor, self._metrics, {"agent": run.agent.name})
-        return compressor
-
-    def _forget_summary(self, run: TurnRun) -> None:
-        compressor = run.agent.context_compressor
-        key_id = run.conversation_id or f"turn:{run.turn_id}"
-        with self._caches_lock:
-            self._summaries.pop((compressor, key_id), None)  # type: ignore[arg-type]
-
-    def _summary_keeper(
-        self, compressor: IncrementalCompressor, run: TurnRun
-    ) -> IncrementalCompressor:
-        """Without a trigger: one running summary per conversation, kept in this process."""
-        if run.conversation_id is None:
-            key_id = f"turn:{run.turn_id}"  # an explicit history: one summary for this turn
+        elif agent.compression_trigger is not None and run.conversation_id is not None:
+            coordinated = await _coordinated_messages(eng, run, timeline)
+            window = _build(agent, coordinated, None, statuses)
         else:
-            key_id = run.conversation_id
-        key = (compressor, key_id)
-        with self._caches_lock:  # the blocking runner serves many threads
-            own = self._summaries.get(key)
-            if own is None:
-                own = self._summaries[key] = compressor.fork()
-                if len(self._summaries) > _CACHED_SUMMARIES:
-                    self._summaries.popitem(last=False)
-            else:
-                self._summaries.move_to_end(key)
-            return own
+            compressor = _compressor_for(eng, run, partial(_summary_keeper, eng))
+            try:
+                window = await run.io.offload(_build, agent, timeline, compressor, statuses)
+            except CompressionError as error:
+                if not isinstance(error.__cause__, CoveredMessageNotFoundError):
+                    raise
+                # The window's older turns moved past this conversation's running summary
+                # (a heavy turn attached fewer of them): start a new summary of them.
+                _forget_summary(eng, run)
+                compressor = _compressor_for(eng, run, partial(_summary_keeper, eng))
+                window = await run.io.offload(_build, agent, timeline, compressor, statuses)
+    except COMPRESSION_FAILURES as error:
+        if eng.metrics is not None:
+            eng.metrics.record(m.COMPRESSOR_FAILURES, 1, labels)
+        if agent.on_compression_error != "uncompressed":
+            raise
+        log.warning(
+            "agent %r, conversation %r, turn %r: compression failed (%s: %s); the model "
+            "call goes ahead without it",
+            agent.name, run.conversation_id, run.turn_id, type(error).__name__, error,
+            extra=log_context(run),
+        )  # fmt: skip
+        window = _build(agent, timeline, None, statuses)
+    if window.repairs:
+        log.debug(
+            "turn %r: the window repaired %d tool-protocol violation(s) of the history",
+            run.turn_id, len(window.repairs), extra=log_context(run),
+        )  # fmt: skip
+    if eng.metrics is not None:
+        record = eng.metrics.record
+        record(m.WINDOW_MESSAGES, len(window.messages), labels)
+        record(m.WINDOW_TOKENS, window.estimated_tokens, labels)
+        record(m.WINDOW_DROPPED_TURNS, window.dropped_turns, labels)
+        record(m.WINDOW_COMPACTED_TURNS, window.compacted_turns, labels)
+    return window
 
-    async def _coordinated(self, run: TurnRun, timeline: list[Message]) -> list[Message]:
-        """The saved summary, the older messages it does not cover yet and the protected
-        recent turns; the coordinator compresses first when the agent's trigger fires."""
-        agent = run.agent
-        conversation_id = run.conversation_id
-        memory = run.memory
-        assert conversation_id is not None and agent.compression_trigger is not None
-        segments = segment_turns(timeline)
-        protected = agent.compression_keep_recent_turns + 1  # the current turn too
-        if memory is None or len(segments) <= protected:
-            return timeline
-        boundary = int(segments.starts[len(segments) - protected])
-        recent = timeline[boundary:]
-        state = await self._states.load(conversation_id)
-        covered = None if state is None else state.covered_until_message_id
-        older = await _older(memory, recent[0].message_id, covered)
-        compressible = [message for message in older if message.model_visible]
-        # An incremental compressor continues the persisted summary (saved by any process),
-        # never its in-process state of another conversation.
-        compressor = self._compressor_for(run, lambda inner, _run: _resumed(inner, state))
-        coordinator = AgentContextCompressionCoordinator(
-            self._states,
-            agent.compression_trigger,
-            compressor,
-            agent.window_options.token_estimator,
+
+def observe_reply(
+    eng: Engine, run: TurnRun, window: ContextWindow, reply: object, started: float
+) -> None:
+    """Model latency and the usage the model reported (with the window's estimate ratio);
+    a `CalibratedTokenEstimator` of the agent learns from the reported prompt tokens."""
+    usage = getattr(reply, "usage", None) if isinstance(reply, AiMessage) else None
+    prompt = _count(getattr(usage, "prompt_tokens", None))
+    completion = _count(getattr(usage, "completion_tokens", None))
+    estimator = run.agent.token_estimator
+    if prompt and isinstance(estimator, CalibratedTokenEstimator):
+        estimator.observe(estimator.base.estimate(window.messages), prompt)
+    if eng.metrics is None:
+        return
+    labels = {"agent": run.agent.name}
+    record = eng.metrics.record
+    record(m.MODEL_LATENCY_SECONDS, time.perf_counter() - started, labels)
+    if prompt is not None:
+        record(m.MODEL_PROMPT_TOKENS, prompt, labels)
+        if prompt > 0:
+            record(m.WINDOW_ESTIMATE_RATIO, window.estimated_tokens / prompt, labels)
+    if completion is not None:
+        record(m.MODEL_COMPLETION_TOKENS, completion, labels)
+
+
+async def _turn_statuses(eng: Engine, run: TurnRun) -> dict[str, TurnStatus] | None:
+    """The recorded status of every turn of the window's history the store knows, so a
+    cancelled, failed or suspended turn is never compacted, even with a final answer."""
+    conversation_id = run.conversation_id
+    if conversation_id is None:
+        return None
+    statuses = {run.turn_id: TurnStatus.RUNNING}
+    cache = eng.status_cache
+    known: dict[str, TurnStatus | None] = {}
+    for turn_id in dict.fromkeys(msg.turn_id for msg in run.history if msg.turn_id):
+        if turn_id in statuses or not _storable(turn_id):
+            continue
+        known[turn_id] = cache.get((conversation_id, turn_id), _UNKNOWN)
+    unknown = [turn_id for turn_id, status in known.items() if status is _UNKNOWN]
+    if unknown:
+
+        async def load() -> list[AgentTurnSnapshot | None]:
+            return [await eng.turn_store.load_turn(conversation_id, t) for t in unknown]
+
+        # all of them as one unit of store I/O (one thread hop on the async SQLite store)
+        snapshots = await together(eng, run, "loading turn statuses", load)
+        for turn_id, snapshot in zip(unknown, snapshots, strict=True):
+            # No record: written without the runner, its status is inferred; a record is
+            # made before a turn's first message, so none appears later. A final status
+            # never changes again. Both are kept; an open one is asked again next time.
+            status = None if snapshot is None else snapshot.status
+            remember_status(eng, conversation_id, turn_id, status)
+            known[turn_id] = status
+    for turn_id, status in known.items():
+        if status is not None:
+            statuses[turn_id] = status
+    return statuses
+
+
+def _compressor_for(
+    eng: Engine,
+    run: TurnRun,
+    own: Callable[[IncrementalCompressor, TurnRun], IncrementalCompressor],
+) -> AgentContextCompressor:
+    """The agent's compressor for this conversation, metrics counted: an incremental one is
+    replaced by ``own(compressor, run)``, so no summary is shared between conversations."""
+    compressor = run.agent.context_compressor
+    assert compressor is not None
+    if isinstance(compressor, IncrementalCompressor):
+        compressor = own(compressor, run)
+    if eng.metrics is not None:
+        compressor = counted(compressor, eng.metrics, {"agent": run.agent.name})
+    return compressor
+
+
+def _forget_summary(eng: Engine, run: TurnRun) -> None:
+    compressor = run.agent.context_compressor
+    key_id = run.conversation_id or f"turn:{run.turn_id}"
+    with eng.caches_lock:
+        eng.summaries.pop((compressor, key_id), None)  # type: ignore[arg-type]
+
+
+def _summary_keeper(
+    eng: Engine, compressor: IncrementalCompressor, run: TurnRun
+) -> IncrementalCompressor:
+    """Without a trigger: one running summary per conversation, kept in this process."""
+    if run.conversation_id is None:
+        key_id = f"turn:{run.turn_id}"  # an explicit history: one summary for this turn
+    else:
+        key_id = run.conversation_id
+    key = (compressor, key_id)
+    with eng.caches_lock:  # the blocking runner serves many threads
+        own = eng.summaries.get(key)
+        if own is None:
+            own = eng.summaries[key] = compressor.fork()
+            if len(eng.summaries) > _CACHED_SUMMARIES:
+                eng.summaries.popitem(last=False)
+        else:
+            eng.summaries.move_to_end(key)
+        return own
+
+
+async def _coordinated_messages(
+    eng: Engine, run: TurnRun, timeline: list[Message]
+) -> list[Message]:
+    """The saved summary, the older messages it does not cover yet and the protected
+    recent turns; the coordinator compresses first when the agent's trigger fires."""
+    agent = run.agent
+    conversation_id = run.conversation_id
+    memory = run.memory
+    assert conversation_id is not None and agent.compression_trigger is not None
+    segments = segment_turns(timeline)
+    protected = agent.compression_keep_recent_turns + 1  # the current turn too
+    if memory is None or len(segments) <= protected:
+        return timeline
+    boundary = int(segments.starts[len(segments) - protected])
+    recent = timeline[boundary:]
+    state = await eng.states.load(conversation_id)
+    covered = None if state is None else state.covered_until_message_id
+    older = await _older(memory, recent[0].message_id, covered)
+    compressible = [message for message in older if message.model_visible]
+    # An incremental compressor continues the persisted summary (saved by any process),
+    # never its in-process state of another conversation.
+    compressor = _compressor_for(eng, run, lambda inner, _run: _resumed(inner, state))
+    coordinator = AgentContextCompressionCoordinator(
+        eng.states,
+        agent.compression_trigger,
+        compressor,
+        agent.window_options.token_estimator,
+    )
+
+    async def call(chosen: AgentContextCompressor, inputs: list[Message]) -> list[Message]:
+        return await run.io.offload(run_compressor, chosen, inputs)
+
+    try:
+        result = await coordinator.compress_with(
+            eng.states, conversation_id, compressible, call=call, loaded=state
         )
-
-        async def call(chosen: AgentContextCompressor, inputs: list[Message]) -> list[Message]:
-            return await run.io.offload(run_compressor, chosen, inputs)
-
-        try:
-            result = await coordinator.compress_with(
-                self._states, conversation_id, compressible, call=call, loaded=state
-            )
-        except CompressionStateConflictError:
-            # Another process saved first: reload once and use the winner's summary.
-            result = await coordinator.compress_with(
-                self._states, conversation_id, compressible, allow_compression=False
-            )
-        return [*result.model_messages, *recent]
+    except CompressionStateConflictError:
+        # Another process saved first: reload once and use the winner's summary.
+        result = await coordinator.compress_with(
+            eng.states, conversation_id, compressible, allow_compression=False
+        )
+    return [*result.model_messages, *recent]
 
 
 def _build(
@@ -298,6 +307,3 @@ async def _older(
             raise CoveredMessageNotFoundError(
                 f"message {boundary_id!r} of the current window is not in chat memory"
             )
-
-
-__all__ = ["AgentCtxError", "WindowBuilding"]

@@ -14,36 +14,23 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
+from typing import Any
 
 from agentctx_fast._tasks import wait_uncut
 from agentctx_fast.agent import Agent, AgentTurn
-from agentctx_fast.coordinator import InMemoryCompressionStateStore, awaitable_state_store
-from agentctx_fast.errors import InvalidArgumentError
-from agentctx_fast.memory import AsyncChatMemory, AsyncChatMemoryProvider
+from agentctx_fast.memory import AsyncChatMemoryProvider
 from agentctx_fast.messages import Message, UserMessage
-from agentctx_fast.metrics import AgentMetrics
-from agentctx_fast.runner._drivers import (
-    DEFAULT_CLOCK,
-    Clock,
-    new_keeper,
-    store_label,
-    store_parts,
-)
-from agentctx_fast.runner._engine import TurnEngine
+from agentctx_fast.runner import _engine
+from agentctx_fast.runner._drivers import Runner
 from agentctx_fast.runner._io import AsyncTurnIO
-from agentctx_fast.runner._leases import TaskLeaseKeeper
 from agentctx_fast.runner._state import check_agent, check_history
 from agentctx_fast.runner.events import StreamEvent, TurnEnded
-from agentctx_fast.stores._bridge import AwaitableAgentTurnStore
 from agentctx_fast.stores.base import AsyncAgentStore
-from agentctx_fast.stores.turns import AsyncAgentTurnStore, InMemoryAgentTurnStore
+from agentctx_fast.stores.turns import AsyncAgentTurnStore
 
-if TYPE_CHECKING:
-    from agentctx_fast.otel import OtelTracing
 
-class AsyncAgentRunner:
+class AsyncAgentRunner(Runner[AsyncAgentStore, AsyncChatMemoryProvider, AsyncAgentTurnStore]):
     """`AgentRunner` for asyncio programs: the same turns, leases and busy protection (also
     against blocking runners in other processes on the same store), over an async store.
 
@@ -52,31 +39,7 @@ class AsyncAgentRunner:
     `stream`) cancels the turn: its open calls are answered, its lease freed.
     """
 
-    def __init__(
-        self,
-        store: AsyncAgentStore | None = None,
-        chat_memory_provider: AsyncChatMemoryProvider | None = None,
-        *,
-        metrics: AgentMetrics | None = None,
-        tracing: OtelTracing | None = None,
-        lease_seconds: float = 30.0,
-        clock: Clock = DEFAULT_CLOCK,
-    ) -> None:
-        provider, turn_store = store_parts(store, chat_memory_provider, want_async=True)
-        self.turn_store: AsyncAgentTurnStore = turn_store or AwaitableAgentTurnStore(
-            InMemoryAgentTurnStore()
-        )
-        self._keeper, seconds = new_keeper(TaskLeaseKeeper, self.turn_store, lease_seconds, clock)
-        memories = None if provider is None else _memories(provider)
-        states = awaitable_state_store(
-            store.compression_state_store()
-            if store is not None and callable(getattr(store, "compression_state_store", None))
-            else InMemoryCompressionStateStore()
-        )
-        self._engine = TurnEngine(
-            memories, self.turn_store, states, self._keeper, seconds, clock, metrics,
-            tracing, store_label(store),
-        )  # fmt: skip
+    blocking = False
 
     async def aclose(self) -> None:
         """Stop the lease-renewing task (turns still running stop renewing)."""
@@ -95,7 +58,7 @@ class AsyncAgentRunner:
         agent = check_agent(agent)
         io = AsyncTurnIO()
         return await _ended(
-            io, self._engine.run(io, agent, conversation_id, message, turn_id, metadata)
+            io, _engine.run(self._engine, io, agent, conversation_id, message, turn_id, metadata)
         )
 
     async def run_history(
@@ -105,7 +68,7 @@ class AsyncAgentRunner:
         agent = check_agent(agent)
         copied = check_history(history)
         io = AsyncTurnIO()
-        return await _ended(io, self._engine.run_history(io, agent, copied, message))
+        return await _ended(io, _engine.run_history(self._engine, io, agent, copied, message))
 
     async def resume(
         self,
@@ -117,16 +80,18 @@ class AsyncAgentRunner:
         """Record the user's decisions on a suspended turn and continue it."""
         agent = check_agent(agent)
         io = AsyncTurnIO()
-        return await _ended(io, self._engine.resume(io, agent, conversation_id, turn_id, approvals))
+        return await _ended(
+            io, _engine.resume(self._engine, io, agent, conversation_id, turn_id, approvals)
+        )
 
     async def cancel(self, conversation_id: str, turn_id: str) -> AgentTurn:
         """Cancel an open turn (see `AgentRunner.cancel`)."""
         io = AsyncTurnIO()
-        return await _ended(io, self._engine.cancel(io, conversation_id, turn_id))
+        return await _ended(io, _engine.cancel(self._engine, io, conversation_id, turn_id))
 
     async def turn(self, conversation_id: str, turn_id: str) -> AgentTurn:
         """The stored state of a turn (its messages are in chat memory)."""
-        return await self._engine.turn(conversation_id, turn_id)
+        return await _engine.turn(self._engine, conversation_id, turn_id)
 
     async def stream(
         self,
@@ -147,7 +112,7 @@ class AsyncAgentRunner:
         agent = check_agent(agent)
         queue: asyncio.Queue[StreamEvent | None] = asyncio.Queue()
         io = AsyncTurnIO(queue.put_nowait)
-        turn = self._engine.run(io, agent, conversation_id, message, turn_id, metadata)
+        turn = _engine.run(self._engine, io, agent, conversation_id, message, turn_id, metadata)
         task = _started(io, turn)
         task.add_done_callback(lambda _: queue.put_nowait(None))
         try:
@@ -196,15 +161,3 @@ async def _ended(
     if io.cancelled:
         raise asyncio.CancelledError
     return result
-
-
-def _memories(provider: AsyncChatMemoryProvider) -> Callable[[str], AsyncChatMemory]:
-    def locate(conversation_id: str) -> AsyncChatMemory:
-        memory = provider(conversation_id)
-        if not isinstance(memory, AsyncChatMemory):
-            raise InvalidArgumentError(
-                f"chat_memory_provider returned {type(memory).__name__}, not an AsyncChatMemory"
-            )
-        return memory
-
-    return locate

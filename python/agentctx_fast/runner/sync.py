@@ -10,36 +10,23 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentctx_fast._sync import run_sync
 from agentctx_fast.agent import Agent, AgentTurn
-from agentctx_fast.coordinator import InMemoryCompressionStateStore, awaitable_state_store
 from agentctx_fast.errors import InvalidArgumentError
-from agentctx_fast.memory import AsyncChatMemory, ChatMemory, ChatMemoryProvider, awaitable_memory
+from agentctx_fast.memory import ChatMemoryProvider
 from agentctx_fast.messages import Message, UserMessage
-from agentctx_fast.metrics import AgentMetrics
-from agentctx_fast.runner._drivers import (
-    DEFAULT_CLOCK,
-    Clock,
-    new_keeper,
-    store_label,
-    store_parts,
-)
-from agentctx_fast.runner._engine import TurnEngine
+from agentctx_fast.runner import _engine
+from agentctx_fast.runner._drivers import Runner
 from agentctx_fast.runner._io import BlockingTurnIO
-from agentctx_fast.runner._leases import ThreadLeaseKeeper
 from agentctx_fast.runner._state import check_agent, check_history
-from agentctx_fast.stores._bridge import awaitable_turn_store
 from agentctx_fast.stores.base import AgentStore
-from agentctx_fast.stores.turns import AgentTurnStore, InMemoryAgentTurnStore
+from agentctx_fast.stores.turns import AgentTurnStore
 from agentctx_fast.tools import is_async_callable
 
-if TYPE_CHECKING:
-    from agentctx_fast.otel import OtelTracing
 
-
-class AgentRunner:
+class AgentRunner(Runner[AgentStore, ChatMemoryProvider, AgentTurnStore]):
     """Runs turns of agents over the conversations of a store (or of a memory provider).
 
     ``store`` supplies chat memory and the turn store (snapshots and leases); a separate
@@ -51,30 +38,7 @@ class AgentRunner:
     ``async def`` needs `AsyncAgentRunner`.
     """
 
-    def __init__(
-        self,
-        store: AgentStore | None = None,
-        chat_memory_provider: ChatMemoryProvider | None = None,
-        *,
-        metrics: AgentMetrics | None = None,
-        tracing: OtelTracing | None = None,
-        lease_seconds: float = 30.0,
-        clock: Clock = DEFAULT_CLOCK,
-    ) -> None:
-        provider, turn_store = store_parts(store, chat_memory_provider, want_async=False)
-        self.turn_store: AgentTurnStore = turn_store or InMemoryAgentTurnStore()
-        turns = awaitable_turn_store(self.turn_store)
-        self._keeper, seconds = new_keeper(ThreadLeaseKeeper, turns, lease_seconds, clock)
-        memories = None if provider is None else _memories(provider)
-        states = awaitable_state_store(
-            store.compression_state_store()
-            if store is not None and callable(getattr(store, "compression_state_store", None))
-            else InMemoryCompressionStateStore()
-        )
-        self._engine = TurnEngine(
-            memories, turns, states, self._keeper, seconds, clock, metrics,
-            tracing, store_label(store),
-        )  # fmt: skip
+    blocking = True
 
     def close(self) -> None:
         """Stop the lease-renewing thread (turns still running stop renewing)."""
@@ -93,7 +57,9 @@ class AgentRunner:
         approval, or a failure; raises `AgentConversationBusyError` while another is open."""
         agent = _blocking_agent(agent)
         return run_sync(
-            self._engine.run(BlockingTurnIO(), agent, conversation_id, message, turn_id, metadata)
+            _engine.run(
+                self._engine, BlockingTurnIO(), agent, conversation_id, message, turn_id, metadata
+            )
         )
 
     def run_history(
@@ -103,7 +69,7 @@ class AgentRunner:
         (append ``turn.messages`` yourself). A suspended turn here cannot be resumed."""
         agent = _blocking_agent(agent)
         copied = check_history(history)
-        return run_sync(self._engine.run_history(BlockingTurnIO(), agent, copied, message))
+        return run_sync(_engine.run_history(self._engine, BlockingTurnIO(), agent, copied, message))
 
     def resume(
         self,
@@ -121,18 +87,20 @@ class AgentRunner:
         `TurnNotFoundError` for an unknown turn and `TurnStateError` for a finished one."""
         agent = _blocking_agent(agent)
         return run_sync(
-            self._engine.resume(BlockingTurnIO(), agent, conversation_id, turn_id, approvals)
+            _engine.resume(
+                self._engine, BlockingTurnIO(), agent, conversation_id, turn_id, approvals
+            )
         )
 
     def cancel(self, conversation_id: str, turn_id: str) -> AgentTurn:
         """Cancel an open turn. A suspended turn (or one whose process died) is closed now,
         its dangling tool calls answered with error results; a turn running elsewhere is
         flagged and ends as `CANCELLED` at its next step (the returned turn says RUNNING)."""
-        return run_sync(self._engine.cancel(BlockingTurnIO(), conversation_id, turn_id))
+        return run_sync(_engine.cancel(self._engine, BlockingTurnIO(), conversation_id, turn_id))
 
     def turn(self, conversation_id: str, turn_id: str) -> AgentTurn:
         """The stored state of a turn (its messages are in chat memory)."""
-        return run_sync(self._engine.turn(conversation_id, turn_id))
+        return run_sync(_engine.turn(self._engine, conversation_id, turn_id))
 
 
 def _blocking_agent(agent: object) -> Agent:
@@ -148,15 +116,3 @@ def _blocking_agent(agent: object) -> Agent:
                 f"agent {checked.name!r}: tool {tool.name!r} is async; run it with AsyncAgentRunner"
             )
     return checked
-
-
-def _memories(provider: ChatMemoryProvider) -> Any:
-    def locate(conversation_id: str) -> AsyncChatMemory:
-        memory = provider(conversation_id)
-        if not isinstance(memory, ChatMemory):
-            raise InvalidArgumentError(
-                f"chat_memory_provider returned {type(memory).__name__}, not a ChatMemory"
-            )
-        return awaitable_memory(memory)
-
-    return locate
