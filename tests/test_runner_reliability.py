@@ -10,6 +10,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,17 @@ from runner_workers import REFUND_ARGUMENTS, crash_in_turn, race_turns, resume_t
 from store_fixtures import make_store, new_conversation_id
 
 SPAWN = multiprocessing.get_context("spawn")
+LEASE_OF_THE_KILLED = 30.0
+"""The killed child's lease: long, so the checks that it is still alive never race it; its
+expiry is then reached with a runner whose clock is past it (`past_expiry`), not by sleeping."""
+
+
+def past_expiry(expires_at: float) -> Callable[[], float]:
+    """A runner's clock that reads just past ``expires_at`` now and runs on from there."""
+    shift = expires_at + 0.1 - time.time()
+    return lambda: time.time() + shift
+
+
 REFUSED = "refused by the user"  # SPEC §11
 MAY_HAVE_RUN = "interrupted: the tool may have run; its outcome is unknown"  # SPEC §20
 
@@ -148,7 +160,8 @@ def test_a_process_killed_mid_turn(
     conversation = new_conversation_id()
     marker = tmp_path / "in-turn"
     child = SPAWN.Process(
-        target=crash_in_turn, args=(kind, url, conversation, "killed", str(marker), where, 2.0)
+        target=crash_in_turn,
+        args=(kind, url, conversation, "killed", str(marker), where, LEASE_OF_THE_KILLED),
     )
     child.start()
     try:
@@ -176,7 +189,8 @@ def test_a_process_killed_mid_turn(
 
         lease = runner.turn_store.open_turn(conversation)
         assert lease is not None and lease.turn_id == "killed" and lease.expires_at is not None
-        time.sleep(max(0.0, lease.expires_at - time.time()) + 0.1)
+        runner.close()
+        runner = AgentRunner(store, lease_seconds=1.0, clock=past_expiry(lease.expires_at))
         turn = runner.run(Agent("next", model), conversation, "after expiry")
         assert turn.status is TurnStatus.COMPLETED
         assert runner.turn(conversation, "killed").status is TurnStatus.FAILED
@@ -293,7 +307,8 @@ def test_a_killed_turn_is_resumed(
         assert memory.get_messages() == written and model.calls == []
         lease = store.turn_store().open_turn(conversation)
         assert lease is not None and lease.expires_at is not None
-        time.sleep(max(0.0, lease.expires_at - time.time()) + 0.1)
+        runner.close()
+        runner = runner_for(store, lease_seconds=1.0, clock=past_expiry(lease.expires_at))
         turn = runner.resume(agent, conversation, "killed")
         assert runner.turn(conversation, "killed").status is TurnStatus.COMPLETED
         stored = memory.get_messages()
@@ -325,7 +340,8 @@ def test_a_killed_turn_is_resumed(
 def _kill_mid_turn(kind: str, url: str, conversation: str, marker: Path, where: str) -> None:
     """Run turn "killed" in a child process and SIGKILL it in its tool or its model call."""
     child = SPAWN.Process(
-        target=crash_in_turn, args=(kind, url, conversation, "killed", str(marker), where, 2.0)
+        target=crash_in_turn,
+        args=(kind, url, conversation, "killed", str(marker), where, LEASE_OF_THE_KILLED),
     )
     child.start()
     try:
