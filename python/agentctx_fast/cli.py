@@ -30,7 +30,8 @@ from agentctx_fast.openai import to_openai
 from agentctx_fast.protocol import close_unanswered_calls, unanswered_calls
 from agentctx_fast.tokens import DEFAULT_ESTIMATOR, TokenEstimator, estimator_for_model
 from agentctx_fast.turns import segment_turns
-from agentctx_fast.window import ContextWindow, build_window
+from agentctx_fast._core_types import CURRENT_TURNS
+from agentctx_fast.window import ContextWindow, WindowOptions, build_window
 
 __all__ = ["ConversationFileError", "main", "read_conversation"]
 
@@ -45,6 +46,8 @@ status 2, naming the calls) unless --close-pending adds an error result to each 
 --json --ids, a storage form, prints it as it is.
 A reader closing the output early (agentctx ... | head) ends the command with status 141.
 """
+
+_DEFAULTS = WindowOptions()  # the window options' defaults, declared by WindowOptions only
 
 PENDING_TEXT = "not run: the conversation has no result for this call"
 """The result ``--close-pending`` gives each call left without one."""
@@ -204,23 +207,24 @@ def _parser() -> argparse.ArgumentParser:
         "--system", help="the agent's instructions (default: the file's leading system message)"
     )
     window.add_argument(
-        "--max-turns", type=int, default=10,
+        "--max-turns", type=int, default=_DEFAULTS.max_attached_turns,
         help="most history turns to attach (default: %(default)s)",
     )
     window.add_argument(
-        "--max-messages", type=int, default=100,
+        "--max-messages", type=int, default=_DEFAULTS.max_attached_messages,
         help="most messages besides the system message (default: %(default)s)",
     )
     window.add_argument(
-        "--max-tokens", type=int, default=None,
+        "--max-tokens", type=int, default=_DEFAULTS.max_attached_tokens,
         help="token budget of the window; older turns are dropped to fit (default: none)",
     )
     window.add_argument(
-        "--current-turn", choices=("last", "none"), default="last",
+        "--current-turn", choices=CURRENT_TURNS, default=_DEFAULTS.current_turn,
         help='"none": the last turn is finished, every turn is history (default: %(default)s)',
     )
     window.add_argument(
-        "--keep-tool-results", type=int, default=None, metavar="N",
+        "--keep-tool-results", type=int, metavar="N",
+        default=_DEFAULTS.current_turn_tool_results_kept,
         help="over --max-tokens, send the current turn's tool results but the newest N as "
         "placeholders (default: all sent)",
     )
@@ -229,7 +233,7 @@ def _parser() -> argparse.ArgumentParser:
         help="compact completed tool turns to question and answer (default: off)",
     )
     window.add_argument(
-        "--keep-recent", type=int, default=2,
+        "--keep-recent", type=int, default=_DEFAULTS.compression_keep_recent_turns,
         help="recent history turns never compacted (default: %(default)s)",
     )
     window.add_argument(
