@@ -47,7 +47,9 @@ class CoreOptions:
         max_attached_tokens: int | None,
         current_turn: str,
     ) -> CoreOptions: ...
-    def __reduce__(self) -> tuple[type[CoreOptions], tuple[int, int, bool, int, int | None, str]]: ...
+    def __reduce__(
+        self,
+    ) -> tuple[type[CoreOptions], tuple[int, int, bool, int, int | None, str]]: ...
 
 def select(
     messages: Sequence[object],

@@ -24,13 +24,13 @@ from typing import Any
 
 from agentctx_fast._backend import backend
 from agentctx_fast._conversation_file import ConversationFileError, read_conversation
+from agentctx_fast._core_types import CURRENT_TURNS
 from agentctx_fast.errors import AgentCtxError
 from agentctx_fast.messages import AiMessage, Message, SystemMessage, ToolMessage
 from agentctx_fast.openai import to_openai
 from agentctx_fast.protocol import close_unanswered_calls, unanswered_calls
 from agentctx_fast.tokens import DEFAULT_ESTIMATOR, TokenEstimator, estimator_for_model
 from agentctx_fast.turns import segment_turns
-from agentctx_fast._core_types import CURRENT_TURNS
 from agentctx_fast.window import ContextWindow, WindowOptions, build_window
 
 __all__ = ["ConversationFileError", "main", "read_conversation"]

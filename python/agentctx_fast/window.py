@@ -12,7 +12,6 @@ from agentctx_fast._backend import core
 from agentctx_fast._core_types import (
     AgentContextCompressor,
     ContextWindow,
-    CurrentTurn,
     ProtocolViolation,
     WindowOptions,
     new_window,

@@ -121,7 +121,9 @@ impl CoreOptions {
         let args: [Bound<'py, PyAny>; 6] = [
             int(py, o.max_attached_turns),
             int(py, o.max_attached_messages),
-            PyBool::new(py, o.compact_completed_tool_turns).to_owned().into_any(),
+            PyBool::new(py, o.compact_completed_tool_turns)
+                .to_owned()
+                .into_any(),
             int(py, o.compression_keep_recent_turns),
             match o.max_attached_tokens {
                 Some(tokens) => int(py, tokens),
@@ -269,4 +271,3 @@ pub fn select<'py>(
     ];
     PyTuple::new(py, values)
 }
-

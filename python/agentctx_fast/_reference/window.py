@@ -78,7 +78,7 @@ class CoreOptions(tuple[int, int, bool, int, int | None, str]):
             ),
         )
 
-    def __getnewargs__(self) -> tuple[int, int, bool, int, int | None, str]:  # type: ignore[override]
+    def __getnewargs__(self) -> tuple[int, int, bool, int, int | None, str]:
         return tuple(self)  # type: ignore[return-value]
 
 
@@ -208,15 +208,10 @@ def select(
     if type(options) is not CoreOptions:
         raise InvalidArgumentError(UNCHECKED)
     history = History(messages)
-    (
-        max_attached_turns,
-        max_attached_messages,
-        compact,
-        keep_recent,
-        max_attached_tokens,
-        current_turn,
-    ) = options
-    has_current = current_turn == "last"
+    max_attached_turns, max_attached_messages, compact, keep_recent, max_attached_tokens, _ = (
+        options
+    )
+    has_current = options[5] == "last"
     count = _counter(count_tokens)
     if use_leading_system:
         system = leading_system(history)
