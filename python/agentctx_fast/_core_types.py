@@ -211,11 +211,7 @@ def new_window(
 ) -> ContextWindow:
     """A `ContextWindow` of these values (``unread``: what ``dropped_turns`` counts from)."""
     window = object.__new__(ContextWindow)
-    window.messages = messages
-    window.estimated_tokens = estimated_tokens
-    window.attached_turns = attached_turns
-    window.compacted_turns = compacted_turns
-    window.cut_by = cut_by
-    window.repairs = repairs
-    window._unread = unread
+    window.messages, window.estimated_tokens, window.cut_by = messages, estimated_tokens, cut_by
+    window.attached_turns, window.compacted_turns = attached_turns, compacted_turns
+    window.repairs, window._unread = repairs, unread
     return window

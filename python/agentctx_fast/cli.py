@@ -206,18 +206,16 @@ def _parser() -> argparse.ArgumentParser:
     window.add_argument(
         "--system", help="the agent's instructions (default: the file's leading system message)"
     )
-    window.add_argument(
-        "--max-turns", type=int, default=_DEFAULTS.max_attached_turns,
-        help="most history turns to attach (default: %(default)s)",
-    )
-    window.add_argument(
-        "--max-messages", type=int, default=_DEFAULTS.max_attached_messages,
-        help="most messages besides the system message (default: %(default)s)",
-    )
-    window.add_argument(
-        "--max-tokens", type=int, default=_DEFAULTS.max_attached_tokens,
-        help="token budget of the window; older turns are dropped to fit (default: none)",
-    )
+    for flag, option, text in (
+        ("--max-turns", "max_attached_turns", "most history turns to attach"),
+        ("--max-messages", "max_attached_messages", "most messages besides the system message"),
+        ("--max-tokens", "max_attached_tokens", "token budget of the window; older turns are "
+         "dropped to fit"),
+    ):
+        default = getattr(_DEFAULTS, option)
+        window.add_argument(
+            flag, type=int, default=default, help=f"{text} (default: {'none' if default is None else default})"
+        )
     window.add_argument(
         "--current-turn", choices=CURRENT_TURNS, default=_DEFAULTS.current_turn,
         help='"none": the last turn is finished, every turn is history (default: %(default)s)',
