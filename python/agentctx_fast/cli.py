@@ -213,9 +213,8 @@ def _parser() -> argparse.ArgumentParser:
          "dropped to fit"),
     ):
         default = getattr(_DEFAULTS, option)
-        window.add_argument(
-            flag, type=int, default=default, help=f"{text} (default: {'none' if default is None else default})"
-        )
+        shown = "none" if default is None else default
+        window.add_argument(flag, type=int, default=default, help=f"{text} (default: {shown})")
     window.add_argument(
         "--current-turn", choices=CURRENT_TURNS, default=_DEFAULTS.current_turn,
         help='"none": the last turn is finished, every turn is history (default: %(default)s)',
