@@ -83,21 +83,21 @@ def options_with(options: WindowOptions | None, overrides: Mapping[str, Any]) ->
     """``options`` (None: the defaults) with ``overrides`` (field names of `WindowOptions`)
     replacing its values: `build_window`'s and the integrations' one rule. An unknown name,
     a bad value or ``options`` not a `WindowOptions` is an `InvalidArgumentError`."""
-    for name in overrides:
-        if name not in _OPTION_NAMES:
-            raise InvalidArgumentError(
-                f"unknown window option {name!r}; the options are "
-                f"{', '.join(sorted(_OPTION_NAMES))}"
-            )
+    if not _OPTION_NAMES.issuperset(overrides):
+        name = next(name for name in overrides if name not in _OPTION_NAMES)
+        raise InvalidArgumentError(
+            f"unknown window option {name!r}; the options are {', '.join(sorted(_OPTION_NAMES))}"
+        )
     if options is not None:
         if type(options) is not WindowOptions:
             raise InvalidArgumentError(
                 f"options must be a WindowOptions, got {type(options).__name__}"
             )
         return dataclasses.replace(options, **overrides) if overrides else options
-    # The key holds each value's type: True and 1 are equal keys, but only one is a limit.
-    key = tuple((name, type(value), value) for name, value in overrides.items())
-    plain = all(kind in _PLAIN for _, kind, _ in key)
+    # The key holds the values' types: True and 1 are equal keys, but only one is a limit.
+    kinds = tuple(map(type, overrides.values()))
+    plain = _PLAIN.issuperset(kinds)
+    key = (*overrides.items(), kinds)
     made = _OVERRIDDEN.get(key) if plain else None
     if made is None:
         made = WindowOptions(**overrides)
