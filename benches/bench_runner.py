@@ -184,8 +184,8 @@ def _shares(
     timer = _Timer()
     runner = AgentRunner(store, lambda cid: _TimedMemory(store.chat_memory(cid), timer))
     runner._engine.turn_store = awaitable_turn_store(_TimedTurnStore(runner.turn_store, timer))  # type: ignore[arg-type]
-    original = runner_module.build_window_with
-    runner_module.build_window_with = timer.timed("window", original)  # type: ignore[assignment]
+    original = runner_module.build_window
+    runner_module.build_window = timer.timed("window", original)  # type: ignore[assignment]
     agent = _agent(replies)
     try:
         start = time.perf_counter()
@@ -193,7 +193,7 @@ def _shares(
             runner.run(agent, conversation_id, "Where is my order?")
         total = time.perf_counter() - start
     finally:
-        runner_module.build_window_with = original  # type: ignore[assignment]
+        runner_module.build_window = original  # type: ignore[assignment]
         runner.close()
     shares = {f"share_{k}": round(v / total, 3) for k, v in timer.spent.items()}
     shares["instrumented_us_per_turn"] = round(total / turns * 1e6, 1)

@@ -23,6 +23,7 @@ from agentctx_fast import (
     UserMessage,
 )
 from agentctx_fast.window import ContextWindow, WindowOptions
+from engines import compiled
 from server_fixtures import *  # noqa: F403  (session servers)
 from store_fixtures import *  # noqa: F403  (the parametrised store)
 from store_fixtures import SERVER_KINDS
@@ -111,22 +112,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.servers)
 
 
-def select_args(history: list[Any], options: dict[str, Any]) -> tuple[Any, ...]:
-    """The arguments of a core's ``select`` for a compact options dict (parity tests)."""
+def select_args(engine: Any, history: list[Any], options: dict[str, Any]) -> tuple[Any, ...]:
+    """The arguments of ``engine``'s ``select`` for a compact options dict (parity tests)."""
     system = options.get("system")
     return (
         history,
         SystemMessage(system, message_id="system") if system else None,
         system is None,
-        WindowOptions(
-            max_attached_turns=options.get("max_attached_turns", 10),
-            max_attached_messages=options.get("max_attached_messages", 100),
-            compact_completed_tool_turns=options.get("compact_completed_tool_turns", False),
-            compression_keep_recent_turns=options.get("compression_keep_recent_turns", 2),
-            max_attached_tokens=options.get("max_attached_tokens"),
-            current_turn=options.get("current_turn", "last"),
-            current_turn_tool_results_kept=options.get("current_turn_tool_results_kept"),
-        )._limits,
+        compiled(
+            engine,
+            WindowOptions(
+                **{
+                    name: value
+                    for name, value in options.items()
+                    if name not in ("system", "turn_statuses")
+                }
+            ),
+        ),
         None,
         options.get("turn_statuses"),
     )

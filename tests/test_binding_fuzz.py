@@ -31,6 +31,7 @@ from agentctx_fast import (
 )
 from agentctx_fast._reference import api as reference
 from conftest import native_or_skip
+from engines import compiled
 
 FUNCTIONS = ("segment", "validate", "message_tokens")
 
@@ -199,7 +200,7 @@ def select_args(
         history,
         system,
         use_leading_system,
-        options._limits,
+        options,  # compiled for each core by `_on`
         HeuristicTokenEstimator().estimate if counter else None,
         draw(st.one_of(st.none(), statuses)),
     )
@@ -208,18 +209,18 @@ def select_args(
 # -- the main property --------------------------------------------------------------------------
 
 
-def _fresh_estimator(args: tuple[Any, ...]) -> tuple[Any, ...]:
-    """``args`` with a new estimator: one shared by both cores would answer the second call from
-    the first call's cache, and fuzzed histories reuse message ids, so the two could differ."""
-    if args[4] is None:
-        return args
-    return (*args[:4], HeuristicTokenEstimator().estimate, *args[5:])
+def _on(module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``select``'s ``args`` for ``module``: the `WindowOptions` compiled for that core and a
+    new estimator (one shared by both cores would answer the second call from the first call's
+    cache, and fuzzed histories reuse message ids, so the two could differ)."""
+    estimator = None if args[4] is None else HeuristicTokenEstimator().estimate
+    return (*args[:3], compiled(module, args[3]), estimator, *args[5:])
 
 
 def _check_all(native: Any, history: list[Message], args: tuple[Any, ...]) -> None:
     _same(
-        lambda: native.select(*_fresh_estimator(args)),
-        lambda: reference.select(*_fresh_estimator(args)),
+        lambda: native.select(*_on(native, args)),
+        lambda: reference.select(*_on(reference, args)),
         "select",
     )
     for name in FUNCTIONS:
@@ -314,7 +315,8 @@ def test_non_list_containers_get_a_typed_error(
         if name == "count_turns":
             return module.count_turns(messages, 1)
         if name == "select":
-            return module.select(messages, None, True, WindowOptions()._limits, None, None)
+            options = compiled(module, WindowOptions())
+            return module.select(messages, None, True, options, None, None)
         return getattr(module, name)(messages)
 
     got = _outcome(lambda: call(native))
@@ -343,7 +345,7 @@ def test_impostor_is_rejected_as_not_a_message(native: Any, name: str, position:
         if name == "count_turns":
             return module.count_turns(history, len(history))
         if name == "select":
-            return module.select(history, None, True, WindowOptions()._limits, None, None)
+            return module.select(history, None, True, compiled(module, WindowOptions()), None, None)
         return getattr(module, name)(history)
 
     got = _outcome(lambda: call(native))
@@ -373,9 +375,9 @@ def test_message_subclasses_are_messages(native: Any) -> None:
         assert got == _outcome(lambda name=name: getattr(reference, name)(history)), name
         assert got == _outcome(lambda name=name: getattr(native, name)(plain)), name
     options = WindowOptions(compact_completed_tool_turns=True, compression_keep_recent_turns=0)
-    args = (history, None, True, options._limits, None, None)
-    got_select = _outcome(lambda: native.select(*args))
-    assert got_select == _outcome(lambda: reference.select(*args))
+    args = (history, None, True, options, None, None)
+    got_select = _outcome(lambda: native.select(*_on(native, args)))
+    assert got_select == _outcome(lambda: reference.select(*_on(reference, args)))
     assert [m.message_id for m in got_select[0]] == ["s0", "s3", "s4"]
 
 
@@ -459,7 +461,7 @@ def test_lone_surrogate_in_free_text(native: Any, name: str, field: str) -> None
         if name == "count_turns":
             return module.count_turns(history, len(history))
         if name == "select":
-            return module.select(history, None, True, WindowOptions()._limits, None, None)
+            return module.select(history, None, True, compiled(module, WindowOptions()), None, None)
         return getattr(module, name)(history)
 
     _same(lambda: call(native), lambda: call(reference), f"{name} with a surrogate in {field}")

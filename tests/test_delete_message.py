@@ -31,8 +31,8 @@ from agentctx_fast import (
 from agentctx_fast._reference import api as reference
 from agentctx_fast.memory import ChatMemory, InMemoryChatMemory
 from agentctx_fast.stores.turns import Fence
-from agentctx_fast.window import build_window_on
 from conftest import native_or_skip
+from engines import build_on
 from faults import FaultProxy
 from server_fixtures import require_module
 from servers import RedisServer
@@ -257,7 +257,7 @@ def test_deleting_a_call_or_its_result_leaves_no_orphan_in_the_window(
     memory.delete_message(deleted, 0)
     stored = memory.get_messages()
     assert validate_tool_protocol(stored) != []  # the stored history has the orphan
-    window = build_window_on(engine, stored, system="Be brief.")
+    window = build_on(engine, stored, system="Be brief.")
     assert validate_tool_protocol(window.messages) == []
     assert window.repairs  # the window's repairs took care of it
     assert memory.window(WindowOptions(), "Be brief.").messages == window.messages

@@ -131,7 +131,7 @@ class Lying(type):
 class FakeWindow(dict, metaclass=Lying):
     __slots__ = ()
 
-FakeWindow.__slots__ = core_types.WINDOW_FIELDS
+FakeWindow.__slots__ = ("messages", "estimated_tokens", "attached_turns", "_unread")
 
 for module in (agentctx_fast, core_types, window_module):
     module.ContextWindow = FakeWindow
@@ -451,7 +451,7 @@ show("system liar", lambda: build_window(real, system=ClassLiar()))
 
 # Window options changed with object.__setattr__ after they were checked, and odd limits.
 SCENARIOS["options_changed_after_checks"] = HISTORY + """
-from agentctx_fast import WindowOptions, build_window_with
+from agentctx_fast import WindowOptions, build_window
 
 class Text(str):
     pass
@@ -461,19 +461,17 @@ for name, value in [
     ("max_attached_messages", True), ("compression_keep_recent_turns", None),
     ("max_attached_tokens", -5), ("max_attached_tokens", 2**130),
     ("compact_completed_tool_turns", 1), ("max_attached_turns", 1),
-    ("_limits", (1, 100, False, 2, None)), ("_limits", (1, 2)),
-    ("_limits", [1, 100, False, 2, None]),
-    ("_limits", (-1, 100, False, 2, None)), ("_limits", (1, 100, 0, 2, None)),
-    ("_limits", (2**70, 2**70, True, 0, 2**140)), ("_limits", (True, 100, False, 2, None)),
-    ("_limits", (1, 100, False, 2, None, "none")), ("_limits", (1, 100, False, 2, None, "NONE")),
-    ("_limits", (1, 100, False, 2, None, None)),
-    ("_limits", (1, 100, False, 2, None, Text("none"))),
-    ("_limits", (1, 100, False, 2, None, "last", 0)), ("current_turn", "bogus"),
+    ("_compiled", (1, 100, False, 2, None)), ("_compiled", (1, 2)),
+    ("_compiled", [1, 100, False, 2, None, "last"]), ("_compiled", None),
+    ("_compiled", (1, 100, False, 2, None, "last")), ("_compiled", (1, 100, 0, 2, None, "last")),
+    ("_compiled", (2**70, 2**70, True, 0, 2**140, "none")),
+    ("_compiled", (1, 100, False, 2, None, Text("none"))), ("_compiled", WindowOptions()),
+    ("_compiled", "options"), ("current_turn", "bogus"),
     ("current_turn_tool_results_kept", -1),
 ]:
     options = WindowOptions(compact_completed_tool_turns=True)
     object.__setattr__(options, name, value)
-    show(f"{name}={value!r}", lambda: build_window_with(history(), options))
+    show(f"{name}={value!r}", lambda: build_window(history(), options))
 
 class SlyLimit(int):
     def __lt__(self, other):
@@ -483,7 +481,7 @@ class SlyLimit(int):
 
 show("sly limit", lambda: build_window(history(), max_attached_turns=SlyLimit(1)))
 show("negative sly", lambda: build_window(history(), max_attached_turns=SlyLimit(-1)))
-show("not options", lambda: build_window_with(history(), {"max_attached_turns": 1}))
+show("not options", lambda: build_window(history(), {"max_attached_turns": 1}))
 """
 
 # Callbacks that change the history while a window reads it: statuses whose lookups mutate

@@ -23,7 +23,7 @@ from agentctx_fast import (
     WindowOptions,
 )
 from agentctx_fast.memory import ChatMemory
-from agentctx_fast.window import build_window_with
+from agentctx_fast.window import build_window
 from store_fixtures import ASYNC_STORE_KINDS, STORE_KINDS, new_conversation_id
 from strategies import histories, window_options
 
@@ -114,12 +114,12 @@ def test_the_window_is_the_one_of_the_whole_history(store: Any, data: st.DataObj
     memory: ChatMemory = store.chat_memory(new_conversation_id())
     memory.add_messages_if_absent(history)
     counting = CountingMemory(memory)
-    whole = outcome(build_window_with, memory.get_messages(), options, system=system)
+    whole = outcome(build_window, memory.get_messages(), options, system=system)
     assert outcome(memory.window, options, system) == whole
     assert outcome(counting.window, options, system) == whole
     assert counting.read <= len(history) + 1
     if whole[0] != "error" and counting.reached_start:  # the tail was all of it
-        expected = build_window_with(history, options, system=system).dropped_turns
+        expected = build_window(history, options, system=system).dropped_turns
         assert memory.window(options, system).dropped_turns == expected
 
 
@@ -152,7 +152,7 @@ def test_only_the_tail_is_read(store: Any, options: WindowOptions | None, most: 
     counting = CountingMemory(memory)
     window = counting.window(options, "Be brief.")
     assert counting.read == most  # one page
-    whole = outcome(build_window_with, history, options or WindowOptions(), system="Be brief.")
+    whole = outcome(build_window, history, options or WindowOptions(), system="Be brief.")
     assert outcome(lambda: window) == whole  # cut_by included: the read saw a turn past it
     assert outcome(memory.window, options, "Be brief.") == whole
 
@@ -168,7 +168,7 @@ def test_the_leading_system_message_of_a_long_history_is_found(store: Any) -> No
     options = WindowOptions(max_attached_turns=2)
     window = counting.window(options)
     assert window.messages[0].message_id == "s0"
-    assert outcome(lambda: window) == outcome(build_window_with, history, options)
+    assert outcome(lambda: window) == outcome(build_window, history, options)
     assert counting.read + counting.head < 150
     assert counting.reads == ["page", "head"]  # the tail's one page, the head's one query
 
@@ -196,7 +196,7 @@ def test_a_window_reads_its_tail_then_the_head_once(store: Any, leading: list[Me
 
 
 def whole_window(memory: ChatMemory) -> tuple[Any, ...]:
-    return outcome(build_window_with, memory.get_messages(), WindowOptions())
+    return outcome(build_window, memory.get_messages(), WindowOptions())
 
 
 def test_a_tail_read_of_exactly_the_history_s_length_is_not_taken_for_all_of_it(
@@ -212,7 +212,7 @@ def test_a_tail_read_of_exactly_the_history_s_length_is_not_taken_for_all_of_it(
     options = WindowOptions(max_attached_turns=2, max_attached_messages=0)
     window = counting.window(options)
     assert counting.reads == ["page", "head"] and not counting.reached_start
-    assert outcome(lambda: window) == outcome(build_window_with, memory.get_messages(), options)
+    assert outcome(lambda: window) == outcome(build_window, memory.get_messages(), options)
     assert window.messages[0].message_id == "s0"
 
 
@@ -249,5 +249,5 @@ def test_a_finished_conversation_s_window_is_the_one_of_the_whole_history(
     options = WindowOptions(
         max_attached_turns=turns, current_turn="none", compact_completed_tool_turns=True
     )
-    whole = outcome(build_window_with, memory.get_messages(), options, system="Be brief.")
+    whole = outcome(build_window, memory.get_messages(), options, system="Be brief.")
     assert outcome(memory.window, options, "Be brief.") == whole

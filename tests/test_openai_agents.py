@@ -40,7 +40,7 @@ from agentctx_fast.integrations.openai_agents import AgentCtxInputFilter, AgentC
 from agentctx_fast.memory import ChatMemory, InMemoryChatMemory
 from agentctx_fast.responses import ResponsesFormatError, from_responses, to_responses
 from agentctx_fast.stores import InMemoryAgentStore
-from agentctx_fast.window import build_window_with
+from agentctx_fast.window import build_window
 from store_fixtures import make_async_store, new_conversation_id, store_url
 
 MISSING = "tool result missing"  # the window's synthetic result for a call without one
@@ -836,7 +836,7 @@ def test_the_filter_gives_the_window_of_the_whole_input(current_turn: str, compa
                 compact_completed_tool_turns=compact,
                 current_turn=current_turn,  # type: ignore[arg-type]
             )
-            whole = build_window_with(from_responses(items), options).messages
+            whole = build_window(from_responses(items), options).messages
             sent = filtered(items, options=options)
             expected = [{k: v for k, v in i.items() if k != "name" or i.get("type") != (
                 "function_call_output")} for i in to_responses(whole)]  # fmt: skip

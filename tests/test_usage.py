@@ -53,7 +53,7 @@ def _select(core: Any, history: list[Any], options: dict[str, Any]) -> Any:
 
 
 def _call_select(core: Any, history: list[Any], options: dict[str, Any]) -> Any:
-    return core.select(*select_args(history, options))
+    return core.select(*select_args(core, history, options))
 
 
 @settings(max_examples=300, deadline=None)

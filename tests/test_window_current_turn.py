@@ -22,8 +22,8 @@ from agentctx_fast import (
 )
 from agentctx_fast._reference import api as reference
 from agentctx_fast.tokens import HeuristicTokenEstimator
-from agentctx_fast.window import build_window_on
 from conftest import native_or_skip
+from engines import build_on
 
 
 @pytest.fixture(params=["rust", "python"])
@@ -61,53 +61,53 @@ def _plain_turn(n: int) -> list[Message]:
 def test_none_compacts_the_last_turn_like_any_history_turn(engine: Any) -> None:
     history = [*_tool_turn(1), *_tool_turn(2)]
     options = {"compact_completed_tool_turns": True, "compression_keep_recent_turns": 0}
-    last = build_window_on(engine, history, **options)
+    last = build_on(engine, history, **options)
     assert _ids(last.messages) == ["u1", "f1", "u2", "a2", "t2", "f2"]  # the current turn whole
-    none = build_window_on(engine, history, current_turn="none", **options)
+    none = build_on(engine, history, current_turn="none", **options)
     assert _ids(none.messages) == ["u1", "f1", "u2", "f2"]
     assert (none.attached_turns, none.compacted_turns, none.dropped_turns) == (2, 2, 0)
 
 
 def test_none_drops_the_last_turn_by_the_limits(engine: Any) -> None:
     history = [*_plain_turn(1), *_plain_turn(2), *_plain_turn(3)]
-    one = build_window_on(engine, history, current_turn="none", max_attached_turns=1)
+    one = build_on(engine, history, current_turn="none", max_attached_turns=1)
     assert _ids(one.messages) == ["u3", "f3"]
     assert (one.attached_turns, one.dropped_turns, one.cut_by) == (1, 2, "max_attached_turns")
-    nothing = build_window_on(
+    nothing = build_on(
         engine, history, system="Be brief.", current_turn="none", max_attached_turns=0
     )
     assert _ids(nothing.messages) == ["system"]
     assert (nothing.attached_turns, nothing.dropped_turns) == (0, 3)
     # A budget the last turn does not fit in leaves it out (the current turn is kept whole).
     budget = HeuristicTokenEstimator().estimate(history[-2:]) - 1
-    cut = build_window_on(engine, history, current_turn="none", max_attached_tokens=budget)
+    cut = build_on(engine, history, current_turn="none", max_attached_tokens=budget)
     assert (cut.messages, cut.cut_by, cut.estimated_tokens) == ([], "max_attached_tokens", 0)
-    kept = build_window_on(engine, history, max_attached_tokens=budget)
+    kept = build_on(engine, history, max_attached_tokens=budget)
     assert _ids(kept.messages) == ["u3", "f3"]
 
 
 def test_none_repairs_the_last_turn(engine: Any) -> None:
     # A step left without its result is closed, as in any history turn.
     history = [*_plain_turn(1), *_tool_turn(2, answered=False, final=False)]
-    last = build_window_on(engine, history)
+    last = build_on(engine, history)
     assert _ids(last.messages) == ["u1", "f1", "u2", "a2"]  # the step in progress stays open
-    none = build_window_on(engine, history, current_turn="none")
+    none = build_on(engine, history, current_turn="none")
     assert _ids(none.messages) == ["u1", "f1", "u2", "a2", "c2:missing"]
     assert [(v.kind, v.message_id) for v in none.repairs] == [("missing_result", "a2")]
     assert validate_tool_protocol(none.messages) == []
     # A turn repeating an open call id is left out.
     repeated = AiMessage(None, (ToolCall("c", "x", "{}"), ToolCall("c", "x", "{}")), message_id="r")
     broken = [*_plain_turn(1), UserMessage("again", message_id="u2"), repeated]
-    left_out = build_window_on(engine, broken, current_turn="none")
+    left_out = build_on(engine, broken, current_turn="none")
     assert _ids(left_out.messages) == ["u1", "f1"]
     assert (left_out.attached_turns, left_out.dropped_turns) == (1, 1)
-    assert _ids(build_window_on(engine, broken).messages) == ["u1", "f1", "u2", "r"]
+    assert _ids(build_on(engine, broken).messages) == ["u1", "f1", "u2", "r"]
 
 
 def test_none_without_a_user_message_is_an_empty_window(engine: Any) -> None:
     lead = SystemMessage("You help.", message_id="s")
     for history in ([], [lead], [lead, AiMessage("hello", message_id="a")]):
-        window = build_window_on(engine, history, current_turn="none")
+        window = build_on(engine, history, current_turn="none")
         assert _ids(window.messages) == (["s"] if history else [])
         assert (window.attached_turns, window.dropped_turns, window.estimated_tokens) == (
             0,
@@ -115,7 +115,7 @@ def test_none_without_a_user_message_is_an_empty_window(engine: Any) -> None:
             HeuristicTokenEstimator().estimate(window.messages),
         )
         with pytest.raises(InvalidArgumentError, match="no UserMessage"):
-            build_window_on(engine, history)
+            build_on(engine, history)
 
 
 @pytest.mark.parametrize("value", ["LAST", "", None, 1, True, "finished"])
@@ -125,7 +125,7 @@ def test_current_turn_takes_last_or_none_only(engine: Any, value: Any) -> None:
         WindowOptions(current_turn=value)
     assert str(made.value) == expected
     with pytest.raises(InvalidArgumentError) as built:
-        build_window_on(engine, _plain_turn(1), current_turn=value)
+        build_on(engine, _plain_turn(1), current_turn=value)
     assert str(built.value) == expected
 
 
@@ -163,7 +163,7 @@ def _tool_loop(steps: int, size: int = 400) -> list[Message]:
 def test_older_results_of_the_current_turn_become_placeholders(engine: Any) -> None:
     history = _tool_loop(5)
     stored = list(history)
-    window = build_window_on(
+    window = build_on(
         engine, history, max_attached_tokens=200, current_turn_tool_results_kept=2
     )
     assert history == stored and all(a is b for a, b in zip(history, stored, strict=True))
@@ -204,7 +204,7 @@ def test_a_placeholder_names_the_tool_of_the_call_it_answers(engine: Any) -> Non
     for step, tool in enumerate(("search", "fetch")):
         history.append(AiMessage(None, (ToolCall("call_0", tool, "{}"),), message_id=f"s{step}"))
         history.append(ToolMessage("call_0", "x" * 200, message_id=f"r{step}"))
-    window = build_window_on(
+    window = build_on(
         engine, history, max_attached_tokens=10, current_turn_tool_results_kept=1
     )
     assert [m.text for m in window.messages if isinstance(m, ToolMessage)] == [
@@ -215,22 +215,22 @@ def test_a_placeholder_names_the_tool_of_the_call_it_answers(engine: Any) -> Non
 
 def test_placeholders_only_over_the_budget(engine: Any) -> None:
     history = _tool_loop(5)
-    whole = build_window_on(engine, history, max_attached_tokens=10_000)
+    whole = build_on(engine, history, max_attached_tokens=10_000)
     for kept in (0, 2):
-        window = build_window_on(
+        window = build_on(
             engine, history, max_attached_tokens=10_000, current_turn_tool_results_kept=kept
         )
         assert [m is w for m, w in zip(window.messages, whole.messages, strict=True)] == [True] * 13
         # No budget: no window is over it.
-        unbounded = build_window_on(engine, history, current_turn_tool_results_kept=kept)
+        unbounded = build_on(engine, history, current_turn_tool_results_kept=kept)
         assert all(isinstance(m, ToolMessage) is False or m in history for m in unbounded.messages)
     # More kept than there are results: nothing to replace.
-    many = build_window_on(
+    many = build_on(
         engine, history, max_attached_tokens=10, current_turn_tool_results_kept=5
     )
     assert all(m in history for m in many.messages)
     # None kept: every result is a placeholder.
-    none_kept = build_window_on(
+    none_kept = build_on(
         engine, history, max_attached_tokens=10, current_turn_tool_results_kept=0
     )
     results = [m for m in none_kept.messages if isinstance(m, ToolMessage)]
@@ -239,7 +239,7 @@ def test_placeholders_only_over_the_budget(engine: Any) -> None:
 
 def test_a_finished_conversation_has_no_current_turn_to_shorten(engine: Any) -> None:
     history = _tool_loop(5)
-    window = build_window_on(
+    window = build_on(
         engine,
         history,
         current_turn="none",
@@ -256,7 +256,7 @@ def test_placeholders_are_counted_by_the_given_estimator(engine: Any) -> None:
             return sum(len(getattr(m, "text", None) or "") for m in messages)
 
     history = _tool_loop(4, size=300)
-    window = build_window_on(
+    window = build_on(
         engine,
         history,
         max_attached_tokens=100,

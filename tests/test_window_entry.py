@@ -1,5 +1,5 @@
-"""`build_window` as callers reach it: the Rust core builds the common window without Python
-code, the shared layer handles every other option; both agree with the reference."""
+"""`build_window` as callers reach it: the Rust core selects the window without Python code,
+the shared layer handles every other option; both agree with the reference."""
 
 from __future__ import annotations
 
@@ -34,8 +34,9 @@ from agentctx_fast import (
 )
 from agentctx_fast._reference import api as reference
 from agentctx_fast._reference.read import MessageView
-from agentctx_fast.window import ContextWindow, WindowOptions, build_window_on
+from agentctx_fast.window import ContextWindow, WindowOptions
 from conftest import IntSubclass, StrSubclass, SystemSubclass, native_or_skip, window_outcome
+from engines import build_on, compiled
 from strategies import histories, window_options
 
 SETTINGS = settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -113,7 +114,7 @@ def _for_reference(options: dict[str, Any]) -> dict[str, Any]:
 
 def _keywords(engine: Any) -> Callable[..., ContextWindow]:
     """`build_window` with its keywords, on ``engine``."""
-    return partial(build_window_on, engine)
+    return partial(build_on, engine)
 
 
 @SETTINGS
@@ -177,36 +178,38 @@ PLAIN_CALLS = [
 ]
 
 
-def _plain(history: list[Message], call: tuple[Any, ...]) -> tuple[Any, ...]:
+def _plain(native: Any, history: list[Message], call: tuple[Any, ...]) -> tuple[Any, ...]:
     system, turns, messages, compact, keep, tokens, statuses = call
     if isinstance(system, str):
         system = SystemMessage(system, message_id="system")
-    return (
-        history,
-        system,
-        WindowOptions(turns, messages, compact, keep, None, tokens)._limits,
-        statuses,
-    )
+    options = WindowOptions(turns, messages, compact, keep, None, tokens)
+    return (history, system, system is None, compiled(native, options), None, statuses)
 
 
 @pytest.mark.parametrize("call", PLAIN_CALLS)
 def test_plain_window_runs_no_python_code(native: Any, call: tuple[Any, ...]) -> None:
-    """The Rust core builds a plain window (no compressor, default estimator) end to end."""
+    """The Rust core selects a plain window (no compressor, default estimator) end to end."""
     history = _history()
-    args = _plain(history, call)
-    native.window(*args)  # the first read caches each message's core
-    assert _python_calls(lambda: native.window(*args)) == []
+    args = _plain(native, history, call)
+    native.select(*args)  # the first read caches each message's core
+    assert _python_calls(lambda: native.select(*args)) == []
     # An estimator is the shared layer's: its Python code runs.
     estimator = HeuristicTokenEstimator()
     calls = _python_calls(
-        lambda: build_window_on(native, history, token_estimator=estimator, system=call[0])
+        lambda: build_on(native, history, token_estimator=estimator, system=call[0])
     )
     assert any("estimate" in name for name in calls)
 
 
+def _selected(module: Any, history: list[Message], statuses: Any = None) -> list[Message]:
+    """The messages of ``module``'s default window (its ``select``)."""
+    options = compiled(module, WindowOptions())
+    return list(module.select(history, None, True, options, None, statuses)[0])
+
+
 def test_fast_path_window_is_a_whole_context_window(native: Any) -> None:
     history = _history()
-    window = native.window(history, None, WindowOptions(max_attached_turns=0)._limits, None)
+    window = build_on(native, history, max_attached_turns=0)
     assert isinstance(window, ContextWindow)
     assert [m.message_id for m in window.messages] == ["u2"]
     assert window.estimated_tokens > 0
@@ -271,7 +274,7 @@ def test_each_kind_keeps_the_core_in_its_own_slot(engine: str) -> None:
         AgentFormMessage({"field": 1}, "open", message_id="f1"),
         AiMessage("done", message_id="a2"),
     ]
-    window = build_window_on(module, history)
+    window = build_on(module, history)
     assert [m.message_id for m in window.messages] == ["s", "u1", "a1", "t1", "a2"]
     for message, kind in zip(history, (0, 1, 2, 3, 4, 5, 2), strict=True):
         slot = KINDS[kind].__dict__["_core"]
@@ -301,17 +304,17 @@ def test_window_list_is_never_seen_half_filled(native: Any) -> None:
                 if type(candidate) is list and candidate[:1] == [history[0]]:
                     seen.append(len(list(candidate)))  # reads every item
 
-    native.window(history, None, WindowOptions()._limits, None)
+    _selected(native, history)
     threshold = gc.get_threshold()
     gc.callbacks.append(inspect)
     gc.set_threshold(1)
     try:
         for _ in range(20):
-            window = native.window(history, None, WindowOptions()._limits, None)
+            messages = _selected(native, history)
     finally:
         gc.set_threshold(*threshold)
         gc.callbacks.remove(inspect)
-    assert [m.message_id for m in window.messages][-3:] == ["c2:missing", "a2", "u2"]
+    assert [m.message_id for m in messages][-3:] == ["c2:missing", "a2", "u2"]
     assert seen, "no collection ran while windows were built"
 
 
@@ -341,13 +344,13 @@ def test_history_emptied_during_a_build_is_an_error_not_a_crash(native: Any, eng
     history.append(UserMessage("e", message_id="u4", turn_id="t4"))
     statuses = {"t3": _ShrinksHistory(history), "t2": _ShrinksHistory(history)}
     with pytest.raises(IndexError):
-        module.window(history, None, WindowOptions()._limits, statuses)
+        _selected(module, history, statuses)
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_public_entry_matches_the_reference_on_odd_options(data: st.DataObject) -> None:
-    """`build_window` itself (its reuse of the last plain options included) against the
+    """`build_window` itself (its options made once per plain override set included) against the
     reference, on plain and odd options alike, two calls in a row."""
     history = data.draw(histories())
     for _ in range(2):
@@ -385,7 +388,7 @@ def test_long_prefix_before_the_first_user_message(native: Any, before_system: i
         outcome = _window(_keywords(native), history, options)
         assert outcome == _window(_keywords(reference), history, _for_reference(options))
         assert outcome[0][0].message_id == "s"
-    assert [m.message_id for m in native.build_window(history).messages][:3] == ["s", "u0", "a0"]
+    assert [m.message_id for m in build_on(native, history).messages][:3] == ["s", "u0", "a0"]
 
 
 def test_windows_built_inside_a_window_get_their_own_room(native: Any) -> None:
@@ -397,32 +400,20 @@ def test_windows_built_inside_a_window_get_their_own_room(native: Any) -> None:
 
     def build_another(phase: str, info: dict[str, Any]) -> None:
         if phase == "start" and len(inner) < 50:
-            inner.append(
-                [
-                    m.message_id
-                    for m in native.window(other, None, WindowOptions()._limits, None).messages
-                ]
-            )
+            inner.append([m.message_id for m in _selected(native, other)])
 
-    expected = [
-        m.message_id
-        for m in reference.window(history, None, WindowOptions()._limits, None).messages
-    ]
+    expected = [m.message_id for m in _selected(reference, history)]
     threshold = gc.get_threshold()
     gc.callbacks.append(build_another)
     gc.set_threshold(1)
     try:
-        windows = [native.window(history, None, WindowOptions()._limits, None) for _ in range(20)]
+        windows = [_selected(native, history) for _ in range(20)]
     finally:
         gc.set_threshold(*threshold)
         gc.callbacks.remove(build_another)
     assert inner, "no collection ran while windows were built"
-    other_expected = [
-        m.message_id for m in reference.window(other, None, WindowOptions()._limits, None).messages
-    ]
+    other_expected = [m.message_id for m in _selected(reference, other)]
     assert all(ids == other_expected for ids in inner)
-    for window in windows:
-        assert [m.message_id for m in window.messages] == expected
-    assert [
-        m.message_id for m in native.window(history, None, WindowOptions()._limits, None).messages
-    ] == expected
+    for messages in windows:
+        assert [m.message_id for m in messages] == expected
+    assert [m.message_id for m in _selected(native, history)] == expected

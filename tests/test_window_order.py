@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentctx_fast._reference import api as reference
-from agentctx_fast.window import build_window_on
 from conftest import build_message, load_cases, native_or_skip, window_kwargs, window_outcome
+from engines import build_on
 from strategies import histories, out_of_order_histories, window_options
 from window_checks import check_window, visible_turns
 
@@ -34,7 +34,7 @@ def test_any_stored_order_keeps_the_promise_on_each_core_alike(data: st.DataObje
     snapshot = [(m.message_id, m) for m in history]
     outcomes = []
     for core in CORES:
-        outcome = window_outcome(build_window_on, _core(core), history, **options)
+        outcome = window_outcome(build_on, _core(core), history, **options)
         assert [(m.message_id, m) for m in history] == snapshot, f"{core}: input mutated"
         if outcome[0] == "error":
             assert not visible_turns(history), f"{core}: unexpected {outcome!r}"
@@ -49,5 +49,5 @@ def test_any_stored_order_keeps_the_promise_on_each_core_alike(data: st.DataObje
 def test_golden_histories_keep_the_promise(core: str, case: dict[str, Any]) -> None:
     history = [build_message(spec) for spec in case["messages"]]
     options = window_kwargs(case["options"])
-    window = build_window_on(_core(core), history, **options)
+    window = build_on(_core(core), history, **options)
     check_window(history, options, window.messages)

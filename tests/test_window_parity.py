@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentctx_fast._reference import api as reference
-from agentctx_fast.window import build_window_on
 from conftest import native_or_skip, select_args
+from engines import build_on
 from strategies import histories, tool_loop_histories, tool_loop_options, window_options
 
 SETTINGS = settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -40,8 +40,9 @@ def _outcome(fn: Callable[[], Any]) -> Any:
 def test_select_parity(native: Any, data: st.DataObject) -> None:
     history = data.draw(histories())
     options = data.draw(window_options(history))
-    args = select_args(history, options)
-    assert _outcome(lambda: native.select(*args)) == _outcome(lambda: reference.select(*args))
+    assert _outcome(lambda: native.select(*select_args(native, history, options))) == _outcome(
+        lambda: reference.select(*select_args(reference, history, options))
+    )
 
 
 @SETTINGS
@@ -72,9 +73,8 @@ def test_bad_elements_give_the_same_error(native: Any, data: st.DataObject) -> N
     )
     history.insert(data.draw(st.integers(0, len(history))), junk)
     options = data.draw(window_options([m for m in history if hasattr(m, "turn_id")]))
-    args = select_args(history, options)
-    got = _outcome(lambda: native.select(*args))
-    assert got == _outcome(lambda: reference.select(*args))
+    got = _outcome(lambda: native.select(*select_args(native, history, options)))
+    assert got == _outcome(lambda: reference.select(*select_args(reference, history, options)))
     for name in ("segment", "validate", "message_tokens"):
         assert _outcome(lambda name=name: getattr(native, name)(history)) == _outcome(
             lambda name=name: getattr(reference, name)(history)
@@ -97,9 +97,9 @@ def test_estimator_callback_is_used_the_same_way(native: Any) -> None:
 
         return count
 
-    a = list(select_args(history, {"max_attached_tokens": 30}))
+    a = list(select_args(native, history, {"max_attached_tokens": 30}))
     a[4] = counter(seen_native)
-    b = list(a)
+    b = list(select_args(reference, history, {"max_attached_tokens": 30}))
     b[4] = counter(seen_reference)
     assert native.select(*a) == reference.select(*b)
     assert seen_native == seen_reference and seen_native
@@ -136,6 +136,6 @@ def test_whole_window_parity_with_a_tool_loop(native: Any, data: st.DataObject) 
     """Both cores, through the shared layer, give the same window, placeholders included."""
     history = data.draw(st.one_of(histories(), tool_loop_histories()))
     options = data.draw(tool_loop_options(history))
-    assert _window_outcome(lambda: build_window_on(native, history, **options)) == (
-        _window_outcome(lambda: build_window_on(reference, history, **options))
+    assert _window_outcome(lambda: build_on(native, history, **options)) == (
+        _window_outcome(lambda: build_on(reference, history, **options))
     )

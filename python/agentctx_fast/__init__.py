@@ -123,7 +123,6 @@ from agentctx_fast.window import (
     ContextWindow,
     WindowOptions,
     build_window,
-    build_window_with,
 )
 
 __all__ = [
@@ -235,7 +234,6 @@ __all__ = [
     "WindowOptions",
     "backend",
     "build_window",
-    "build_window_with",
     "check_tool_protocol",
     "estimator_for_model",
     "from_anthropic",

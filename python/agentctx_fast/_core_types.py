@@ -1,8 +1,8 @@
 """The values both cores take and return: window options, turn statuses, protocol violations
 and the window itself.
 
-This module imports nothing of the cores, so the Rust extension can import it (and capture
-these classes) while it is being imported itself: its one-time setup happens then, never later
+This module imports no core at its top, so the Rust extension can import it (and capture
+`TurnStatus`) while it is being imported itself: its one-time setup happens then, never later
 inside a call where Python code could re-enter it.
 """
 
@@ -67,16 +67,10 @@ def _current_turn(value: object) -> CurrentTurn:
     raise InvalidArgumentError(f"current_turn must be 'last' or 'none', got {value!r}")
 
 
-WindowLimits = tuple[int, int, bool, int, int | None, str]
-"""What a `WindowOptions` is checked into for both cores: (max_attached_turns,
-max_attached_messages, compact_completed_tool_turns, compression_keep_recent_turns,
-max_attached_tokens, current_turn); `window.py` hands it to a core's ``window`` / ``select``."""
-
-
 @dataclass(frozen=True, slots=True)
 class WindowOptions:
-    """The window options of `build_window`, checked once: `build_window`, `Agent` and both cores
-    take this value instead of ten loose parameters.
+    """The window options of `build_window`, checked once: `build_window`, `Agent`, the
+    integrations and the CLI take this value and its defaults, declared here only.
 
     ``current_turn="none"`` treats every turn as history (a finished conversation;
     no user message gives an empty window). ``current_turn_tool_results_kept=N`` sends the
@@ -100,11 +94,10 @@ class WindowOptions:
     token_estimator: TokenEstimator | None = None
     current_turn: CurrentTurn = "last"
     current_turn_tool_results_kept: int | None = None
-    # The checked limits (`WindowLimits`), as `window.py` hands them to both cores;
-    # `current_turn_tool_results_kept` is applied above the cores (window.py).
-    _limits: WindowLimits = field(
-        default=(10, 100, False, 2, None, "last"), init=False, repr=False, compare=False
-    )
+    # The limits compiled into the backend core's immutable `CoreOptions`, which `window.py`
+    # hands to the core; the compressor, the estimator and
+    # `current_turn_tool_results_kept` are applied above the cores (window.py).
+    _compiled: object = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         checked = {
@@ -134,7 +127,10 @@ class WindowOptions:
         estimator = self.token_estimator
         if estimator is not None and not callable(getattr(estimator, "estimate", None)):
             raise InvalidArgumentError("token_estimator must have an estimate(messages) method")
-        limits = (
+        # Imported here: a core imports this module while it is imported itself.
+        from agentctx_fast._backend import core
+
+        compiled = core.CoreOptions(
             self.max_attached_turns,
             self.max_attached_messages,
             compact,
@@ -142,7 +138,7 @@ class WindowOptions:
             self.max_attached_tokens,
             current_turn,
         )
-        object.__setattr__(self, "_limits", limits)
+        object.__setattr__(self, "_compiled", compiled)
 
     @property
     def plain(self) -> bool:
@@ -157,9 +153,9 @@ class WindowOptions:
 class ContextWindow:
     """The messages to send for one model call, and how they were chosen.
 
-    Made by `build_window` (both cores make it the same way: a bare instance, then each slot
-    set). ``dropped_turns`` is counted on first access, from the part of the history the window
-    did not read, so building a window stays flat in the history's length.
+    Made by `build_window` (`new_window`). ``dropped_turns`` is counted on first access, from the
+    part of the history the window did not read, so building a window stays flat in the
+    history's length.
     """
 
     __slots__ = (
@@ -204,32 +200,18 @@ class ContextWindow:
         )
 
 
-# The order in which a core sets a new window's slots (the Rust binding uses the same list).
-WINDOW_FIELDS = (
-    "messages",
-    "estimated_tokens",
-    "attached_turns",
-    "compacted_turns",
-    "cut_by",
-    "repairs",
-    "_unread",
-)
-
-
-def _window_maker(cls: type[ContextWindow]) -> Callable[..., ContextWindow]:
-    # The class and its slots are held here, so replacing the module attribute (or a slot by
-    # a class attribute) changes no window; the Rust core captures the same on import.
-    setters = tuple(cls.__dict__[name].__set__ for name in WINDOW_FIELDS)
-
-    def new_window(*values: object) -> ContextWindow:
-        """A `ContextWindow` holding ``values`` (in `WINDOW_FIELDS` order; the last is the
-        ``_unread`` tuple)."""
-        window = object.__new__(cls)
-        for setter, value in zip(setters, values, strict=True):
-            setter(window, value)
-        return window
-
-    return new_window
-
-
-new_window = _window_maker(ContextWindow)
+def new_window(
+    messages: list[Message],
+    estimated_tokens: int,
+    attached_turns: int,
+    compacted_turns: int,
+    cut_by: str | None,
+    repairs: list[ProtocolViolation],
+    unread: tuple[Sequence[Message], int, int, Any],
+) -> ContextWindow:
+    """A `ContextWindow` of these values (``unread``: what ``dropped_turns`` counts from)."""
+    window = object.__new__(ContextWindow)
+    window.messages, window.estimated_tokens, window.cut_by = messages, estimated_tokens, cut_by
+    window.attached_turns, window.compacted_turns = attached_turns, compacted_turns
+    window.repairs, window._unread = repairs, unread
+    return window

@@ -8,7 +8,7 @@ than ``max_attached_turns``, so that a window cut by that limit sees a turn past
 the history's leading system message (the first `SystemMessage` before the first
 `UserMessage`): when the tail does not reach the start (`read_history` says whether it did), the
 head is read for it in one query (`get_first_messages`), read again longer while it holds no
-user message. The window is then `build_window_with` over that tail, the one the whole history
+user message. The window is then `build_window` over that tail, the one the whole history
 gives (its ``dropped_turns`` counts only the turns of the tail read).
 """
 
@@ -19,7 +19,7 @@ from agentctx_fast.errors import InvalidArgumentError
 from agentctx_fast.memory import AsyncChatMemory
 from agentctx_fast.messages import Message, SystemMessage, UserMessage
 from agentctx_fast.runner._reads import read_history
-from agentctx_fast.window import build_window_with
+from agentctx_fast.window import build_window
 
 # The first read of the head: a history starts with a user message, or a system message and
 # one; the read is made four times longer while it holds no user message.
@@ -49,7 +49,7 @@ async def memory_window(
     # no leading system message of its own to pass for the history's.
     if system is None and not whole:
         system = await _leading_system(memory)
-    return build_window_with(history, options, system=system)
+    return build_window(history, options, system=system)
 
 
 async def _leading_system(memory: AsyncChatMemory) -> SystemMessage | None:

@@ -2,33 +2,24 @@
 `agentctx_fast._reference.api`. Checked against the built extension by ``mypy.stubtest``."""
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal, final
+from typing import Any, final
 
-from agentctx_fast._core_types import (
-    AgentContextCompressor,
-    ContextWindow,
-    TurnStatus,
-    WindowLimits,
-)
-from agentctx_fast.messages import Message, SystemMessage
-from agentctx_fast.tokens import TokenEstimator
+from agentctx_fast.messages import Message
 
 __all__ = [
+    "CoreOptions",
     "MessageCore",
     "__version__",
     "bpe_count_text",
     "bpe_count_texts",
-    "build_window",
     "count_text",
     "count_texts",
     "count_turns",
     "decode_message",
     "message_tokens",
-    "register_build_window",
     "segment",
     "select",
     "validate",
-    "window",
 ]
 
 __version__: str
@@ -42,38 +33,29 @@ class MessageCore:
     def __copy__(self) -> MessageCore: ...
     def __deepcopy__(self, memo: Any, /) -> MessageCore: ...
 
-def window(
-    messages: Sequence[object],
-    system: Message | None,
-    limits: WindowLimits,
-    turn_statuses: Mapping[str, object] | None,
-) -> ContextWindow: ...
-def build_window(
-    messages: Sequence[Message],
-    *,
-    system: SystemMessage | str | None = None,
-    max_attached_turns: int = 10,
-    max_attached_messages: int = 100,
-    compact_completed_tool_turns: bool = False,
-    compression_keep_recent_turns: int = 2,
-    context_compressor: AgentContextCompressor | None = None,
-    max_attached_tokens: int | None = None,
-    token_estimator: TokenEstimator | None = None,
-    turn_statuses: Mapping[str, TurnStatus] | None = None,
-    current_turn: Literal["last", "none"] = "last",
-    current_turn_tool_results_kept: int | None = None,
-) -> ContextWindow:
-    """`agentctx_fast.window.build_window` on the Rust backend: the plain call built here,
-    every other call handed to the registered Python implementation."""
+@final
+class CoreOptions:
+    """The window limits of a `WindowOptions` in the core's form (made by its
+    ``__post_init__``), immutable."""
 
-def register_build_window(
-    fallback: Callable[..., ContextWindow], system_message: Callable[[str], SystemMessage], /
-) -> bool: ...
+    def __new__(
+        cls,
+        max_attached_turns: int,
+        max_attached_messages: int,
+        compact_completed_tool_turns: bool,
+        compression_keep_recent_turns: int,
+        max_attached_tokens: int | None,
+        current_turn: str,
+    ) -> CoreOptions: ...
+    def __reduce__(
+        self,
+    ) -> tuple[type[CoreOptions], tuple[int, int, bool, int, int | None, str]]: ...
+
 def select(
     messages: Sequence[object],
     system: Message | None,
     use_leading_system: bool,
-    limits: WindowLimits,
+    options: CoreOptions,
     count_tokens: Callable[[Sequence[Message]], int] | None,
     turn_statuses: Mapping[str, object] | None,
 ) -> tuple[

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from agentctx_fast.chat_model import AsyncChatModel, ChatModel
 from agentctx_fast.coordinator import CompressionTrigger
@@ -17,6 +17,14 @@ from agentctx_fast.turns import TurnStatus
 from agentctx_fast.window import AgentContextCompressor, WindowOptions
 
 COMPRESSION_ERROR_POLICIES = ("fail", "uncompressed")
+_DEFAULTS = WindowOptions()  # the window options' defaults, declared by WindowOptions only
+# The window options an agent passes on as they are (its windows always have a current turn;
+# its estimator defaults to its model's).
+_WINDOW_OPTIONS = tuple(
+    option.name
+    for option in fields(WindowOptions)
+    if option.init and option.name not in ("current_turn", "token_estimator")
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,21 +56,21 @@ class Agent:
     chat_model: ChatModel | AsyncChatModel
     instructions: str | None = None
     tools: Sequence[Tool] = ()
-    max_attached_turns: int = 10
-    max_attached_messages: int = 100
-    compact_completed_tool_turns: bool = False
-    compression_keep_recent_turns: int = 2
-    context_compressor: AgentContextCompressor | None = None
-    max_attached_tokens: int | None = None
-    token_estimator: TokenEstimator | None = None
+    max_attached_turns: int = _DEFAULTS.max_attached_turns
+    max_attached_messages: int = _DEFAULTS.max_attached_messages
+    compact_completed_tool_turns: bool = _DEFAULTS.compact_completed_tool_turns
+    compression_keep_recent_turns: int = _DEFAULTS.compression_keep_recent_turns
+    context_compressor: AgentContextCompressor | None = _DEFAULTS.context_compressor
+    max_attached_tokens: int | None = _DEFAULTS.max_attached_tokens
+    token_estimator: TokenEstimator | None = _DEFAULTS.token_estimator
     max_steps: int = 16
     compression_trigger: CompressionTrigger | None = None
     on_compression_error: str = "fail"
     tool_error_formatter: Callable[[Exception], str] | None = None
-    current_turn_tool_results_kept: int | None = None
+    current_turn_tool_results_kept: int | None = _DEFAULTS.current_turn_tool_results_kept
     _tools_by_name: Mapping[str, Tool] = field(default_factory=dict, init=False, repr=False)
     _window_options: WindowOptions = field(
-        default=WindowOptions(), init=False, repr=False, compare=False
+        default=_DEFAULTS, init=False, repr=False, compare=False
     )
 
     def __post_init__(self) -> None:
@@ -84,18 +92,12 @@ class Agent:
         object.__setattr__(self, "tools", tools)
         object.__setattr__(self, "_tools_by_name", by_name)
         options = WindowOptions(
-            max_attached_turns=self.max_attached_turns,
-            max_attached_messages=self.max_attached_messages,
-            compact_completed_tool_turns=self.compact_completed_tool_turns,
-            compression_keep_recent_turns=self.compression_keep_recent_turns,
-            context_compressor=self.context_compressor,
-            max_attached_tokens=self.max_attached_tokens,
+            **{name: getattr(self, name) for name in _WINDOW_OPTIONS},
             token_estimator=(
                 _model_estimator(self.chat_model)
                 if self.token_estimator is None
                 else self.token_estimator
             ),
-            current_turn_tool_results_kept=self.current_turn_tool_results_kept,
         )
         object.__setattr__(self, "_window_options", options)
         if self.compression_trigger is not None:
@@ -121,7 +123,7 @@ class Agent:
 
     @property
     def window_options(self) -> WindowOptions:
-        """The agent's window options, checked once (see `build_window_with`)."""
+        """The agent's window options, checked once (see `build_window`)."""
         return self._window_options
 
     def tool(self, name: str) -> Tool | None:

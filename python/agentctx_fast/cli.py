@@ -24,13 +24,14 @@ from typing import Any
 
 from agentctx_fast._backend import backend
 from agentctx_fast._conversation_file import ConversationFileError, read_conversation
+from agentctx_fast._core_types import CURRENT_TURNS
 from agentctx_fast.errors import AgentCtxError
 from agentctx_fast.messages import AiMessage, Message, SystemMessage, ToolMessage
 from agentctx_fast.openai import to_openai
 from agentctx_fast.protocol import close_unanswered_calls, unanswered_calls
 from agentctx_fast.tokens import DEFAULT_ESTIMATOR, TokenEstimator, estimator_for_model
 from agentctx_fast.turns import segment_turns
-from agentctx_fast.window import ContextWindow, build_window
+from agentctx_fast.window import ContextWindow, WindowOptions, build_window
 
 __all__ = ["ConversationFileError", "main", "read_conversation"]
 
@@ -45,6 +46,8 @@ status 2, naming the calls) unless --close-pending adds an error result to each 
 --json --ids, a storage form, prints it as it is.
 A reader closing the output early (agentctx ... | head) ends the command with status 141.
 """
+
+_DEFAULTS = WindowOptions()  # the window options' defaults, declared by WindowOptions only
 
 PENDING_TEXT = "not run: the conversation has no result for this call"
 """The result ``--close-pending`` gives each call left without one."""
@@ -203,24 +206,22 @@ def _parser() -> argparse.ArgumentParser:
     window.add_argument(
         "--system", help="the agent's instructions (default: the file's leading system message)"
     )
+    for flag, option, text in (
+        ("--max-turns", "max_attached_turns", "most history turns to attach"),
+        ("--max-messages", "max_attached_messages", "most messages besides the system message"),
+        ("--max-tokens", "max_attached_tokens", "token budget of the window; older turns are "
+         "dropped to fit"),
+    ):
+        default = getattr(_DEFAULTS, option)
+        shown = "none" if default is None else default
+        window.add_argument(flag, type=int, default=default, help=f"{text} (default: {shown})")
     window.add_argument(
-        "--max-turns", type=int, default=10,
-        help="most history turns to attach (default: %(default)s)",
-    )
-    window.add_argument(
-        "--max-messages", type=int, default=100,
-        help="most messages besides the system message (default: %(default)s)",
-    )
-    window.add_argument(
-        "--max-tokens", type=int, default=None,
-        help="token budget of the window; older turns are dropped to fit (default: none)",
-    )
-    window.add_argument(
-        "--current-turn", choices=("last", "none"), default="last",
+        "--current-turn", choices=CURRENT_TURNS, default=_DEFAULTS.current_turn,
         help='"none": the last turn is finished, every turn is history (default: %(default)s)',
     )
     window.add_argument(
-        "--keep-tool-results", type=int, default=None, metavar="N",
+        "--keep-tool-results", type=int, metavar="N",
+        default=_DEFAULTS.current_turn_tool_results_kept,
         help="over --max-tokens, send the current turn's tool results but the newest N as "
         "placeholders (default: all sent)",
     )
@@ -229,7 +230,7 @@ def _parser() -> argparse.ArgumentParser:
         help="compact completed tool turns to question and answer (default: off)",
     )
     window.add_argument(
-        "--keep-recent", type=int, default=2,
+        "--keep-recent", type=int, default=_DEFAULTS.compression_keep_recent_turns,
         help="recent history turns never compacted (default: %(default)s)",
     )
     window.add_argument(

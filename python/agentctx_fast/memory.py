@@ -210,7 +210,7 @@ class ChatMemory(ABC):
         self, options: WindowOptions | None = None, system: SystemMessage | str | None = None
     ) -> ContextWindow:
         """The window of this conversation for a model call: what
-        ``build_window_with(self.get_messages(), options, system=system)`` gives, with only
+        ``build_window(self.get_messages(), options, system=system)`` gives, with only
         the tail the window can reach read (the runner's right-sized read, see
         `agentctx_fast._memory_window`). For services that bring their own loop;
         ``options=None`` means `WindowOptions()`. Its ``dropped_turns`` counts the turns left

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from agentctx_fast._backend import core, native
+from agentctx_fast._backend import core
 from agentctx_fast._core_types import (
     AgentContextCompressor,
     ContextWindow,
-    CurrentTurn,
     ProtocolViolation,
     WindowOptions,
     new_window,
@@ -33,8 +33,6 @@ __all__ = [
     "ContextWindow",
     "WindowOptions",
     "build_window",
-    "build_window_on",
-    "build_window_with",
     "validate_compressor_output",
 ]
 
@@ -42,72 +40,25 @@ MAX_TOKENS = 2**63 - 1
 """The largest count a token estimator may return (both cores sum counts exactly)."""
 
 DEFAULT_OPTIONS = WindowOptions()
-_window = core.window
-# Options made from plain arguments (exact ints and bools, no compressor or estimator), kept
-# so a service calling `build_window` with the same limits checks them once.
-_PLAIN_OPTIONS: dict[tuple[int, int, bool, int, int | None, str], WindowOptions] = {}
-_last_plain: tuple[tuple[object, ...], WindowOptions] = (
-    (10, 100, False, 2, None, "last"),
-    DEFAULT_OPTIONS,
-)
-
-
-def _plain_options(
-    max_attached_turns: object,
-    max_attached_messages: object,
-    compact_completed_tool_turns: object,
-    compression_keep_recent_turns: object,
-    max_attached_tokens: object,
-    current_turn: object,
-) -> WindowOptions | None:
-    """The options of plain arguments (exact ints >= 0, a bool and an exact `current_turn`
-    str), made once per distinct limits; None for any other argument (the caller checks it
-    in full)."""
-    global _last_plain
-    if not (
-        type(max_attached_turns) is int
-        and type(max_attached_messages) is int
-        and type(compression_keep_recent_turns) is int
-        and (max_attached_tokens is None or type(max_attached_tokens) is int)
-        and (compact_completed_tool_turns is True or compact_completed_tool_turns is False)
-        and type(current_turn) is str
-    ):
-        return None
-    key = (
-        max_attached_turns,
-        max_attached_messages,
-        compact_completed_tool_turns,
-        compression_keep_recent_turns,
-        max_attached_tokens,
-        current_turn,
-    )
-    options = _PLAIN_OPTIONS.get(key)
-    if options is None:
-        options = WindowOptions(
-            *key[:4], None, max_attached_tokens, current_turn=current_turn  # type: ignore[arg-type]
-        )
-        if len(_PLAIN_OPTIONS) < 256:
-            _PLAIN_OPTIONS[key] = options
-    _last_plain = (key, options)
-    return options
+_OPTION_NAMES = frozenset(field.name for field in dataclasses.fields(WindowOptions) if field.init)
+# The defaults with plain overrides (exact ints, bools, strs or None), made once per distinct
+# set: a service passing the same keywords every call checks them once, as with options.
+_OVERRIDDEN: dict[tuple[object, ...], WindowOptions] = {}
+_PLAIN = frozenset((int, bool, str, type(None)))
 
 
 def build_window(
-    messages: Sequence[Message],
+    history: Sequence[Message],
+    options: WindowOptions | None = None,
     *,
     system: SystemMessage | str | None = None,
-    max_attached_turns: int = 10,
-    max_attached_messages: int = 100,
-    compact_completed_tool_turns: bool = False,
-    compression_keep_recent_turns: int = 2,
-    context_compressor: AgentContextCompressor | None = None,
-    max_attached_tokens: int | None = None,
-    token_estimator: TokenEstimator | None = None,
     turn_statuses: Mapping[str, TurnStatus] | None = None,
-    current_turn: CurrentTurn = "last",
-    current_turn_tool_results_kept: int | None = None,
+    **overrides: Any,
 ) -> ContextWindow:
-    """Build the window for one model call; ``messages`` (oldest first) is never modified.
+    """Build the window for one model call; ``history`` (oldest first) is never modified.
+
+    ``options`` is a `WindowOptions` (None: the defaults); each keyword in ``overrides`` names
+    one of its fields and replaces that value, e.g. ``build_window(history, max_attached_turns=3)``.
 
     >>> from agentctx_fast import UserMessage, AiMessage
     >>> history = [UserMessage("hi", message_id="u1"), AiMessage("hello", message_id="a1"),
@@ -115,85 +66,44 @@ def build_window(
     >>> w = build_window(history, system="Be brief.", max_attached_turns=0)
     >>> [m.message_id for m in w.messages], w.cut_by
     (['system', 'u2'], 'max_attached_turns')
+    >>> w = build_window(history, WindowOptions(max_attached_turns=0))
+    >>> [m.message_id for m in w.messages]
+    ['u2']
     """
-    options: WindowOptions | None = None
-    if (
-        context_compressor is None
-        and token_estimator is None
-        and current_turn_tool_results_kept is None
-    ):
-        # A service passes the same limit objects every call: the last plain ones are reused
-        # when every argument is the very same object (no hashing, no type checks).
-        seen, options = _last_plain
-        if not (
-            max_attached_turns is seen[0]
-            and max_attached_messages is seen[1]
-            and compact_completed_tool_turns is seen[2]
-            and compression_keep_recent_turns is seen[3]
-            and max_attached_tokens is seen[4]
-            and current_turn is seen[5]
-        ):
-            options = _plain_options(
-                max_attached_turns,
-                max_attached_messages,
-                compact_completed_tool_turns,
-                compression_keep_recent_turns,
-                max_attached_tokens,
-                current_turn,
-            )
-        # The common call goes straight to the core; `_build` checks the rest the same way.
-        if options is not None and (turn_statuses is None or type(turn_statuses) is dict):
-            if system is None or type(system) is SystemMessage:
-                return _window(messages, system, options._limits, turn_statuses)  # type: ignore[no-any-return]
-            if type(system) is str:
-                return _window(  # type: ignore[no-any-return]
-                    messages, _system_message(system), options._limits, turn_statuses
-                )
-    if options is None:
-        options = WindowOptions(
-            max_attached_turns,
-            max_attached_messages,
-            compact_completed_tool_turns,
-            compression_keep_recent_turns,
-            context_compressor,
-            max_attached_tokens,
-            token_estimator,
-            current_turn,
-            current_turn_tool_results_kept,
-        )
-    return _build(core, messages, options, system, turn_statuses)
-
-
-def build_window_with(
-    messages: Sequence[Message],
-    options: WindowOptions,
-    *,
-    system: SystemMessage | str | None = None,
-    turn_statuses: Mapping[str, TurnStatus] | None = None,
-) -> ContextWindow:
-    """`build_window` with options checked once, e.g. an `Agent`'s ``window_options``.
-
-    >>> from agentctx_fast import UserMessage
-    >>> options = WindowOptions(max_attached_turns=0)
-    >>> build_window_with([UserMessage("hi", message_id="u1")], options).attached_turns
-    0
-    """
-    if type(options) is not WindowOptions:
+    if overrides:
+        options = options_with(options, overrides)
+    elif options is None:
+        options = DEFAULT_OPTIONS
+    elif type(options) is not WindowOptions:
         raise InvalidArgumentError(f"options must be a WindowOptions, got {type(options).__name__}")
-    return _build(core, messages, options, system, turn_statuses)
+    return _build(core, history, options, system, turn_statuses)
 
 
-def build_window_on(
-    engine: Any,
-    messages: Sequence[Message],
-    *,
-    system: SystemMessage | str | None = None,
-    turn_statuses: Mapping[str, TurnStatus] | None = None,
-    **options: Any,
-) -> ContextWindow:
-    """`build_window` on a given core (the Rust module or the reference); for tests and
-    benchmarks that compare the two in one process."""
-    return _build(engine, messages, WindowOptions(**options), system, turn_statuses)
+def options_with(options: WindowOptions | None, overrides: Mapping[str, Any]) -> WindowOptions:
+    """``options`` (None: the defaults) with ``overrides`` (field names of `WindowOptions`)
+    replacing its values: `build_window`'s and the integrations' one rule. An unknown name,
+    a bad value or ``options`` not a `WindowOptions` is an `InvalidArgumentError`."""
+    if not _OPTION_NAMES.issuperset(overrides):
+        name = next(name for name in overrides if name not in _OPTION_NAMES)
+        raise InvalidArgumentError(
+            f"unknown window option {name!r}; the options are {', '.join(sorted(_OPTION_NAMES))}"
+        )
+    if options is not None:
+        if type(options) is not WindowOptions:
+            raise InvalidArgumentError(
+                f"options must be a WindowOptions, got {type(options).__name__}"
+            )
+        return dataclasses.replace(options, **overrides) if overrides else options
+    # The key holds the values' types: True and 1 are equal keys, but only one is a limit.
+    kinds = tuple(map(type, overrides.values()))
+    plain = _PLAIN.issuperset(kinds)
+    key = (*overrides.items(), kinds)
+    made = _OVERRIDDEN.get(key) if plain else None
+    if made is None:
+        made = WindowOptions(**overrides)
+        if plain and len(_OVERRIDDEN) < 256:
+            _OVERRIDDEN[key] = made
+    return made
 
 
 def _build(
@@ -203,6 +113,8 @@ def _build(
     system: SystemMessage | str | None,
     turn_statuses: Mapping[str, TurnStatus] | None,
 ) -> ContextWindow:
+    """The window on ``engine`` (the backend's core; tests pass the other one), with the
+    options compiled for it."""
     if turn_statuses is not None and not isinstance(turn_statuses, Mapping):
         raise InvalidArgumentError(
             f"turn_statuses must be a mapping of turn_id to TurnStatus, "
@@ -216,9 +128,6 @@ def _build(
         )
     estimator = options.token_estimator
     count = None if estimator is None else _checked(estimator)
-    if options.context_compressor is None and estimator is None:
-        whole: ContextWindow = engine.window(messages, system, options._limits, turn_statuses)
-        return _results_left_out(engine, whole, options, count)
     (
         window,
         has_system,
@@ -231,7 +140,7 @@ def _build(
         repairs,
         seen_history_turns,
         unread_end,
-    ) = engine.select(messages, system, system is None, options._limits, count, turn_statuses)
+    ) = engine.select(messages, system, system is None, options._compiled, count, turn_statuses)
     compressor = options.context_compressor
     if compressor is not None and older_count:
         start = 1 if has_system else 0
@@ -247,9 +156,11 @@ def _build(
         attached_turns,
         compacted_turns,
         cut_by,
-        [ProtocolViolation(*v) for v in repairs],
+        [ProtocolViolation(*v) for v in repairs] if repairs else [],
         (messages, seen_history_turns, unread_end, engine),
     )
+    if options.current_turn_tool_results_kept is None:
+        return built
     return _results_left_out(engine, built, options, count)
 
 
@@ -373,18 +284,6 @@ def _compress(compressor: AgentContextCompressor, older: list[Message]) -> list[
             f"context compressor failed: {type(error).__name__}: {error}"
         ) from error
     return validate_compressor_output(output)
-
-
-_python_build_window = build_window
-"""`build_window` in Python: the Python backend's entry, and the native entry's for every call
-off its plain path (so errors are this function's, with its own argument checks)."""
-
-if native is not None:
-    native.register_build_window(_python_build_window, _system_message)
-    if core is native:
-        # The plain call (see `_plain_options`) is built without Python code; the native
-        # function has this signature and docstring (tests/test_window_entry.py checks both).
-        build_window = native.build_window
 
 
 def validate_compressor_output(output: object) -> list[Message]:

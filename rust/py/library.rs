@@ -6,7 +6,7 @@ use crate::model::Kind;
 use pyo3::exceptions::PyImportError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyInt, PyModule, PyString, PyTuple, PyType};
+use pyo3::types::{PyInt, PyModule, PyString, PyType};
 use std::convert::Infallible;
 
 /// The library's message classes by kind, in the order a subclass is matched.
@@ -19,17 +19,6 @@ pub const KINDS: [(Kind, &str); 6] = [
     (Kind::Form, "AgentFormMessage"),
 ];
 
-/// The slots of a new `ContextWindow`, in the order `_core_types.new_window` sets them.
-pub const WINDOW_FIELDS: [&str; 7] = [
-    "messages",
-    "estimated_tokens",
-    "attached_turns",
-    "compacted_turns",
-    "cut_by",
-    "repairs",
-    "_unread",
-];
-
 pub struct Library {
     pub message: Py<PyType>,
     pub kinds: [Py<PyType>; 6],
@@ -39,18 +28,11 @@ pub struct Library {
     pub sequence: Py<PyAny>,
     pub invalid_argument: Py<PyType>,
     pub invalid_message_type: Py<PyType>,
-    pub protocol_violation: Py<PyType>,
     pub completed: Py<PyAny>,
-    pub object_new: Py<PyAny>,
-    /// `(ContextWindow,)`: the arguments of `object.__new__` for a new window, made once.
-    pub new_window_args: Py<PyTuple>,
     pub index: Py<PyAny>,
     /// Each kind's `_core` slot, in `KINDS` order (a message's own class defines it).
     pub core_slots: [Member; 6],
-    /// `ContextWindow`'s slots, in `WINDOW_FIELDS` order, written as `new_window` writes them.
-    pub window_slots: [Member; 7],
     pub cut_names: [Py<PyString>; 3],
-    pub engine: Py<PyModule>,
 }
 
 static LIBRARY: PyOnceLock<Library> = PyOnceLock::new();
@@ -82,8 +64,7 @@ fn subclass<'py>(
 
 impl Library {
     /// Imports and checks everything the binding uses; called once, by the module's init.
-    pub fn capture(engine: &Bound<'_, PyModule>) -> PyResult<()> {
-        let py = engine.py();
+    pub fn capture(py: Python<'_>) -> PyResult<()> {
         let messages = py.import("agentctx_fast.messages")?;
         let errors = py.import("agentctx_fast.errors")?;
         let types = py.import("agentctx_fast._core_types")?;
@@ -101,8 +82,6 @@ impl Library {
                 "agentctx_fast: TurnStatus.COMPLETED is not a TurnStatus",
             ));
         }
-        let builtins = py.import("builtins")?;
-        let context_window = class(&types, "ContextWindow")?;
         let library = Library {
             core_slots: {
                 let [a, b, c, d, e, f] = kinds
@@ -119,15 +98,7 @@ impl Library {
             invalid_argument: subclass(&errors, "InvalidArgumentError", &base_error)?.unbind(),
             invalid_message_type: subclass(&errors, "InvalidMessageTypeError", &base_error)?
                 .unbind(),
-            window_slots: {
-                let [a, b, c, d, e, f, g] =
-                    WINDOW_FIELDS.map(|name| Member::capture(&context_window, name));
-                [a?, b?, c?, d?, e?, f?, g?]
-            },
-            new_window_args: PyTuple::new(py, [&context_window])?.unbind(),
-            protocol_violation: class(&types, "ProtocolViolation")?.unbind(),
             completed: completed.unbind(),
-            object_new: builtins.getattr("object")?.getattr("__new__")?.unbind(),
             index: py.import("operator")?.getattr("index")?.unbind(),
             cut_names: [
                 "max_attached_turns",
@@ -135,7 +106,6 @@ impl Library {
                 "max_attached_tokens",
             ]
             .map(|name| PyString::intern(py, name).unbind()),
-            engine: engine.clone().unbind(),
         };
         // A second import (a re-created module) keeps the first capture: the classes are the
         // same objects for the life of the interpreter.
@@ -182,7 +152,7 @@ where
     int.into_any()
 }
 
-/// A slot as its class defines it (`Message._core`, each of `ContextWindow`'s), read and written
+/// A slot as its class defines it (`Message._core`), read and written
 /// through its member descriptor (`Cls.name.__get__(obj)` / `__set__`), whatever a subclass or a
 /// later class attribute defines under that name.
 pub struct Member {

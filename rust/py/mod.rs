@@ -10,8 +10,8 @@
 //! - `errors`: where core errors become the exceptions the pure-Python reference raises.
 //!
 //! Still reached in the Python package until the binding defines its own classes: each
-//! message's `_core` slot, and `ContextWindow`'s slots (`_unread` among them), which the
-//! binding writes. A `WindowOptions`' limits are handed over by `window.py`.
+//! message's `_core` slot. A `WindowOptions` holds the `CoreOptions` it compiled into, which
+//! `window.py` hands to `select`; `window.py` makes the `ContextWindow` of its values.
 
 // The compiler holds the binding to the safe API (PyO3's macros allow their own expansions).
 #![deny(unsafe_code)]
@@ -32,14 +32,12 @@ use pyo3::prelude::*;
 /// inside a call, where Python code (a gc callback, a property) could re-enter it.
 #[pymodule(gil_used = true)]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
-    library::Library::capture(module)?;
+    library::Library::capture(module.py())?;
     decode::capture(module.py())?;
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     module.add_class::<message::MessageCore>()?;
-    module.add_function(wrap_pyfunction!(window::window, module)?)?;
+    module.add_class::<window::CoreOptions>()?;
     module.add_function(wrap_pyfunction!(window::select, module)?)?;
-    module.add_function(wrap_pyfunction!(window::build_window, module)?)?;
-    module.add_function(wrap_pyfunction!(window::register_build_window, module)?)?;
     module.add_function(wrap_pyfunction!(turns::segment, module)?)?;
     module.add_function(wrap_pyfunction!(turns::count_turns, module)?)?;
     module.add_function(wrap_pyfunction!(protocol::validate, module)?)?;

@@ -1,20 +1,20 @@
-//! `window` and `select` (SPEC §5): the limits of the caller's `WindowOptions` read into the
-//! core's options, the core's window turned into Python objects.
+//! `CoreOptions` and `select` (SPEC §5): the limits of a `WindowOptions` compiled once into the
+//! core's options, and the core's selection handed back as plain values (`window.py` makes the
+//! `ContextWindow`).
 
 use super::errors::{invalid_argument, Failure};
 use super::history::{History, Reads};
 use super::library::{int, Library};
 use crate::protocol::Violation;
 use crate::window::{self as core_window, Buffers, CutBy, Window, WindowOptions};
-use pyo3::exceptions::{PyImportError, PyOverflowError};
+use pyo3::exceptions::PyOverflowError;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyInt, PyList, PyString, PyTuple};
 use std::cell::RefCell;
 
 thread_local! {
     /// Room for the next window's selection (`Buffers` holds no message between windows).
-    /// A window built while another is (from a callback) finds none and makes its own.
+    /// A window built while another is (from a token estimator) finds none and makes its own.
     static BUFFERS: RefCell<Option<Buffers>> = const { RefCell::new(None) };
 }
 
@@ -52,18 +52,6 @@ where
     }
 }
 
-/// A token budget as the core holds it (`limit`'s rules). Most budgets fit in 64 bits, whose
-/// conversion is one call; a larger one is read whole (token sums can pass 2**64).
-fn budget(value: &Bound<'_, PyAny>) -> Option<u128> {
-    let small = value
-        .is_exact_instance_of::<PyInt>()
-        .then(|| value.extract::<u64>().ok());
-    match small.flatten() {
-        Some(small) => Some(u128::from(small)),
-        None => limit(value, u128::MAX),
-    }
-}
-
 /// `current_turn` as the core holds it: an exact str, `"last"` (true) or `"none"` (false).
 fn current_turn(value: &Bound<'_, PyAny>) -> Option<bool> {
     match value.cast_exact::<PyString>().ok()?.to_str().ok()? {
@@ -73,41 +61,87 @@ fn current_turn(value: &Bound<'_, PyAny>) -> Option<bool> {
     }
 }
 
-/// The core's options from the limits a `WindowOptions` was checked into (its `_limits`, which
-/// `window.py` hands over), checked again as the reference does: a frozen value can still be
-/// changed with `object.__setattr__`.
-fn options(limits: &Bound<'_, PyAny>) -> Result<WindowOptions, Failure> {
-    let py = limits.py();
-    let limits = limits.cast_exact::<PyTuple>().ok();
-    let read = || -> Option<WindowOptions> {
-        let limits = limits?;
-        if limits.len() != 6 {
-            return None;
-        }
-        let item = |index| limits.get_item(index).ok();
-        let budget = item(4)?;
-        let max_attached_tokens = if budget.is_none() {
-            None
-        } else {
-            Some(self::budget(&budget)?)
+const UNCHECKED: &str = "options were not checked: make them with WindowOptions(...)";
+
+/// The window limits of a `WindowOptions` in the core's form, made once when the options are
+/// (`WindowOptions.__post_init__`) and immutable; `select` takes nothing else. The arguments
+/// are `WindowOptions`' checked values; anything else is an `InvalidArgumentError`, as in the
+/// reference's `CoreOptions`.
+#[pyclass(frozen, module = "agentctx_fast._native")]
+pub struct CoreOptions {
+    options: WindowOptions,
+}
+
+#[pymethods]
+impl CoreOptions {
+    #[new]
+    #[pyo3(signature = (max_attached_turns, max_attached_messages, compact_completed_tool_turns,
+        compression_keep_recent_turns, max_attached_tokens, current_turn))]
+    fn new(
+        max_attached_turns: &Bound<'_, PyAny>,
+        max_attached_messages: &Bound<'_, PyAny>,
+        compact_completed_tool_turns: &Bound<'_, PyAny>,
+        compression_keep_recent_turns: &Bound<'_, PyAny>,
+        max_attached_tokens: &Bound<'_, PyAny>,
+        current_turn: &Bound<'_, PyAny>,
+    ) -> PyResult<Self> {
+        let read = || -> Option<WindowOptions> {
+            let max_attached_tokens = if max_attached_tokens.is_none() {
+                None
+            } else {
+                Some(limit(max_attached_tokens, u128::MAX)?)
+            };
+            Some(WindowOptions {
+                max_attached_turns: limit(max_attached_turns, usize::MAX)?,
+                max_attached_messages: limit(max_attached_messages, usize::MAX)?,
+                compact_completed_tool_turns: compact_completed_tool_turns
+                    .cast_exact::<PyBool>()
+                    .ok()?
+                    .is_true(),
+                compression_keep_recent_turns: limit(compression_keep_recent_turns, usize::MAX)?,
+                max_attached_tokens,
+                has_current_turn: self::current_turn(current_turn)?,
+                has_system: false,
+            })
         };
-        let compact = item(2)?;
-        Some(WindowOptions {
-            max_attached_turns: limit(&item(0)?, usize::MAX)?,
-            max_attached_messages: limit(&item(1)?, usize::MAX)?,
-            compact_completed_tool_turns: compact.cast_exact::<PyBool>().ok()?.is_true(),
-            compression_keep_recent_turns: limit(&item(3)?, usize::MAX)?,
-            max_attached_tokens,
-            has_current_turn: current_turn(&item(5)?)?,
-            has_system: false,
-        })
-    };
-    read().ok_or_else(|| {
-        invalid_argument(
-            py,
-            "options were not checked: make them with WindowOptions(...)".to_owned(),
-        )
-    })
+        let py = current_turn.py();
+        match read() {
+            Some(options) => Ok(CoreOptions { options }),
+            None => Err(invalid_argument(py, UNCHECKED.to_owned()).into()),
+        }
+    }
+
+    /// The arguments that make these options again (a limit past the core's range reads as
+    /// the range's maximum, which gives the same windows).
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
+        let py = slf.py();
+        let o = &slf.get().options;
+        let args: [Bound<'py, PyAny>; 6] = [
+            int(py, o.max_attached_turns),
+            int(py, o.max_attached_messages),
+            PyBool::new(py, o.compact_completed_tool_turns)
+                .to_owned()
+                .into_any(),
+            int(py, o.compression_keep_recent_turns),
+            match o.max_attached_tokens {
+                Some(tokens) => int(py, tokens),
+                None => py.None().into_bound(py),
+            },
+            PyString::new(py, if o.has_current_turn { "last" } else { "none" }).into_any(),
+        ];
+        Ok((slf.get_type().into_any(), PyTuple::new(py, args)?))
+    }
+}
+
+/// The core's options held by `options`, or the error both cores give for anything that is not
+/// a `CoreOptions` (e.g. a `WindowOptions` whose compiled form was replaced).
+fn options(options: &Bound<'_, PyAny>) -> Result<WindowOptions, Failure> {
+    match options.cast_exact::<CoreOptions>() {
+        Ok(options) => Ok(options.get().options.clone()),
+        Err(_) => Err(invalid_argument(options.py(), UNCHECKED.to_owned())),
+    }
 }
 
 /// The window's messages (system first) and how they were chosen.
@@ -189,94 +223,21 @@ fn cut_by_name<'py>(
     name.bind(py).clone().into_any()
 }
 
-/// The whole window for options a core handles alone (no compressor, the default estimator):
-/// a `ContextWindow`, made as `_core_types.new_window` makes it. `system` None takes the
-/// history's leading system message.
+/// Rules 1-7 of SPEC §5, as plain values for `window.py` to finish (compressor, the window
+/// object): the `WindowCore` tuple of `_reference/window.py`.
 #[pyfunction]
-#[pyo3(signature = (messages, system, limits, turn_statuses))]
-pub fn window<'py>(
-    py: Python<'py>,
-    messages: &Bound<'py, PyAny>,
-    system: Option<Bound<'py, PyAny>>,
-    limits: &Bound<'py, PyAny>,
-    turn_statuses: Option<Bound<'py, PyAny>>,
-) -> PyResult<Bound<'py, PyAny>> {
-    let library = Library::get(py)?;
-    let options = self::options(limits)?;
-    whole_window(library, messages, system, options, turn_statuses)
-}
-
-fn whole_window<'py>(
-    library: &Library,
-    messages: &Bound<'py, PyAny>,
-    system: Option<Bound<'py, PyAny>>,
-    options: WindowOptions,
-    turn_statuses: Option<Bound<'py, PyAny>>,
-) -> PyResult<Bound<'py, PyAny>> {
-    let py = messages.py();
-    let use_leading_system = system.is_none();
-    let Chosen {
-        messages: list,
-        window: result,
-        ..
-    } = choose(
-        library,
-        messages,
-        system,
-        use_leading_system,
-        options,
-        None,
-        turn_statuses,
-    )?;
-    let repairs = PyList::empty(py);
-    for v in &result.repairs {
-        repairs.append(
-            library
-                .protocol_violation
-                .bind(py)
-                .call1(violation_tuple(py, v)?)?,
-        )?;
-    }
-    let unread: [Bound<'py, PyAny>; 4] = [
-        messages.clone(),
-        int(py, result.seen_history_turns),
-        int(py, result.unread_end),
-        library.engine.bind(py).clone().into_any(),
-    ];
-    let values: [Bound<'py, PyAny>; 7] = [
-        list.into_any(),
-        int(py, result.estimated_tokens),
-        int(py, result.attached_turns),
-        int(py, result.compacted_turns),
-        cut_by_name(py, library, result.cut_by),
-        repairs.into_any(),
-        PyTuple::new(py, unread)?.into_any(),
-    ];
-    let window = library
-        .object_new
-        .bind(py)
-        .call1(library.new_window_args.bind(py))?;
-    for (slot, value) in library.window_slots.iter().zip(&values) {
-        slot.write(&window, value)?;
-    }
-    Ok(window)
-}
-
-/// Rules 1-7 of SPEC §5, for the shared layer to finish (compressor, estimator): the
-/// `WindowCore` tuple of `_reference/window.py`.
-#[pyfunction]
-#[pyo3(signature = (messages, system, use_leading_system, limits, count_tokens, turn_statuses))]
+#[pyo3(signature = (messages, system, use_leading_system, options, count_tokens, turn_statuses))]
 pub fn select<'py>(
     py: Python<'py>,
     messages: &Bound<'py, PyAny>,
     system: Option<Bound<'py, PyAny>>,
     use_leading_system: bool,
-    limits: &Bound<'py, PyAny>,
+    options: &Bound<'py, PyAny>,
     count_tokens: Option<Bound<'py, PyAny>>,
     turn_statuses: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let library = Library::get(py)?;
-    let options = self::options(limits)?;
+    let options = self::options(options)?;
     let Chosen {
         messages,
         has_system,
@@ -309,213 +270,4 @@ pub fn select<'py>(
         int(py, result.unread_end),
     ];
     PyTuple::new(py, values)
-}
-
-/// What `window.py` hands the native `build_window` on import: its Python implementation
-/// (every call off the plain path goes there with the very same arguments, so its errors are
-/// the Python function's) and the cache that makes a `system` str its `SystemMessage`.
-struct Entry {
-    fallback: Py<PyAny>,
-    system_message: Py<PyAny>,
-}
-
-static ENTRY: PyOnceLock<Entry> = PyOnceLock::new();
-
-/// Registers `window.build_window`'s Python implementation and `window._system_message`
-/// with the native entry; the first registration stays (False for a later one).
-#[pyfunction]
-#[pyo3(signature = (fallback, system_message, /))]
-pub fn register_build_window(
-    py: Python<'_>,
-    fallback: Bound<'_, PyAny>,
-    system_message: Bound<'_, PyAny>,
-) -> bool {
-    ENTRY
-        .set(
-            py,
-            Entry {
-                fallback: fallback.unbind(),
-                system_message: system_message.unbind(),
-            },
-        )
-        .is_ok()
-}
-
-/// `build_window`'s keywords, in the order of its signature.
-const KEYWORDS: [&str; 11] = [
-    "system",
-    "max_attached_turns",
-    "max_attached_messages",
-    "compact_completed_tool_turns",
-    "compression_keep_recent_turns",
-    "context_compressor",
-    "max_attached_tokens",
-    "token_estimator",
-    "turn_statuses",
-    "current_turn",
-    "current_turn_tool_results_kept",
-];
-
-/// The plain arguments of one call: what the Rust core builds alone, with the options
-/// `WindowOptions` checks them into.
-struct Plain<'py> {
-    messages: Bound<'py, PyAny>,
-    system: Option<Bound<'py, PyAny>>,
-    options: WindowOptions,
-    statuses: Option<Bound<'py, PyAny>>,
-}
-
-/// The keyword arguments by their place in `KEYWORDS`; None when one is not a keyword of
-/// `build_window`. The loop between two steps of the dict's iterator runs no Python code and
-/// makes no object the garbage collector tracks (it leaves on the first odd key), so nothing
-/// can change the dict while it is iterated.
-fn keywords<'py>(kwargs: &Bound<'py, PyDict>) -> Option<[Option<Bound<'py, PyAny>>; 11]> {
-    let mut values: [Option<Bound<'py, PyAny>>; 11] = Default::default();
-    for (key, value) in kwargs.iter() {
-        let key = key.cast_exact::<PyString>().ok()?.to_str().ok()?;
-        let place = KEYWORDS.iter().position(|name| *name == key)?;
-        values[place] = Some(value);
-    }
-    Some(values)
-}
-
-/// The plain call's arguments (exact ints >= 0 and bools for the limits, no compressor or
-/// estimator, `system` None, an exact `SystemMessage` or an exact str, `turn_statuses` None
-/// or an exact dict); None for any other call, which the Python implementation checks in full.
-/// A keyword's value unless it is missing or None.
-fn given<'a, 'py>(value: &'a Option<Bound<'py, PyAny>>) -> Option<&'a Bound<'py, PyAny>> {
-    value.as_ref().filter(|value| !value.is_none())
-}
-
-fn plain<'py>(
-    library: &Library,
-    entry: &Entry,
-    args: &Bound<'py, PyTuple>,
-    kwargs: Option<&Bound<'py, PyDict>>,
-) -> PyResult<Option<Plain<'py>>> {
-    let py = args.py();
-    let mut options = WindowOptions {
-        max_attached_turns: 10,
-        max_attached_messages: 100,
-        compact_completed_tool_turns: false,
-        compression_keep_recent_turns: 2,
-        max_attached_tokens: None,
-        has_current_turn: true,
-        has_system: false,
-    };
-    if args.len() != 1 {
-        return Ok(None);
-    }
-    let messages = args.get_item(0)?;
-    let Some(kwargs) = kwargs else {
-        return Ok(Some(Plain {
-            messages,
-            system: None,
-            options,
-            statuses: None,
-        }));
-    };
-    let Some(
-        [system, turns, max_messages, compact, keep, compressor, tokens, estimator, statuses, current, kept],
-    ) = keywords(kwargs)
-    else {
-        return Ok(None);
-    };
-    // Results kept in the current turn are applied above the core (window.py).
-    if given(&compressor).is_some() || given(&estimator).is_some() || given(&kept).is_some() {
-        return Ok(None);
-    }
-    if let Some(current) = &current {
-        let Some(current) = current_turn(current) else {
-            return Ok(None);
-        };
-        options.has_current_turn = current;
-    }
-    if let Some(turns) = &turns {
-        let Some(turns) = limit(turns, usize::MAX) else {
-            return Ok(None);
-        };
-        options.max_attached_turns = turns;
-    }
-    if let Some(max_messages) = &max_messages {
-        let Some(max_messages) = limit(max_messages, usize::MAX) else {
-            return Ok(None);
-        };
-        options.max_attached_messages = max_messages;
-    }
-    if let Some(keep) = &keep {
-        let Some(keep) = limit(keep, usize::MAX) else {
-            return Ok(None);
-        };
-        options.compression_keep_recent_turns = keep;
-    }
-    if let Some(compact) = &compact {
-        let Ok(compact) = compact.cast_exact::<PyBool>() else {
-            return Ok(None);
-        };
-        options.compact_completed_tool_turns = compact.is_true();
-    }
-    if let Some(tokens) = given(&tokens) {
-        let Some(tokens) = budget(tokens) else {
-            return Ok(None);
-        };
-        options.max_attached_tokens = Some(tokens);
-    }
-    let statuses = match given(&statuses) {
-        None => None,
-        Some(statuses) if statuses.is_exact_instance_of::<PyDict>() => Some(statuses.clone()),
-        Some(_) => return Ok(None),
-    };
-    let system = match given(&system) {
-        None => None,
-        Some(system) if system.get_type().is(library.kinds[0].bind(py)) => Some(system.clone()),
-        // The Python implementation's cache: one message object per text.
-        Some(system) if system.is_exact_instance_of::<PyString>() => {
-            Some(entry.system_message.bind(py).call1((system,))?)
-        }
-        Some(_) => return Ok(None),
-    };
-    Ok(Some(Plain {
-        messages,
-        system,
-        options,
-        statuses,
-    }))
-}
-
-/// Build the window for one model call; ``messages`` (oldest first) is never modified.
-///
-/// >>> from agentctx_fast import UserMessage, AiMessage
-/// >>> history = [UserMessage("hi", message_id="u1"), AiMessage("hello", message_id="a1"),
-/// ...            UserMessage("order ORD-1?", message_id="u2")]
-/// >>> w = build_window(history, system="Be brief.", max_attached_turns=0)
-/// >>> [m.message_id for m in w.messages], w.cut_by
-/// (['system', 'u2'], 'max_attached_turns')
-#[pyfunction]
-#[pyo3(
-    signature = (*args, **kwargs),
-    text_signature = "(messages, *, system=None, max_attached_turns=10, \
-        max_attached_messages=100, compact_completed_tool_turns=False, \
-        compression_keep_recent_turns=2, context_compressor=None, max_attached_tokens=None, \
-        token_estimator=None, turn_statuses=None, current_turn='last', \
-        current_turn_tool_results_kept=None)"
-)]
-pub fn build_window<'py>(
-    py: Python<'py>,
-    args: &Bound<'py, PyTuple>,
-    kwargs: Option<&Bound<'py, PyDict>>,
-) -> PyResult<Bound<'py, PyAny>> {
-    let library = Library::get(py)?;
-    let entry = ENTRY.get(py).ok_or_else(|| {
-        PyImportError::new_err("agentctx_fast.window did not register build_window on import")
-    })?;
-    match plain(library, entry, args, kwargs)? {
-        Some(Plain {
-            messages,
-            system,
-            options,
-            statuses,
-        }) => whole_window(library, &messages, system, options, statuses),
-        None => entry.fallback.bind(py).call(args, kwargs),
-    }
 }

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
-from agentctx_fast._core_types import ContextWindow, ProtocolViolation, WindowLimits, new_window
 from agentctx_fast._reference.protocol import validate, validate_segment
 from agentctx_fast._reference.read import read, tokens
 from agentctx_fast._reference.tokens import check_encoding, count_text
@@ -16,11 +14,11 @@ from agentctx_fast._reference.turns import (
     stream,
     turn_starts,
 )
-from agentctx_fast._reference.window import count_turns, select
+from agentctx_fast._reference.window import CoreOptions, count_turns, select
 from agentctx_fast.errors import InvalidMessageTypeError
-from agentctx_fast.messages import Message
 
 __all__ = [
+    "CoreOptions",
     "count_text",
     "count_texts",
     "count_turns",
@@ -28,7 +26,6 @@ __all__ = [
     "segment",
     "select",
     "validate",
-    "window",
 ]
 
 
@@ -66,22 +63,3 @@ def count_texts(texts: Iterable[object], encoding: str | None = None) -> list[in
             raise InvalidMessageTypeError(f"count_texts needs str items, got {type(text).__name__}")
     return [count_text(text, encoding) for text in strings]  # type: ignore[arg-type]
 
-
-def window(
-    messages: Sequence[object],
-    system: Message | None,
-    limits: WindowLimits,
-    turn_statuses: Mapping[str, object] | None,
-) -> ContextWindow:
-    """The whole window for options a core handles alone (no compressor, default estimator);
-    ``system`` None takes the history's leading system message."""
-    chosen = select(messages, system, system is None, limits, None, turn_statuses)
-    return new_window(
-        chosen.messages,
-        chosen.estimated_tokens,
-        chosen.attached_turns,
-        chosen.compacted_turns,
-        chosen.cut_by,
-        [ProtocolViolation(*v) for v in chosen.repairs],  # type: ignore[arg-type]
-        (messages, chosen.seen_history_turns, chosen.unread_end, sys.modules[__name__]),
-    )

@@ -10,7 +10,7 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple, cast
 
-from agentctx_fast._core_types import TurnStatus, WindowLimits
+from agentctx_fast._core_types import TurnStatus
 from agentctx_fast._reference.protocol import Violation, validate_segment
 from agentctx_fast._reference.read import MESSAGE_OVERHEAD, MessageView, tokens, view
 from agentctx_fast._reference.tokens import count_text
@@ -34,6 +34,52 @@ _COMPLETED = TurnStatus.COMPLETED
 
 # One message of a window view: (message, where it came from, its view or None if synthetic).
 Item = tuple[Message, str, MessageView | None]
+
+
+UNCHECKED = "options were not checked: make them with WindowOptions(...)"
+
+
+class CoreOptions(tuple[int, int, bool, int, int | None, str]):
+    """The window limits of a `WindowOptions` in this core's form, made once when the options
+    are (`WindowOptions.__post_init__`) and immutable (a tuple); `select` takes nothing else.
+    The arguments are `WindowOptions`' checked values; anything else is an
+    `InvalidArgumentError`, as in the Rust core's `CoreOptions`."""
+
+    __slots__ = ()
+
+    def __new__(
+        cls,
+        max_attached_turns: object,
+        max_attached_messages: object,
+        compact_completed_tool_turns: object,
+        compression_keep_recent_turns: object,
+        max_attached_tokens: object,
+        current_turn: object,
+    ) -> CoreOptions:
+        limits = (max_attached_turns, max_attached_messages, compression_keep_recent_turns)
+        budget = 0 if max_attached_tokens is None else max_attached_tokens
+        for value in (*limits, budget):
+            if type(value) is not int or value < 0:
+                raise InvalidArgumentError(UNCHECKED)
+        compact = compact_completed_tool_turns
+        if compact is not True and compact is not False:
+            raise InvalidArgumentError(UNCHECKED)
+        if type(current_turn) is not str or current_turn not in ("last", "none"):
+            raise InvalidArgumentError(UNCHECKED)
+        return tuple.__new__(
+            cls,
+            (
+                max_attached_turns,
+                max_attached_messages,
+                compact,
+                compression_keep_recent_turns,
+                max_attached_tokens,
+                current_turn,
+            ),
+        )
+
+    def __getnewargs__(self) -> tuple[int, int, bool, int, int | None, str]:
+        return tuple(self)  # type: ignore[return-value]
 
 
 class WindowCore(NamedTuple):
@@ -154,20 +200,18 @@ def select(
     messages: Sequence[object],
     system: Message | None,
     use_leading_system: bool,
-    limits: WindowLimits,
+    options: CoreOptions,
     count_tokens: CountTokens | None,
     turn_statuses: Mapping[str, object] | None,
 ) -> WindowCore:
     """Apply rules 1-7 of SPEC §5; see `agentctx_fast.window.build_window`."""
+    if type(options) is not CoreOptions:
+        raise InvalidArgumentError(UNCHECKED)
     history = History(messages)
-    (
-        max_attached_turns,
-        max_attached_messages,
-        keep_recent,
-        max_attached_tokens,
-        compact,
-        has_current,
-    ) = _limits(limits)
+    max_attached_turns, max_attached_messages, compact, keep_recent, max_attached_tokens, _ = (
+        options
+    )
+    has_current = options[5] == "last"
     count = _counter(count_tokens)
     if use_leading_system:
         system = leading_system(history)
@@ -276,20 +320,3 @@ def select(
         seen_history_turns=seen,
         unread_end=unread_end,
     )
-
-
-def _limits(limits: object) -> tuple[int, int, int, int | None, bool, bool]:
-    """The limits a `WindowOptions` was checked into, checked again (a frozen value can still be
-    changed with ``object.__setattr__``; both cores then raise the same error)."""
-    unchecked = InvalidArgumentError("options were not checked: make them with WindowOptions(...)")
-    if type(limits) is not tuple or len(limits) != 6:
-        raise unchecked
-    turns, messages, compact, keep_recent, budget, current_turn = limits
-    for value in (turns, messages, keep_recent, 0 if budget is None else budget):
-        if type(value) is not int or value < 0:
-            raise unchecked
-    if compact is not True and compact is not False:
-        raise unchecked
-    if type(current_turn) is not str or current_turn not in ("last", "none"):
-        raise unchecked
-    return turns, messages, keep_recent, budget, compact, current_turn == "last"

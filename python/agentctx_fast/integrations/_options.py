@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from agentctx_fast.errors import InvalidArgumentError
-from agentctx_fast.window import WindowOptions
-
-_FIELDS = frozenset(field.name for field in dataclasses.fields(WindowOptions) if field.init)
+from agentctx_fast.window import WindowOptions, options_with
 
 
 def checked_window_options(
@@ -19,21 +16,9 @@ def checked_window_options(
     also: frozenset[str] = frozenset(),
 ) -> WindowOptions:
     """``options`` (a `WindowOptions`) or the `WindowOptions` made of the keyword arguments
-    ``named``, never both. A name that is neither an option nor in ``also`` (what the
-    integration takes beside them, e.g. ``system``) is an `InvalidArgumentError` naming it,
-    not the constructor's TypeError; the names in ``also`` are left out of the options."""
-    if options is not None:
-        if named:
-            raise InvalidArgumentError("pass either options or window options, not both")
-        if type(options) is not WindowOptions:
-            raise InvalidArgumentError(
-                f"options must be a WindowOptions, got {type(options).__name__}"
-            )
-        return options
-    for name in named:
-        if name not in _FIELDS and name not in also:
-            raise InvalidArgumentError(
-                f"unknown window option {name!r}; the options are "
-                f"{', '.join(sorted(_FIELDS | also))}"
-            )
-    return WindowOptions(**{name: value for name, value in named.items() if name in _FIELDS})
+    ``named``, never both; the names in ``also`` (what the integration takes beside them, e.g.
+    ``system``) are left out. Any other name that is not an option is an
+    `InvalidArgumentError` naming it (`options_with`, as `build_window`'s overrides)."""
+    if options is not None and named:
+        raise InvalidArgumentError("pass either options or window options, not both")
+    return options_with(options, {name: v for name, v in named.items() if name not in also})

@@ -40,7 +40,7 @@ from agentctx_fast.errors import (
 from agentctx_fast.integrations._options import checked_window_options
 from agentctx_fast.messages import AiMessage, Message, SystemMessage
 from agentctx_fast.openai import openai_tools
-from agentctx_fast.window import WindowOptions, build_window_with
+from agentctx_fast.window import WindowOptions, build_window
 
 try:
     from langchain_core import messages as lc
@@ -115,7 +115,7 @@ def _window_of(
             )
         originals[id(ours)] = system
         system = ours
-    window = build_window_with(converted, options, system=system, turn_statuses=turn_statuses)
+    window = build_window(converted, options, system=system, turn_statuses=turn_statuses)
     out: list[lc.BaseMessage] = []
     for message in window.messages:
         original = originals.get(id(message))

@@ -61,7 +61,7 @@ from agentctx_fast.integrations._options import checked_window_options
 from agentctx_fast.memory import AsyncChatMemory, ChatMemory, awaitable_memory
 from agentctx_fast.messages import AiMessage, Message, ToolMessage, UserMessage, new_message_id
 from agentctx_fast.responses import ResponsesFormatError, group_responses, to_responses
-from agentctx_fast.window import build_window_with
+from agentctx_fast.window import build_window
 
 try:
     from agents.memory.session import SessionABC
@@ -435,7 +435,7 @@ class AgentCtxInputFilter:
             origin[id(message)] = items[start : start + count]
             messages.append(message)
             start += count
-        window = build_window_with(messages, self.options)
+        window = build_window(messages, self.options)
         kept: list[Any] = []
         for message in window.messages:
             own = origin.get(id(message))

@@ -44,7 +44,7 @@ from agentctx_fast.messages import (
     ToolMessage,
     UserMessage,
 )
-from agentctx_fast.window import WindowOptions, build_window_with
+from agentctx_fast.window import WindowOptions, build_window
 
 try:
     from pydantic_ai import messages as pm
@@ -306,7 +306,7 @@ def window_model_messages(
     reading = _Reading(messages, _reach(messages, turns))
     if not any(isinstance(message, UserMessage) for message in reading.messages):
         return list(messages)
-    window = build_window_with(reading.messages, checked)
+    window = build_window(reading.messages, checked)
     return _rebuilt(messages, reading, window.messages)
 
 

@@ -39,7 +39,7 @@ from agentctx_fast.runner._state import (
 )
 from agentctx_fast.stores.turns import AgentTurnSnapshot
 from agentctx_fast.turns import TurnStatus, segment_turns
-from agentctx_fast.window import AgentContextCompressor, ContextWindow, build_window_with
+from agentctx_fast.window import AgentContextCompressor, ContextWindow, build_window
 from agentctx_fast.window import _compress as run_compressor
 
 log = logging.getLogger("agentctx_fast.runner")
@@ -261,7 +261,7 @@ def _build(
     options = agent.window_options  # checked once, when the agent was made
     if compressor is not options.context_compressor:  # per conversation, counted, or none
         options = replace(options, context_compressor=compressor)
-    return build_window_with(timeline, options, system=agent.instructions, turn_statuses=statuses)
+    return build_window(timeline, options, system=agent.instructions, turn_statuses=statuses)
 
 
 def _resumed(
