@@ -1,5 +1,6 @@
-//! The fast path of decoding a stored message record (`stores/serializer.py::_fast_message`):
-//! a strict JSON parser over the record's bytes and the checks of every field.
+//! The fast path of decoding a stored message record (`stores/_decode.py::fast_message`):
+//! a strict JSON parser over the record's bytes and the checks of every field, by the record
+//! format `stores/_schema.py` declares (a `Schema`, handed over by the binding).
 //!
 //! It answers only for records it is sure of: valid UTF-8 JSON as Python's `json.loads`
 //! reads it (same numbers, same strings, no lone surrogate, no NaN or Infinity), one message

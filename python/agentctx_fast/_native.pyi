@@ -11,6 +11,7 @@ from agentctx_fast._core_types import (
     WindowLimits,
 )
 from agentctx_fast.messages import Message, SystemMessage
+from agentctx_fast.stores._schema import Record
 from agentctx_fast.tokens import TokenEstimator
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "register_build_window",
     "segment",
     "select",
+    "set_record_schema",
     "validate",
     "window",
 ]
@@ -97,7 +99,20 @@ def count_texts(texts: Iterable[str], encoding: str | None = None) -> list[int]:
 def message_tokens(messages: Sequence[object]) -> list[int]: ...
 def decode_message(data: bytes, /) -> Message | None:
     """The message a stored record holds when it is well formed, else None (the caller decodes
-    it on the checked path, which names the error)."""
+    it on the checked path, which names the error). None for every record until
+    `set_record_schema` has run."""
+
+def set_record_schema(
+    messages: Iterable[Record],
+    parts: Iterable[Record],
+    call: Record,
+    usage: Record,
+    max_inline_bytes: int,
+    system_roles: Sequence[str],
+    image_details: Sequence[str],
+) -> None:
+    """The record format `decode_message` decodes by: the `stores._schema` records of messages,
+    content parts, tool calls and usage, and the values the message classes allow."""
 
 def bpe_count_text(encoding: str, text: str) -> int: ...
 def bpe_count_texts(encoding: str, texts: Iterable[str]) -> list[int]: ...

@@ -29,30 +29,16 @@ from agentctx_fast.messages import (
     Part,
 )
 from agentctx_fast.stores._schema import (
-    BOOL,
+    AS_IS,
+    BY_CLASS,
     BY_TAG,
     CALL_RECORD,
-    CALLS,
-    CONTENT,
-    COUNT,
-    DATA,
-    DATETIME,
-    DETAIL,
-    ID,
-    INT,
-    ITEMS,
     JSON_TYPES,
-    MESSAGES,
-    NAME,
-    OBJECT,
     PART_BY_TAG,
     REQUIRED,
-    ROLE,
     STATE_RECORD,
-    TEXT,
-    USAGE,
     USAGE_RECORD,
-    VERSION,
+    Kind,
     Record,
 )
 
@@ -97,10 +83,10 @@ def _kinds(kind: str, nullable: bool) -> tuple[type, ...]:
 # Per record: each field's key, the JSON types it may have, its default and its kind.
 _PLANS: dict[Record, tuple[tuple[str, tuple[type, ...], object, str], ...]] = {
     record: tuple((f.key, _kinds(f.kind, f.nullable), f.default, f.kind) for f in record.fields)
-    for record in (*BY_TAG.values(), *PART_BY_TAG.values(), CALL_RECORD, USAGE_RECORD, STATE_RECORD)
+    for record in BY_CLASS.values()
 }
 # Kinds whose checked JSON value is what the class takes.
-_PLAIN = frozenset((TEXT, ID, NAME, ROLE, DETAIL, VERSION, COUNT, INT, BOOL, OBJECT))
+_PLAIN = frozenset((*AS_IS, Kind.OBJECT))
 
 
 def _load(record: Record, fields: object, label: str, where: str) -> Any:
@@ -122,25 +108,25 @@ def _convert(
     kind: str, value: Any, values: dict[str, object], label: str, key: str, where: str
 ) -> object:
     """A checked JSON value as the class takes it."""
-    if kind == CONTENT:
+    if kind == Kind.CONTENT:
         if isinstance(value, str):
             return value
         here = f"message {values['message_id']!r}"
         return tuple(load_part(part, here) for part in value)
-    if kind == CALLS:
+    if kind == Kind.CALLS:
         return tuple(_load(CALL_RECORD, c, f"tool_calls[{i}]", where) for i, c in enumerate(value))
-    if kind == USAGE:
+    if kind == Kind.USAGE:
         return _load(USAGE_RECORD, value, "usage", where)
-    if kind == DATA:
+    if kind == Kind.DATA:
         try:
             return base64.b64decode(value, validate=True)
         except (binascii.Error, ValueError) as error:
             raise SerializationError(f"{where}: part data is not base64") from error
-    if kind == ITEMS:
+    if kind == Kind.ITEMS:
         return tuple(value)
-    if kind == MESSAGES:
+    if kind == Kind.MESSAGES:
         return tuple(load_message(m, f"summary[{i}]") for i, m in enumerate(value))
-    if kind == DATETIME:
+    if kind == Kind.DATETIME:
         try:
             return datetime.fromisoformat(value)
         except ValueError as error:
@@ -247,21 +233,21 @@ def _usage(value: object) -> object:
 
 
 _CHECKS: dict[str, Callable[[object], object]] = {
-    TEXT: _text,
-    ID: _identifier,
-    NAME: _name,
-    ROLE: _one_of(SYSTEM_ROLES),
-    DETAIL: _one_of(IMAGE_DETAILS),
-    VERSION: _version,
-    COUNT: _count,
-    INT: lambda value: value if type(value) is int else _BAD,
-    BOOL: lambda value: value if type(value) is bool else _BAD,
-    OBJECT: lambda value: value if type(value) is dict else _BAD,
-    CONTENT: _content,
-    CALLS: _calls,
-    USAGE: _usage,
-    DATA: _data,
-    ITEMS: lambda value: _BAD,  # each item is checked on the checked path
+    Kind.TEXT: _text,
+    Kind.ID: _identifier,
+    Kind.NAME: _name,
+    Kind.ROLE: _one_of(SYSTEM_ROLES),
+    Kind.DETAIL: _one_of(IMAGE_DETAILS),
+    Kind.VERSION: _version,
+    Kind.COUNT: _count,
+    Kind.INT: lambda value: value if type(value) is int else _BAD,
+    Kind.BOOL: lambda value: value if type(value) is bool else _BAD,
+    Kind.OBJECT: lambda value: value if type(value) is dict else _BAD,
+    Kind.CONTENT: _content,
+    Kind.CALLS: _calls,
+    Kind.USAGE: _usage,
+    Kind.DATA: _data,
+    Kind.ITEMS: lambda value: _BAD,  # each item is checked on the checked path
 }
 
 
@@ -281,7 +267,7 @@ def _fast(record: Record) -> Callable[[object], Any]:
     def build(fields: object) -> Any:
         if type(fields) is not dict or not fields.keys() <= keys:
             return None
-        obj = new(cls)
+        obj: Any = new(cls)
         get = fields.get
         for key, check, default, nullable, setter in plan:
             value = get(key, _ABSENT)
@@ -315,4 +301,4 @@ def fast_message(fields: dict[str, Any]) -> Message | None:
     leave it to the checked path."""
     tag = fields.get("type")
     build = _FAST_MESSAGES.get(tag) if type(tag) is str else None
-    return None if build is None else build(fields)  # type: ignore[no-any-return]
+    return None if build is None else build(fields)

@@ -18,27 +18,12 @@ from typing import Any
 from agentctx_fast.errors import SerializationError
 from agentctx_fast.messages import Message
 from agentctx_fast.stores._schema import (
-    BOOL,
+    AS_IS,
     BY_CLASS,
     BY_TAG,
-    CALLS,
-    CONTENT,
-    COUNT,
-    DATA,
-    DATETIME,
-    DETAIL,
-    ID,
-    INT,
-    ITEMS,
     JSON_TYPES,
-    MESSAGES,
-    NAME,
-    OBJECT,
-    ROLE,
-    TEXT,
-    USAGE,
-    VERSION,
     Field,
+    Kind,
     Record,
 )
 
@@ -133,19 +118,19 @@ def _datetime(value: Any, path: Path) -> object:
 
 # How each kind is written when its value is not simply of its JSON type (or None).
 _DUMPERS: dict[str, Callable[[Any, Path], object]] = {
-    **{kind: _plain(kind) for kind in (TEXT, ID, NAME, ROLE, DETAIL, VERSION, COUNT, INT, BOOL)},
-    OBJECT: _object,
-    CONTENT: _content,
-    CALLS: _records,
-    USAGE: lambda value, path: _nested(value, path, None),
-    DATA: _data,
-    ITEMS: _items,
-    MESSAGES: lambda value, path: [dump_message(message) for message in value],
-    DATETIME: _datetime,
+    **{kind: _plain(kind) for kind in AS_IS},
+    Kind.OBJECT: _object,
+    Kind.CONTENT: _content,
+    Kind.CALLS: _records,
+    Kind.USAGE: lambda value, path: _nested(value, path, None),
+    Kind.DATA: _data,
+    Kind.ITEMS: _items,
+    Kind.MESSAGES: lambda value, path: [dump_message(message) for message in value],
+    Kind.DATETIME: _datetime,
 }
 # The exact types written as they are, without a call (metadata and payloads are walked).
-_AS_IS = {kind: (JSON_TYPES[kind],) for kind in (TEXT, ID, NAME, ROLE, DETAIL, VERSION, COUNT, INT)}
-_AS_IS.update({BOOL: (bool,), CONTENT: (str,)})
+_AS_IS = {kind: _json_types(kind) for kind in AS_IS}
+_AS_IS[Kind.CONTENT] = (str,)  # a list of parts is written part by part
 
 
 def _as_is(field: Field) -> tuple[type, ...]:

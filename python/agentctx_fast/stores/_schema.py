@@ -27,44 +27,62 @@ from agentctx_fast.messages import (
     UserMessage,
 )
 
-# The kinds of value a field holds. What each allows beyond its JSON type is the rule of the
-# class it fills (checked by the class on the checked path, by the fast paths themselves).
-TEXT = "text"  # a str
-ID = "id"  # an identifier: a str without NUL
-NAME = "name"  # a participant name (messages._PARTICIPANT_NAME)
-ROLE = "role"  # one of messages.SYSTEM_ROLES
-DETAIL = "detail"  # one of messages.IMAGE_DETAILS
-VERSION = "version"  # an int from 0 to 2**63 - 1
-COUNT = "count"  # an int >= 0
-INT = "int"  # any int
-BOOL = "bool"
-OBJECT = "object"  # a JSON object
-CONTENT = "content"  # a str, or a list of part records (`PART_RECORDS`)
-CALLS = "calls"  # a list of `CALL_RECORD` records
-USAGE = "usage"  # a `USAGE_RECORD` record
-DATA = "data"  # bytes, written as base64 text
-ITEMS = "items"  # a list of JSON objects (the fast paths leave these to the checked path)
-MESSAGES = "messages"  # a list of message records
-DATETIME = "datetime"  # an ISO 8601 date and time
+
+class Kind:
+    """The kinds of value a field holds. What each allows beyond its JSON type is the rule of
+    the class it fills (checked by the class on the checked path, by the fast paths themselves).
+    """
+
+    TEXT = "text"  # a str
+    ID = "id"  # an identifier: a str without NUL
+    NAME = "name"  # a participant name (messages._PARTICIPANT_NAME)
+    ROLE = "role"  # one of messages.SYSTEM_ROLES
+    DETAIL = "detail"  # one of messages.IMAGE_DETAILS
+    VERSION = "version"  # an int from 0 to 2**63 - 1
+    COUNT = "count"  # an int >= 0
+    INT = "int"  # any int
+    BOOL = "bool"
+    OBJECT = "object"  # a JSON object
+    CONTENT = "content"  # a str, or a list of part records (`PART_RECORDS`)
+    CALLS = "calls"  # a list of `CALL_RECORD` records
+    USAGE = "usage"  # a `USAGE_RECORD` record
+    DATA = "data"  # bytes, written as base64 text
+    ITEMS = "items"  # a list of JSON objects (the fast paths leave these to the checked path)
+    MESSAGES = "messages"  # a list of message records
+    DATETIME = "datetime"  # an ISO 8601 date and time
+
+
+AS_IS = (
+    Kind.TEXT,
+    Kind.ID,
+    Kind.NAME,
+    Kind.ROLE,
+    Kind.DETAIL,
+    Kind.VERSION,
+    Kind.COUNT,
+    Kind.INT,
+    Kind.BOOL,
+)
+"""The kinds whose JSON value is the object's value, with nothing inside to walk."""
 
 JSON_TYPES: dict[str, type | tuple[type, ...]] = {
-    TEXT: str,
-    ID: str,
-    NAME: str,
-    ROLE: str,
-    DETAIL: str,
-    VERSION: int,
-    COUNT: int,
-    INT: int,
-    BOOL: bool,
-    OBJECT: dict,
-    CONTENT: (str, list),
-    CALLS: list,
-    USAGE: dict,
-    DATA: str,
-    ITEMS: list,
-    MESSAGES: list,
-    DATETIME: str,
+    Kind.TEXT: str,
+    Kind.ID: str,
+    Kind.NAME: str,
+    Kind.ROLE: str,
+    Kind.DETAIL: str,
+    Kind.VERSION: int,
+    Kind.COUNT: int,
+    Kind.INT: int,
+    Kind.BOOL: bool,
+    Kind.OBJECT: dict,
+    Kind.CONTENT: (str, list),
+    Kind.CALLS: list,
+    Kind.USAGE: dict,
+    Kind.DATA: str,
+    Kind.ITEMS: list,
+    Kind.MESSAGES: list,
+    Kind.DATETIME: str,
 }
 """The JSON type of each kind, as `json.loads` gives it."""
 
@@ -128,10 +146,10 @@ class Record:
 
 
 _COMMON = (
-    Field("message_id", ID),
-    Field("metadata", OBJECT),
-    Field("version", VERSION),
-    _optional("turn_id", ID),
+    Field("message_id", Kind.ID),
+    Field("metadata", Kind.OBJECT),
+    Field("version", Kind.VERSION),
+    _optional("turn_id", Kind.ID),
 )
 
 MESSAGE_RECORDS: tuple[Record, ...] = (
@@ -140,27 +158,27 @@ MESSAGE_RECORDS: tuple[Record, ...] = (
         SystemMessage,
         (
             *_COMMON,
-            Field("text", TEXT),
-            Field("role", ROLE, "system", sparse=True),
-            _optional("name", NAME, sparse=True),
+            Field("text", Kind.TEXT),
+            Field("role", Kind.ROLE, "system", sparse=True),
+            _optional("name", Kind.NAME, sparse=True),
         ),
     ),
     Record(
         "user",
         UserMessage,
-        (*_COMMON, _optional("name", NAME, sparse=True), Field("content", CONTENT)),
+        (*_COMMON, _optional("name", Kind.NAME, sparse=True), Field("content", Kind.CONTENT)),
     ),
     Record(
         "ai",
         AiMessage,
         (
             *_COMMON,
-            _optional("text", TEXT),
-            _optional("name", NAME, sparse=True),
-            Field("tool_calls", CALLS),
-            _optional("refusal", TEXT, sparse=True),
-            _optional("usage", USAGE, sparse=True),
-            Field("provider_items", ITEMS, (), sparse=True),
+            _optional("text", Kind.TEXT),
+            _optional("name", Kind.NAME, sparse=True),
+            Field("tool_calls", Kind.CALLS),
+            _optional("refusal", Kind.TEXT, sparse=True),
+            _optional("usage", Kind.USAGE, sparse=True),
+            Field("provider_items", Kind.ITEMS, (), sparse=True),
         ),
     ),
     Record(
@@ -168,46 +186,51 @@ MESSAGE_RECORDS: tuple[Record, ...] = (
         ToolMessage,
         (
             *_COMMON,
-            Field("text", TEXT),
-            Field("tool_call_id", ID),
-            _optional("tool_name", ID),
-            Field("is_error", BOOL),
+            Field("text", Kind.TEXT),
+            Field("tool_call_id", Kind.ID),
+            _optional("tool_name", Kind.ID),
+            Field("is_error", Kind.BOOL),
         ),
     ),
-    Record("action", AgentActionMessage, (*_COMMON, _optional("payload", OBJECT))),
+    Record("action", AgentActionMessage, (*_COMMON, _optional("payload", Kind.OBJECT))),
     Record(
         "form",
         AgentFormMessage,
-        (*_COMMON, _optional("payload", OBJECT), _optional("status", TEXT)),
+        (*_COMMON, _optional("payload", Kind.OBJECT), _optional("status", Kind.TEXT)),
     ),
 )
 """The message records."""
 
 _MEDIA = (
-    _optional("uri", TEXT),
-    _optional("mime_type", TEXT),
-    _optional("name", TEXT),
-    _optional("size_bytes", INT),
-    _optional("data", DATA),
+    _optional("uri", Kind.TEXT),
+    _optional("mime_type", Kind.TEXT),
+    _optional("name", Kind.TEXT),
+    _optional("size_bytes", Kind.INT),
+    _optional("data", Kind.DATA),
 )
 PART_RECORDS: tuple[Record, ...] = (
-    Record("text", TextPart, (Field("text", TEXT),)),
+    Record("text", TextPart, (Field("text", Kind.TEXT),)),
     Record(
-        "image", ImagePart, (*_MEDIA, _optional("detail", DETAIL, sparse=True)), ("uri", "data")
+        "image",
+        ImagePart,
+        (*_MEDIA, _optional("detail", Kind.DETAIL, sparse=True)),
+        ("uri", "data"),
     ),
     Record("audio", AudioPart, _MEDIA, ("uri", "data")),
     Record("file", FilePart, _MEDIA, ("uri", "data")),
 )
 """The content parts of a user message."""
 
-CALL_RECORD = Record(None, ToolCall, (Field("id", ID), Field("name", ID), Field("arguments", TEXT)))
+CALL_RECORD = Record(
+    None, ToolCall, (Field("id", Kind.ID), Field("name", Kind.ID), Field("arguments", Kind.TEXT))
+)
 USAGE_RECORD = Record(
     None,
     Usage,
     (
-        Field("prompt_tokens", COUNT),
-        Field("completion_tokens", COUNT),
-        Field("total_tokens", COUNT),
+        Field("prompt_tokens", Kind.COUNT),
+        Field("completion_tokens", Kind.COUNT),
+        Field("total_tokens", Kind.COUNT),
     ),
 )
 
@@ -215,14 +238,14 @@ STATE_RECORD = Record(
     "compression_state",
     AgentContextCompressionState,
     (
-        Field("conversation_id", ID),
-        Field("version", VERSION),
-        Field("compression_version", INT),
-        _optional("covered_until_message_id", ID),
-        Field("summary", MESSAGES),
-        Field("covered_tokens", INT),
-        Field("covered_turns", INT),
-        _optional("updated_at", DATETIME),
+        Field("conversation_id", Kind.ID),
+        Field("version", Kind.VERSION),
+        Field("compression_version", Kind.INT),
+        _optional("covered_until_message_id", Kind.ID),
+        Field("summary", Kind.MESSAGES),
+        Field("covered_tokens", Kind.INT),
+        Field("covered_turns", Kind.INT),
+        _optional("updated_at", Kind.DATETIME),
     ),
 )
 """A coordinator's compression state."""

@@ -143,10 +143,15 @@ class JsonAgentStoreSerializer:
             raise SerializationError(f"stored record is invalid: {error}") from error
 
 
+# `loads` is the one decoding entry: the Rust fast path (bytes in) when the Rust backend is in
+# use, else the parse and the Python fast path, and the checked path for whatever a fast path
+# is not sure of. Each step is a module name here, so the tests and benches/bench_decode.py can
+# run one path alone and compare them.
 _fast_message = _decode.fast_message
 _load_message = _decode.load_message
 _load_state = _decode.load_state
-if native is not None:  # the Rust fast path reads the same tables
+# The Rust fast path reads the same tables (set on the Python backend too: its tests compare it).
+if native is not None:
     native.set_record_schema(
         MESSAGE_RECORDS,
         PART_RECORDS,
