@@ -140,7 +140,13 @@ pub fn set_record_schema(
         object_setattr: object.getattr("__setattr__")?.unbind(),
         int: py.import("builtins")?.getattr("int")?.unbind(),
     };
-    *DECODER.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(decoder));
+    // The decoder replaced is dropped after the lock is released (its objects' finalizers
+    // run no code under it).
+    let replaced = DECODER
+        .write()
+        .unwrap_or_else(PoisonError::into_inner)
+        .replace(Arc::new(decoder));
+    drop(replaced);
     Ok(())
 }
 
