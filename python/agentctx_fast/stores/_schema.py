@@ -1,6 +1,6 @@
 """The stored record format, declared once: per type tag, the class and its fields.
 
-The encoder (`serializer`), the Python decoder (`_decode`) and the native decoder's setup
+The encoder (`_encode`), the Python decoder (`_decode`) and the native decoder's setup
 (`_native.set_record_schema`) all read these tables; none of them lists a field itself.
 A field's JSON key is the name of the dataclass field it fills; fields are listed in the order
 `dumps` writes them.

@@ -2,7 +2,8 @@
 
 The type is a tag from a closed registry; an unknown tag is an error, never a class to load.
 Every field is checked on the way in, so a corrupt or hostile record is a `SerializationError`
-and never a half-built object.
+and never a half-built object. The record format is declared once, in `_schema`; `_encode`
+writes it and `_decode` reads it; this module holds the JSON parse and the one decoding entry.
 
 >>> from agentctx_fast import UserMessage
 >>> serializer = JsonAgentStoreSerializer()
