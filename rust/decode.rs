@@ -1,5 +1,6 @@
-//! The fast path of decoding a stored message record (`stores/serializer.py::_fast_message`):
-//! a strict JSON parser over the record's bytes and the checks of every field.
+//! The fast path of decoding a stored message record (`stores/_decode.py::fast_message`):
+//! a strict JSON parser over the record's bytes and the checks of every field, by the record
+//! format `stores/_schema.py` declares (a `Schema`, handed over by the binding).
 //!
 //! It answers only for records it is sure of: valid UTF-8 JSON as Python's `json.loads`
 //! reads it (same numbers, same strings, no lone surrogate, no NaN or Infinity), one message
@@ -283,141 +284,125 @@ impl<'a> Parser<'a> {
     }
 }
 
-/// What the message classes require beyond types, as the Python library defines it
-/// (captured from `agentctx_fast.messages` by the binding).
-pub struct Rules {
+/// The kinds of value a field holds, as `stores/_schema.py` names them (`Kind::named`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A str.
+    Text,
+    /// A str without NUL.
+    Id,
+    /// A participant name.
+    Name,
+    /// One of `Schema::system_roles`.
+    Role,
+    /// One of `Schema::image_details`.
+    Detail,
+    /// An int from 0 to `i64::MAX`.
+    Version,
+    /// An int >= 0.
+    Count,
+    /// Any int.
+    Int,
+    Bool,
+    /// A JSON object.
+    Object,
+    /// A str, or an array of `Schema::parts` records.
+    Content,
+    /// An array of `Schema::call` records.
+    Calls,
+    /// A `Schema::usage` record.
+    Usage,
+    /// Canonical base64 of at most `Schema::max_inline_bytes` bytes.
+    Data,
+    /// Provider items: never vouched for here (the checked path checks each one).
+    Items,
+}
+
+impl Kind {
+    /// The kind `stores/_schema.py` calls `name`.
+    pub fn named(name: &str) -> Option<Kind> {
+        Some(match name {
+            "text" => Kind::Text,
+            "id" => Kind::Id,
+            "name" => Kind::Name,
+            "role" => Kind::Role,
+            "detail" => Kind::Detail,
+            "version" => Kind::Version,
+            "count" => Kind::Count,
+            "int" => Kind::Int,
+            "bool" => Kind::Bool,
+            "object" => Kind::Object,
+            "content" => Kind::Content,
+            "calls" => Kind::Calls,
+            "usage" => Kind::Usage,
+            "data" => Kind::Data,
+            "items" => Kind::Items,
+            _ => return None,
+        })
+    }
+}
+
+/// One field of a record type.
+#[derive(Debug, Clone)]
+pub struct Field {
+    pub key: String,
+    pub kind: Kind,
+    /// Absent is refused (otherwise it reads as the field's default).
+    pub required: bool,
+    /// `null` reads as None (otherwise it is refused).
+    pub nullable: bool,
+}
+
+/// One record type: its `"type"` tag (None: nested without one) and its fields.
+#[derive(Debug, Clone)]
+pub struct RecordType {
+    pub tag: Option<String>,
+    pub fields: Vec<Field>,
+    /// Indices of fields of which at least one must hold a value.
+    pub needs_one_of: Vec<usize>,
+}
+
+/// The record format (`stores/_schema.py`, handed over by the binding) and the values the
+/// message classes allow, as the Python library defines them.
+#[derive(Debug, Clone)]
+pub struct Schema {
+    pub messages: Vec<RecordType>,
+    pub parts: Vec<RecordType>,
+    pub call: RecordType,
+    pub usage: RecordType,
     pub max_inline_bytes: usize,
     pub system_roles: Vec<String>,
     pub image_details: Vec<String>,
 }
 
-/// A checked message record.
+/// A checked record: the index of its type in its group (`Schema::messages` or `parts`; 0 for
+/// a call or usage) and a value per field, in the order of its fields.
 #[derive(Debug, PartialEq)]
 pub struct Record<'a> {
-    pub message_id: Cow<'a, str>,
-    /// A `Value::Object`.
-    pub metadata: Value<'a>,
-    pub version: i64,
-    pub turn_id: Option<Cow<'a, str>>,
-    pub body: Body<'a>,
+    pub index: usize,
+    pub values: Vec<Checked<'a>>,
 }
 
+/// A checked field value.
 #[derive(Debug, PartialEq)]
-pub enum Body<'a> {
-    System {
-        text: Cow<'a, str>,
-        role: Cow<'a, str>,
-        name: Option<Cow<'a, str>>,
-    },
-    User {
-        content: Content<'a>,
-        name: Option<Cow<'a, str>>,
-    },
-    Ai {
-        text: Option<Cow<'a, str>>,
-        tool_calls: Vec<Call<'a>>,
-        refusal: Option<Cow<'a, str>>,
-        name: Option<Cow<'a, str>>,
-        /// prompt, completion and total tokens: each a non-negative `Int` or `BigInt`.
-        usage: Option<[Value<'a>; 3]>,
-    },
-    Tool {
-        tool_call_id: Cow<'a, str>,
-        text: Cow<'a, str>,
-        tool_name: Option<Cow<'a, str>>,
-        is_error: bool,
-    },
-    /// `payload`: None or a `Value::Object`.
-    Action { payload: Option<Value<'a>> },
-    Form {
-        payload: Option<Value<'a>>,
-        status: Option<Cow<'a, str>>,
-    },
+pub enum Checked<'a> {
+    /// Absent: the field's default.
+    Default,
+    Null,
+    Str(Cow<'a, str>),
+    Bool(bool),
+    /// An `Int` or `BigInt`, or an `Object`: as `json.loads` makes it.
+    Json(Value<'a>),
+    Bytes(Vec<u8>),
+    /// A usage.
+    Record(Record<'a>),
+    /// Calls or content parts.
+    Records(Vec<Record<'a>>),
 }
 
-#[derive(Debug, PartialEq)]
-pub enum Content<'a> {
-    Text(Cow<'a, str>),
-    Parts(Vec<Part<'a>>),
-}
-
-#[derive(Debug, PartialEq)]
-pub struct Call<'a> {
-    pub id: Cow<'a, str>,
-    pub name: Cow<'a, str>,
-    pub arguments: Cow<'a, str>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MediaKind {
-    Image,
-    Audio,
-    File,
-}
-
-#[derive(Debug, PartialEq)]
-pub enum Part<'a> {
-    Text(Cow<'a, str>),
-    Media {
-        kind: MediaKind,
-        uri: Option<Cow<'a, str>>,
-        mime_type: Option<Cow<'a, str>>,
-        name: Option<Cow<'a, str>>,
-        /// An `Int` or `BigInt` (any sign: the classes check only the type).
-        size_bytes: Option<Value<'a>>,
-        data: Option<Vec<u8>>,
-        /// Images only.
-        detail: Option<Cow<'a, str>>,
-    },
-}
-
-/// The fields a message record may have; each kind allows some (`ALLOWED`).
-const KEYS: [&str; 17] = [
-    "type",
-    "message_id",
-    "metadata",
-    "version",
-    "turn_id",
-    "text",
-    "role",
-    "name",
-    "content",
-    "tool_calls",
-    "refusal",
-    "usage",
-    "tool_call_id",
-    "tool_name",
-    "is_error",
-    "payload",
-    "status",
-];
-const COMMON: u32 = 0b11111;
-
-fn mask(names: &[&str]) -> u32 {
-    names.iter().fold(COMMON, |bits, name| {
-        bits | KEYS
-            .iter()
-            .position(|key| key == name)
-            .map_or(0, |index| 1 << index)
-    })
-}
-
-/// Takes the members of `object` into slots by `keys`; `None` for an unknown or repeated key.
-fn slots<'a, const N: usize>(
-    object: Vec<(Cow<'a, str>, Value<'a>)>,
-    keys: &[&str; N],
-) -> Option<([Option<Value<'a>>; N], u32)> {
-    let mut slots: [Option<Value<'a>>; N] = std::array::from_fn(|_| None);
-    let mut seen = 0u32;
-    for (key, value) in object {
-        let index = keys.iter().position(|name| *name == key)?;
-        if seen & (1 << index) != 0 {
-            return None;
-        }
-        seen |= 1 << index;
-        slots[index] = Some(value);
-    }
-    Some((slots, seen))
+/// The checked message of a parsed record, or `None`.
+pub fn message<'a>(value: Value<'a>, schema: &Schema) -> Option<Record<'a>> {
+    tagged(value, &schema.messages, schema)
 }
 
 fn object(value: Value<'_>) -> Option<Vec<(Cow<'_, str>, Value<'_>)>> {
@@ -427,242 +412,125 @@ fn object(value: Value<'_>) -> Option<Vec<(Cow<'_, str>, Value<'_>)>> {
     }
 }
 
-/// A required str.
-fn text(value: Option<Value<'_>>) -> Option<Cow<'_, str>> {
-    match value? {
-        Value::Str(text) => Some(text),
-        _ => None,
-    }
-}
-
-/// An optional str: absent or null is `Some(None)`.
-fn optional_text(value: Option<Value<'_>>) -> Option<Option<Cow<'_, str>>> {
-    match value {
-        None | Some(Value::Null) => Some(None),
-        Some(Value::Str(text)) => Some(Some(text)),
-        Some(_) => None,
-    }
-}
-
-/// An identifier: a str without NUL (a lone surrogate cannot come out of `parse`).
-fn identifier(value: Option<Value<'_>>) -> Option<Cow<'_, str>> {
-    text(value).filter(|text| !text.contains('\0'))
-}
-
-fn optional_identifier(value: Option<Value<'_>>) -> Option<Option<Cow<'_, str>>> {
-    match optional_text(value)? {
-        Some(text) if text.contains('\0') => None,
-        other => Some(other),
-    }
-}
-
-/// An optional participant name. Only names of printable ASCII are vouched for here (the
-/// classes' rule is a Unicode regex); any other name goes to the checked path.
-fn participant_name(value: Option<Value<'_>>) -> Option<Option<Cow<'_, str>>> {
-    let name = optional_text(value)?;
-    if let Some(name) = &name {
-        let fine = !name.is_empty()
-            && name
-                .bytes()
-                .all(|b| (0x21..0x7f).contains(&b) && !b"<|\\/>".contains(&b));
-        if !fine {
-            return None;
-        }
-    }
-    Some(name)
-}
-
-fn optional_object(value: Option<Value<'_>>) -> Option<Option<Value<'_>>> {
-    match value {
-        None | Some(Value::Null) => Some(None),
-        Some(object @ Value::Object(_)) => Some(Some(object)),
-        Some(_) => None,
-    }
-}
-
-/// The checked message of a parsed record, or `None`.
-pub fn message<'a>(value: Value<'a>, rules: &Rules) -> Option<Record<'a>> {
-    let (fields, seen) = slots(object(value)?, &KEYS)?;
-    let [kind, message_id, metadata, version, turn_id, text_, role, name, content, tool_calls, refusal, usage, tool_call_id, tool_name, is_error, payload, status] =
-        fields;
-    let kind = text(kind)?;
-    let allowed = match &*kind {
-        "system" => mask(&["text", "role", "name"]),
-        "user" => mask(&["content", "name"]),
-        "ai" => mask(&["text", "tool_calls", "refusal", "name", "usage"]),
-        "tool" => mask(&["tool_call_id", "text", "tool_name", "is_error"]),
-        "action" => mask(&["payload"]),
-        "form" => mask(&["payload", "status"]),
-        _ => return None,
-    };
-    if seen & !allowed != 0 {
-        return None;
-    }
-    let message_id = identifier(message_id)?;
-    let metadata = match metadata? {
-        object @ Value::Object(_) => object,
-        _ => return None,
-    };
-    let version = match version? {
-        Value::Int(version) if version >= 0 => version,
-        _ => return None,
-    };
-    let turn_id = optional_identifier(turn_id)?;
-    let body = match &*kind {
-        "system" => {
-            let role = match role {
-                None => Cow::Borrowed("system"),
-                some => text(some)?,
-            };
-            if !rules.system_roles.iter().any(|known| *known == role) {
+/// A record of one of `types`, by its tag (exactly one `"type"` member, a known str).
+fn tagged<'a>(value: Value<'a>, types: &[RecordType], schema: &Schema) -> Option<Record<'a>> {
+    let members = object(value)?;
+    let mut index = None;
+    for (key, value) in &members {
+        if key == "type" {
+            let Value::Str(tag) = value else { return None };
+            if index.is_some() {
                 return None;
             }
-            Body::System {
-                text: text(text_)?,
-                role,
-                name: participant_name(name)?,
-            }
+            index = Some(
+                types
+                    .iter()
+                    .position(|kind| kind.tag.as_deref() == Some(&**tag))?,
+            );
         }
-        "user" => Body::User {
-            content: match content? {
-                Value::Str(text) => Content::Text(text),
-                Value::Array(items) => Content::Parts(
-                    items
-                        .into_iter()
-                        .map(|item| part(item, rules))
-                        .collect::<Option<_>>()?,
-                ),
-                _ => return None,
-            },
-            name: participant_name(name)?,
-        },
-        "ai" => Body::Ai {
-            text: optional_text(text_)?,
-            tool_calls: match tool_calls? {
-                Value::Array(calls) => calls.into_iter().map(call).collect::<Option<_>>()?,
-                _ => return None,
-            },
-            refusal: optional_text(refusal)?,
-            name: participant_name(name)?,
-            usage: match usage {
-                None | Some(Value::Null) => None,
-                Some(value) => Some(self::usage(value)?),
-            },
-        },
-        "tool" => Body::Tool {
-            tool_call_id: identifier(tool_call_id)?,
-            text: text(text_)?,
-            tool_name: optional_identifier(tool_name)?,
-            is_error: match is_error? {
-                Value::Bool(flag) => flag,
-                _ => return None,
-            },
-        },
-        "action" => Body::Action {
-            payload: optional_object(payload)?,
-        },
-        _ => Body::Form {
-            payload: optional_object(payload)?,
-            status: optional_text(status)?,
-        },
-    };
-    Some(Record {
-        message_id,
-        metadata,
-        version,
-        turn_id,
-        body,
-    })
+    }
+    let index = index?;
+    let values = fields(members, types.get(index)?, schema)?;
+    Some(Record { index, values })
 }
 
-fn call(value: Value<'_>) -> Option<Call<'_>> {
-    let (fields, seen) = slots(object(value)?, &["id", "name", "arguments"])?;
-    if seen != 0b111 {
-        return None;
-    }
-    let [id, name, arguments] = fields;
-    Some(Call {
-        id: identifier(id)?,
-        name: identifier(name)?,
-        arguments: text(arguments)?,
-    })
+fn untagged<'a>(value: Value<'a>, kind: &RecordType, schema: &Schema) -> Option<Record<'a>> {
+    let values = fields(object(value)?, kind, schema)?;
+    Some(Record { index: 0, values })
 }
 
-fn count(value: Option<Value<'_>>) -> Option<Value<'_>> {
-    match value? {
-        count @ Value::Int(0..) => Some(count),
-        Value::BigInt(literal) if !literal.starts_with('-') => Some(Value::BigInt(literal)),
-        _ => None,
-    }
-}
-
-fn usage(value: Value<'_>) -> Option<[Value<'_>; 3]> {
-    let keys = ["prompt_tokens", "completion_tokens", "total_tokens"];
-    let (fields, seen) = slots(object(value)?, &keys)?;
-    if seen != 0b111 {
-        return None;
-    }
-    let [prompt, completion, total] = fields;
-    Some([count(prompt)?, count(completion)?, count(total)?])
-}
-
-fn part<'a>(value: Value<'a>, rules: &Rules) -> Option<Part<'a>> {
-    const PART_KEYS: [&str; 8] = [
-        "type",
-        "text",
-        "uri",
-        "mime_type",
-        "name",
-        "size_bytes",
-        "data",
-        "detail",
-    ];
-    let (fields, seen) = slots(object(value)?, &PART_KEYS)?;
-    let [kind, text_, uri, mime_type, name, size_bytes, data, detail] = fields;
-    let kind = text(kind)?;
-    let (kind, allowed) = match &*kind {
-        "text" => return (seen == 0b11).then_some(Part::Text(text(text_)?)),
-        "image" => (MediaKind::Image, 0b1111_1101),
-        "audio" => (MediaKind::Audio, 0b0111_1101),
-        "file" => (MediaKind::File, 0b0111_1101),
-        _ => return None,
-    };
-    if seen & !allowed != 0 {
-        return None;
-    }
-    let uri = optional_text(uri)?;
-    let data = match optional_text(data)? {
-        None => {
-            uri.as_ref()?;
-            None
+/// The checked fields of a record of type `kind` (its tag already matched); `None` for an
+/// unknown or repeated key, a missing required one, or a value `check` refuses.
+fn fields<'a>(
+    members: Vec<(Cow<'a, str>, Value<'a>)>,
+    kind: &RecordType,
+    schema: &Schema,
+) -> Option<Vec<Checked<'a>>> {
+    let mut slots: Vec<Option<Value<'a>>> = kind.fields.iter().map(|_| None).collect();
+    for (key, value) in members {
+        if kind.tag.is_some() && key == "type" {
+            continue;
         }
-        Some(encoded) => {
+        let index = kind.fields.iter().position(|field| field.key == key)?;
+        let slot = slots.get_mut(index)?;
+        if slot.is_some() {
+            return None;
+        }
+        *slot = Some(value);
+    }
+    let mut values = Vec::with_capacity(slots.len());
+    for (field, slot) in kind.fields.iter().zip(slots) {
+        values.push(match slot {
+            None if field.required => return None,
+            None => Checked::Default,
+            Some(Value::Null) if field.nullable => Checked::Null,
+            Some(Value::Null) => return None,
+            Some(value) => check(field.kind, value, schema)?,
+        });
+    }
+    let held = |index: &usize| {
+        values
+            .get(*index)
+            .is_some_and(|value| !matches!(value, Checked::Default | Checked::Null))
+    };
+    if !kind.needs_one_of.is_empty() && !kind.needs_one_of.iter().any(held) {
+        return None;
+    }
+    Some(values)
+}
+
+/// A present, non-null value of `kind`, or `None`.
+fn check<'a>(kind: Kind, value: Value<'a>, schema: &Schema) -> Option<Checked<'a>> {
+    let known = |allowed: &[String], text: &str| allowed.iter().any(|known| known == text);
+    Some(match (kind, value) {
+        (Kind::Text | Kind::Content, Value::Str(text)) => Checked::Str(text),
+        (Kind::Id, Value::Str(text)) if !text.contains('\0') => Checked::Str(text),
+        (Kind::Name, Value::Str(text)) if participant_name(&text) => Checked::Str(text),
+        (Kind::Role, Value::Str(text)) if known(&schema.system_roles, &text) => Checked::Str(text),
+        (Kind::Detail, Value::Str(text)) if known(&schema.image_details, &text) => {
+            Checked::Str(text)
+        }
+        (Kind::Version | Kind::Count | Kind::Int, number @ Value::Int(0..)) => {
+            Checked::Json(number)
+        }
+        (Kind::Int, number @ Value::Int(_)) => Checked::Json(number),
+        (Kind::Count, Value::BigInt(literal)) if !literal.starts_with('-') => {
+            Checked::Json(Value::BigInt(literal))
+        }
+        (Kind::Int, number @ Value::BigInt(_)) => Checked::Json(number),
+        (Kind::Bool, Value::Bool(flag)) => Checked::Bool(flag),
+        (Kind::Object, object @ Value::Object(_)) => Checked::Json(object),
+        (Kind::Content, Value::Array(items)) => Checked::Records(
+            items
+                .into_iter()
+                .map(|item| tagged(item, &schema.parts, schema))
+                .collect::<Option<_>>()?,
+        ),
+        (Kind::Calls, Value::Array(items)) => Checked::Records(
+            items
+                .into_iter()
+                .map(|item| untagged(item, &schema.call, schema))
+                .collect::<Option<_>>()?,
+        ),
+        (Kind::Usage, value) => Checked::Record(untagged(value, &schema.usage, schema)?),
+        (Kind::Data, Value::Str(encoded)) => {
             let bytes = base64(encoded.as_bytes())?;
-            if bytes.len() > rules.max_inline_bytes {
+            if bytes.len() > schema.max_inline_bytes {
                 return None;
             }
-            Some(bytes)
+            Checked::Bytes(bytes)
         }
-    };
-    let detail = optional_text(detail)?;
-    if let Some(detail) = &detail {
-        if !rules.image_details.iter().any(|known| known == detail) {
-            return None;
-        }
-    }
-    Some(Part::Media {
-        kind,
-        uri,
-        mime_type: optional_text(mime_type)?,
-        name: optional_text(name)?,
-        size_bytes: match size_bytes {
-            None | Some(Value::Null) => None,
-            Some(size @ (Value::Int(_) | Value::BigInt(_))) => Some(size),
-            Some(_) => return None,
-        },
-        data,
-        detail,
+        _ => return None,
     })
+}
+
+/// A participant name. Only names of printable ASCII are vouched for here (the classes' rule
+/// is a Unicode regex); any other name goes to the checked path.
+fn participant_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| (0x21..0x7f).contains(&b) && !b"<|\\/>".contains(&b))
 }
 
 /// Canonical base64 (what `base64.b64encode` writes): length a multiple of 4, the standard
@@ -713,8 +581,102 @@ pub fn base64(encoded: &[u8]) -> Option<Vec<u8>> {
 mod tests {
     use super::*;
 
-    fn rules() -> Rules {
-        Rules {
+    /// A schema of the shape `stores/_schema.py` declares (the binding reads the real one).
+    fn schema() -> Schema {
+        fn record(tag: Option<&str>, fields: &[(&str, Kind, bool)]) -> RecordType {
+            RecordType {
+                tag: tag.map(str::to_owned),
+                fields: fields
+                    .iter()
+                    .map(|&(key, kind, required)| Field {
+                        key: key.into(),
+                        kind,
+                        required,
+                        nullable: !required && key != "role",
+                    })
+                    .collect(),
+                needs_one_of: vec![],
+            }
+        }
+        let common = [
+            ("message_id", Kind::Id, true),
+            ("metadata", Kind::Object, true),
+            ("version", Kind::Version, true),
+            ("turn_id", Kind::Id, false),
+        ];
+        let message =
+            |tag, own: &[(&str, Kind, bool)]| record(Some(tag), &[&common[..], own].concat());
+        let media = |tag| RecordType {
+            needs_one_of: vec![0, 4],
+            ..record(
+                Some(tag),
+                &[
+                    ("uri", Kind::Text, false),
+                    ("mime_type", Kind::Text, false),
+                    ("name", Kind::Text, false),
+                    ("size_bytes", Kind::Int, false),
+                    ("data", Kind::Data, false),
+                    ("detail", Kind::Detail, false),
+                ][..if tag == "image" { 6 } else { 5 }],
+            )
+        };
+        Schema {
+            messages: vec![
+                message(
+                    "system",
+                    &[
+                        ("text", Kind::Text, true),
+                        ("role", Kind::Role, false),
+                        ("name", Kind::Name, false),
+                    ],
+                ),
+                message(
+                    "user",
+                    &[
+                        ("name", Kind::Name, false),
+                        ("content", Kind::Content, true),
+                    ],
+                ),
+                message(
+                    "ai",
+                    &[
+                        ("text", Kind::Text, false),
+                        ("tool_calls", Kind::Calls, true),
+                        ("usage", Kind::Usage, false),
+                    ],
+                ),
+                message(
+                    "tool",
+                    &[
+                        ("text", Kind::Text, true),
+                        ("tool_call_id", Kind::Id, true),
+                        ("tool_name", Kind::Id, false),
+                        ("is_error", Kind::Bool, true),
+                    ],
+                ),
+            ],
+            parts: vec![
+                record(Some("text"), &[("text", Kind::Text, true)]),
+                media("image"),
+                media("audio"),
+                media("file"),
+            ],
+            call: record(
+                None,
+                &[
+                    ("id", Kind::Id, true),
+                    ("name", Kind::Id, true),
+                    ("arguments", Kind::Text, true),
+                ],
+            ),
+            usage: record(
+                None,
+                &[
+                    ("prompt_tokens", Kind::Count, true),
+                    ("completion_tokens", Kind::Count, true),
+                    ("total_tokens", Kind::Count, true),
+                ],
+            ),
             max_inline_bytes: 8,
             system_roles: vec!["system".into(), "developer".into()],
             image_details: vec!["auto".into(), "low".into()],
@@ -722,7 +684,7 @@ mod tests {
     }
 
     fn record(json: &str) -> Option<Record<'_>> {
-        message(parse(json.as_bytes())?, &rules())
+        message(parse(json.as_bytes())?, &schema())
     }
 
     #[test]
@@ -786,14 +748,9 @@ mod tests {
     fn checks_message_fields() {
         let good = r#"{"type":"tool","message_id":"m","metadata":{},"version":3,"turn_id":null,"text":"t","tool_call_id":"c","tool_name":"n","is_error":false}"#;
         let checked = record(good).expect("a valid record");
-        assert_eq!(checked.version, 3);
-        assert!(matches!(
-            checked.body,
-            Body::Tool {
-                is_error: false,
-                ..
-            }
-        ));
+        assert_eq!(checked.index, 3);
+        assert_eq!(checked.values[2], Checked::Json(Value::Int(3)));
+        assert_eq!(checked.values[7], Checked::Bool(false));
         for (from, to) in [
             (r#""version":3"#, r#""version":-1"#),
             (r#""version":3"#, r#""version":true"#),

@@ -5,6 +5,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, final
 
 from agentctx_fast.messages import Message
+from agentctx_fast.stores._schema import Record
 
 __all__ = [
     "CoreOptions",
@@ -19,6 +20,7 @@ __all__ = [
     "message_tokens",
     "segment",
     "select",
+    "set_record_schema",
     "validate",
 ]
 
@@ -79,7 +81,20 @@ def count_texts(texts: Iterable[str], encoding: str | None = None) -> list[int]:
 def message_tokens(messages: Sequence[object]) -> list[int]: ...
 def decode_message(data: bytes, /) -> Message | None:
     """The message a stored record holds when it is well formed, else None (the caller decodes
-    it on the checked path, which names the error)."""
+    it on the checked path, which names the error). None for every record until
+    `set_record_schema` has run."""
+
+def set_record_schema(
+    messages: Iterable[Record],
+    parts: Iterable[Record],
+    call: Record,
+    usage: Record,
+    max_inline_bytes: int,
+    system_roles: Sequence[str],
+    image_details: Sequence[str],
+) -> None:
+    """The record format `decode_message` decodes by: the `stores._schema` records of messages,
+    content parts, tool calls and usage, and the values the message classes allow."""
 
 def bpe_count_text(encoding: str, text: str) -> int: ...
 def bpe_count_texts(encoding: str, texts: Iterable[str]) -> list[int]: ...

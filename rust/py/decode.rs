@@ -1,138 +1,152 @@
 //! `decode_message`: the fast path of `JsonAgentStoreSerializer.loads` for message records
-//! (`stores/serializer.py::_fast_message` with the JSON parse), over `crate::decode`.
+//! (`stores/_decode.py::fast_message` with the JSON parse), over `crate::decode`.
 //!
-//! A record the core vouches for is built here as `_fast_message` builds it: `object.__new__`
-//! of the library class, then every dataclass field set through `object.__setattr__` (the
-//! frozen dataclass's own `__init__` does the same after checks the core already made). For
-//! any other record it returns None and the caller decodes it on the checked path, which
-//! writes the error: both backends give the same typed error because only one code writes it.
+//! The record format is not written here: `set_record_schema` takes the tables of
+//! `stores/_schema.py` (the serializer hands them over on import), and a record the core
+//! vouches for is built as `fast_message` builds it: `object.__new__` of the record's class,
+//! then every field set through `object.__setattr__` (the frozen dataclass's own `__init__`
+//! does the same after checks the core already made). For any other record it returns None
+//! and the caller decodes it on the checked path, which writes the error: both backends give
+//! the same typed error because only one code writes it.
 
-use crate::decode::{self, Body, Call, Content, MediaKind, Part, Record, Rules, Value};
-use pyo3::exceptions::PyImportError;
+use crate::decode::{self, Checked, Kind, RecordType, Schema, Value};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyList, PyString, PyTuple, PyType};
-use std::borrow::Cow;
+use std::sync::{Arc, PoisonError, RwLock};
 
-/// The classes built, each with the names of its dataclass fields in the order the values
-/// are given below (checked on import against `dataclasses.fields`).
-const CLASSES: [(&str, &[&str]); 12] = [
-    ("SystemMessage", &["text", "role", "name"]),
-    ("UserMessage", &["content", "name"]),
-    (
-        "AiMessage",
-        &[
-            "text",
-            "tool_calls",
-            "refusal",
-            "name",
-            "usage",
-            "provider_items",
-        ],
-    ),
-    (
-        "ToolMessage",
-        &["tool_call_id", "text", "tool_name", "is_error"],
-    ),
-    ("AgentActionMessage", &["payload"]),
-    ("AgentFormMessage", &["payload", "status"]),
-    ("ToolCall", &["id", "name", "arguments"]),
-    (
-        "Usage",
-        &["prompt_tokens", "completion_tokens", "total_tokens"],
-    ),
-    ("TextPart", &["text"]),
-    (
-        "ImagePart",
-        &["uri", "mime_type", "name", "size_bytes", "data", "detail"],
-    ),
-    (
-        "AudioPart",
-        &["uri", "mime_type", "name", "size_bytes", "data"],
-    ),
-    (
-        "FilePart",
-        &["uri", "mime_type", "name", "size_bytes", "data"],
-    ),
-];
-/// The fields every message class starts with.
-const COMMON: [&str; 5] = ["message_id", "metadata", "version", "turn_id", "_core"];
-const SYSTEM: usize = 0;
-const USER: usize = 1;
-const AI: usize = 2;
-const TOOL: usize = 3;
-const ACTION: usize = 4;
-const FORM: usize = 5;
-const TOOL_CALL: usize = 6;
-const USAGE: usize = 7;
-const TEXT_PART: usize = 8;
-const IMAGE_PART: usize = 9;
-const AUDIO_PART: usize = 10;
-const FILE_PART: usize = 11;
-
+/// What builds the objects of one record type.
 struct Class {
     class: Py<PyType>,
+    /// The attribute each field fills, in the order of the record type's fields.
     fields: Vec<Py<PyString>>,
+    /// What an absent field reads as.
+    defaults: Vec<Py<PyAny>>,
+    /// The class's other fields, with the value a decoded object gets (`_core`: None).
+    unstored: Vec<(Py<PyString>, Py<PyAny>)>,
 }
 
 struct Decoder {
-    classes: Vec<Class>,
+    schema: Schema,
+    messages: Vec<Class>,
+    parts: Vec<Class>,
+    call: Class,
+    usage: Class,
     object_new: Py<PyAny>,
     object_setattr: Py<PyAny>,
     int: Py<PyAny>,
-    rules: Rules,
 }
 
-static DECODER: PyOnceLock<Decoder> = PyOnceLock::new();
+/// Set by `set_record_schema`; until then every record goes to the checked path.
+static DECODER: RwLock<Option<Arc<Decoder>>> = RwLock::new(None);
 
-fn strings(value: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
-    value.try_iter()?.map(|item| item?.extract()).collect()
-}
-
-/// Captures the classes and rules on import; a class whose fields differ from `CLASSES`
-/// fails the import rather than building wrong objects later.
-pub fn capture(py: Python<'_>) -> PyResult<()> {
-    let messages = py.import("agentctx_fast.messages")?;
-    let fields_of = py.import("dataclasses")?.getattr("fields")?;
-    let mut classes = Vec::with_capacity(CLASSES.len());
-    for (index, (name, own)) in CLASSES.iter().enumerate() {
-        let class = messages.getattr(*name)?.cast_into::<PyType>()?;
-        let expected: Vec<&str> = if index <= FORM {
-            COMMON.iter().chain(own.iter()).copied().collect()
-        } else {
-            own.to_vec()
-        };
-        let found: Vec<String> = fields_of
-            .call1((&class,))?
-            .try_iter()?
-            .map(|field| field?.getattr("name")?.extract())
-            .collect::<PyResult<_>>()?;
-        if found != expected {
-            return Err(PyImportError::new_err(format!(
-                "agentctx_fast: {name} has fields {found:?}, the decoder builds {expected:?}"
-            )));
-        }
-        classes.push(Class {
-            class: class.unbind(),
-            fields: expected
-                .iter()
-                .map(|field| PyString::intern(py, field).unbind())
-                .collect(),
+/// One `stores._schema.Record`: the core's view of it and its class.
+fn record_type(record: &Bound<'_, PyAny>) -> PyResult<(RecordType, Class)> {
+    let py = record.py();
+    let mut fields = Vec::new();
+    let mut names = Vec::new();
+    let mut defaults = Vec::new();
+    for field in record.getattr("fields")?.try_iter()? {
+        let field = field?;
+        let key: String = field.getattr("key")?.extract()?;
+        let kind: String = field.getattr("kind")?.extract()?;
+        names.push(PyString::intern(py, &key).unbind());
+        defaults.push(field.getattr("default")?.unbind());
+        fields.push(decode::Field {
+            kind: Kind::named(&kind)
+                .ok_or_else(|| PyValueError::new_err(format!("unknown field kind {kind:?}")))?,
+            key,
+            required: field.getattr("required")?.extract()?,
+            nullable: field.getattr("nullable")?.extract()?,
         });
     }
+    let needs_one_of = record
+        .getattr("needs_one_of")?
+        .extract::<Vec<String>>()?
+        .iter()
+        .map(|key| {
+            fields
+                .iter()
+                .position(|field| field.key == *key)
+                .ok_or_else(|| PyValueError::new_err(format!("no field {key:?}")))
+        })
+        .collect::<PyResult<_>>()?;
+    let unstored = record
+        .getattr("unstored")?
+        .extract::<Vec<(String, Py<PyAny>)>>()?
+        .into_iter()
+        .map(|(name, value)| (PyString::intern(py, &name).unbind(), value))
+        .collect();
+    let kind = RecordType {
+        tag: record.getattr("tag")?.extract()?,
+        fields,
+        needs_one_of,
+    };
+    let class = Class {
+        class: record.getattr("cls")?.cast_into::<PyType>()?.unbind(),
+        fields: names,
+        defaults,
+        unstored,
+    };
+    Ok((kind, class))
+}
+
+fn record_types(records: &Bound<'_, PyAny>) -> PyResult<(Vec<RecordType>, Vec<Class>)> {
+    let mut kinds = Vec::new();
+    let mut classes = Vec::new();
+    for record in records.try_iter()? {
+        let (kind, class) = record_type(&record?)?;
+        kinds.push(kind);
+        classes.push(class);
+    }
+    Ok((kinds, classes))
+}
+
+/// Takes the record format from `stores/_schema.py` (its message, part, call and usage
+/// records) and the values the message classes allow; `decode_message` decodes by them.
+#[pyfunction]
+#[pyo3(signature = (messages, parts, call, usage, max_inline_bytes, system_roles, image_details))]
+#[allow(clippy::too_many_arguments)]
+pub fn set_record_schema(
+    py: Python<'_>,
+    messages: &Bound<'_, PyAny>,
+    parts: &Bound<'_, PyAny>,
+    call: &Bound<'_, PyAny>,
+    usage: &Bound<'_, PyAny>,
+    max_inline_bytes: usize,
+    system_roles: Vec<String>,
+    image_details: Vec<String>,
+) -> PyResult<()> {
+    let (message_types, message_classes) = record_types(messages)?;
+    let (part_types, part_classes) = record_types(parts)?;
+    let (call_type, call_class) = record_type(call)?;
+    let (usage_type, usage_class) = record_type(usage)?;
     let object = py.import("builtins")?.getattr("object")?;
     let decoder = Decoder {
-        classes,
+        schema: Schema {
+            messages: message_types,
+            parts: part_types,
+            call: call_type,
+            usage: usage_type,
+            max_inline_bytes,
+            system_roles,
+            image_details,
+        },
+        messages: message_classes,
+        parts: part_classes,
+        call: call_class,
+        usage: usage_class,
         object_new: object.getattr("__new__")?.unbind(),
         object_setattr: object.getattr("__setattr__")?.unbind(),
         int: py.import("builtins")?.getattr("int")?.unbind(),
-        rules: Rules {
-            max_inline_bytes: messages.getattr("MAX_INLINE_BYTES")?.extract()?,
-            system_roles: strings(&messages.getattr("SYSTEM_ROLES")?)?,
-            image_details: strings(&messages.getattr("IMAGE_DETAILS")?)?,
-        },
     };
-    let _ = DECODER.set(py, decoder);
+    // The decoder replaced is dropped after the lock is released (its objects' finalizers
+    // run no code under it).
+    let replaced = DECODER
+        .write()
+        .unwrap_or_else(PoisonError::into_inner)
+        .replace(Arc::new(decoder));
+    drop(replaced);
     Ok(())
 }
 
@@ -145,14 +159,29 @@ pub fn decode_message<'py>(
     data: &Bound<'py, PyBytes>,
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
     let decoder = DECODER
-        .get(py)
-        .ok_or_else(|| PyImportError::new_err("agentctx_fast._native did not finish its import"))?;
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let Some(decoder) = decoder else {
+        return Ok(None);
+    };
+    let schema = &decoder.schema;
     let Some(record) =
-        decode::parse(data.as_bytes()).and_then(|value| decode::message(value, &decoder.rules))
+        decode::parse(data.as_bytes()).and_then(|value| decode::message(value, schema))
     else {
         return Ok(None);
     };
-    Builder { py, decoder }.message(record)
+    let builder = Builder {
+        py,
+        decoder: &decoder,
+    };
+    match (
+        schema.messages.get(record.index),
+        decoder.messages.get(record.index),
+    ) {
+        (Some(kind), Some(class)) => builder.build(kind, class, &record.values),
+        _ => Ok(None),
+    }
 }
 
 struct Builder<'py, 'd> {
@@ -165,40 +194,70 @@ struct Builder<'py, 'd> {
 type Built<'py> = PyResult<Option<Bound<'py, PyAny>>>;
 
 impl<'py> Builder<'py, '_> {
-    fn build(&self, index: usize, values: &[Bound<'py, PyAny>]) -> PyResult<Bound<'py, PyAny>> {
-        let class = &self.decoder.classes[index];
-        let object = self
-            .decoder
-            .object_new
-            .bind(self.py)
-            .call1((&class.class,))?;
-        let setattr = self.decoder.object_setattr.bind(self.py);
-        for (name, value) in class.fields.iter().zip(values) {
+    /// An object of `class` holding `values` (the checked fields of a record of type `kind`).
+    fn build(&self, kind: &RecordType, class: &Class, values: &[Checked<'_>]) -> Built<'py> {
+        let py = self.py;
+        let object = self.decoder.object_new.bind(py).call1((&class.class,))?;
+        let setattr = self.decoder.object_setattr.bind(py);
+        let fields = kind.fields.iter().zip(&class.fields).zip(&class.defaults);
+        for (((field, name), default), value) in fields.zip(values) {
+            let value = match value {
+                Checked::Default => default.bind(py).clone(),
+                value => match self.value(field.kind, value)? {
+                    Some(value) => value,
+                    None => return Ok(None),
+                },
+            };
             setattr.call1((&object, name, value))?;
         }
-        Ok(object)
-    }
-
-    fn str(&self, text: &str) -> Bound<'py, PyAny> {
-        PyString::new(self.py, text).into_any()
-    }
-
-    fn optional_str(&self, text: &Option<Cow<'_, str>>) -> Bound<'py, PyAny> {
-        match text {
-            Some(text) => self.str(text),
-            None => self.py.None().into_bound(self.py),
+        for (name, value) in &class.unstored {
+            setattr.call1((&object, name, value))?;
         }
+        Ok(Some(object))
     }
 
-    fn none(&self) -> Bound<'py, PyAny> {
-        self.py.None().into_bound(self.py)
+    /// A checked value of a field of `kind`.
+    fn value(&self, kind: Kind, value: &Checked<'_>) -> Built<'py> {
+        let py = self.py;
+        let decoder = self.decoder;
+        Ok(Some(match value {
+            Checked::Default | Checked::Null => py.None().into_bound(py),
+            Checked::Str(text) => PyString::new(py, text).into_any(),
+            Checked::Bool(flag) => PyBool::new(py, *flag).to_owned().into_any(),
+            Checked::Json(value) => return self.json(value),
+            Checked::Bytes(data) => PyBytes::new(py, data).into_any(),
+            Checked::Record(usage) => {
+                return self.build(&decoder.schema.usage, &decoder.usage, &usage.values);
+            }
+            Checked::Records(records) => {
+                let mut built = Vec::with_capacity(records.len());
+                for record in records {
+                    let (kind, class) = if kind == Kind::Calls {
+                        (Some(&decoder.schema.call), Some(&decoder.call))
+                    } else {
+                        (
+                            decoder.schema.parts.get(record.index),
+                            decoder.parts.get(record.index),
+                        )
+                    };
+                    let (Some(kind), Some(class)) = (kind, class) else {
+                        return Ok(None);
+                    };
+                    let Some(object) = self.build(kind, class, &record.values)? else {
+                        return Ok(None);
+                    };
+                    built.push(object);
+                }
+                PyTuple::new(py, built)?.into_any()
+            }
+        }))
     }
 
     /// A JSON value as `json.loads` makes it.
-    fn value(&self, value: &Value<'_>) -> Built<'py> {
+    fn json(&self, value: &Value<'_>) -> Built<'py> {
         let py = self.py;
         Ok(Some(match value {
-            Value::Null => self.none(),
+            Value::Null => py.None().into_bound(py),
             Value::Bool(flag) => PyBool::new(py, *flag).to_owned().into_any(),
             Value::Int(number) => number.into_pyobject(py)?.into_any(),
             Value::BigInt(literal) => match self.decoder.int.bind(py).call1((*literal,)) {
@@ -206,11 +265,11 @@ impl<'py> Builder<'py, '_> {
                 Err(_) => return Ok(None), // over Python's digit limit: the checked path says so
             },
             Value::Float(number) => PyFloat::new(py, *number).into_any(),
-            Value::Str(text) => self.str(text),
+            Value::Str(text) => PyString::new(py, text).into_any(),
             Value::Array(items) => {
                 let list = PyList::empty(py);
                 for item in items {
-                    let Some(item) = self.value(item)? else {
+                    let Some(item) = self.json(item)? else {
                         return Ok(None);
                     };
                     list.append(item)?;
@@ -220,170 +279,13 @@ impl<'py> Builder<'py, '_> {
             Value::Object(members) => {
                 let dict = PyDict::new(py);
                 for (key, item) in members {
-                    let Some(item) = self.value(item)? else {
+                    let Some(item) = self.json(item)? else {
                         return Ok(None);
                     };
-                    dict.set_item(self.str(key), item)?;
+                    dict.set_item(PyString::new(py, key), item)?;
                 }
                 dict.into_any()
             }
         }))
-    }
-
-    fn optional_value(&self, value: &Option<Value<'_>>) -> Built<'py> {
-        match value {
-            Some(value) => self.value(value),
-            None => Ok(Some(self.none())),
-        }
-    }
-
-    fn message(&self, record: Record<'_>) -> Built<'py> {
-        let py = self.py;
-        let Some(metadata) = self.value(&record.metadata)? else {
-            return Ok(None);
-        };
-        let mut values = vec![
-            self.str(&record.message_id),
-            metadata,
-            record.version.into_pyobject(py)?.into_any(),
-            self.optional_str(&record.turn_id),
-            self.none(),
-        ];
-        let class = match &record.body {
-            Body::System { text, role, name } => {
-                values.extend([self.str(text), self.str(role), self.optional_str(name)]);
-                SYSTEM
-            }
-            Body::User { content, name } => {
-                let content = match content {
-                    Content::Text(text) => self.str(text),
-                    Content::Parts(parts) => {
-                        let mut built = Vec::with_capacity(parts.len());
-                        for part in parts {
-                            let Some(part) = self.part(part)? else {
-                                return Ok(None);
-                            };
-                            built.push(part);
-                        }
-                        PyTuple::new(py, built)?.into_any()
-                    }
-                };
-                values.extend([content, self.optional_str(name)]);
-                USER
-            }
-            Body::Ai {
-                text,
-                tool_calls,
-                refusal,
-                name,
-                usage,
-            } => {
-                let calls = tool_calls
-                    .iter()
-                    .map(
-                        |Call {
-                             id,
-                             name,
-                             arguments,
-                         }| {
-                            self.build(
-                                TOOL_CALL,
-                                &[self.str(id), self.str(name), self.str(arguments)],
-                            )
-                        },
-                    )
-                    .collect::<PyResult<Vec<_>>>()?;
-                let usage = match usage {
-                    None => self.none(),
-                    Some(counts) => {
-                        let mut built = Vec::with_capacity(3);
-                        for count in counts {
-                            let Some(count) = self.value(count)? else {
-                                return Ok(None);
-                            };
-                            built.push(count);
-                        }
-                        self.build(USAGE, &built)?
-                    }
-                };
-                values.extend([
-                    self.optional_str(text),
-                    PyTuple::new(py, calls)?.into_any(),
-                    self.optional_str(refusal),
-                    self.optional_str(name),
-                    usage,
-                    // A record with provider items is left to the checked path (its key is
-                    // unknown to `crate::decode`), so every record built here has none.
-                    PyTuple::empty(py).into_any(),
-                ]);
-                AI
-            }
-            Body::Tool {
-                tool_call_id,
-                text,
-                tool_name,
-                is_error,
-            } => {
-                values.extend([
-                    self.str(tool_call_id),
-                    self.str(text),
-                    self.optional_str(tool_name),
-                    PyBool::new(py, *is_error).to_owned().into_any(),
-                ]);
-                TOOL
-            }
-            Body::Action { payload } => {
-                let Some(payload) = self.optional_value(payload)? else {
-                    return Ok(None);
-                };
-                values.push(payload);
-                ACTION
-            }
-            Body::Form { payload, status } => {
-                let Some(payload) = self.optional_value(payload)? else {
-                    return Ok(None);
-                };
-                values.extend([payload, self.optional_str(status)]);
-                FORM
-            }
-        };
-        Ok(Some(self.build(class, &values)?))
-    }
-
-    fn part(&self, part: &Part<'_>) -> Built<'py> {
-        let (kind, uri, mime_type, name, size_bytes, data, detail) = match part {
-            Part::Text(text) => return Ok(Some(self.build(TEXT_PART, &[self.str(text)])?)),
-            Part::Media {
-                kind,
-                uri,
-                mime_type,
-                name,
-                size_bytes,
-                data,
-                detail,
-            } => (kind, uri, mime_type, name, size_bytes, data, detail),
-        };
-        let Some(size_bytes) = self.optional_value(size_bytes)? else {
-            return Ok(None);
-        };
-        let mut values = vec![
-            self.optional_str(uri),
-            self.optional_str(mime_type),
-            self.optional_str(name),
-            size_bytes,
-            match data {
-                Some(data) => PyBytes::new(self.py, data).into_any(),
-                None => self.none(),
-            },
-        ];
-        let class = match kind {
-            MediaKind::Image => {
-                values.push(self.optional_str(detail));
-                IMAGE_PART
-            }
-            MediaKind::Audio => AUDIO_PART,
-            MediaKind::File => FILE_PART,
-        };
-        Ok(Some(self.build(class, &values)?))
     }
 }

@@ -33,7 +33,6 @@ use pyo3::prelude::*;
 #[pymodule(gil_used = true)]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     library::Library::capture(module.py())?;
-    decode::capture(module.py())?;
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     module.add_class::<message::MessageCore>()?;
     module.add_class::<window::CoreOptions>()?;
@@ -45,6 +44,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(tokens::count_texts, module)?)?;
     module.add_function(wrap_pyfunction!(tokens::message_tokens, module)?)?;
     module.add_function(wrap_pyfunction!(decode::decode_message, module)?)?;
+    module.add_function(wrap_pyfunction!(decode::set_record_schema, module)?)?;
     module.add_function(wrap_pyfunction!(tokens::bpe_count_text, module)?)?;
     module.add_function(wrap_pyfunction!(tokens::bpe_count_texts, module)?)?;
     Ok(())
