@@ -373,7 +373,7 @@ def test_500_conversations_traced(benchmark: Any) -> None:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from agentctx_fast.otel import OtelTracing
+    from agentctx_fast.observability.otel import OtelTracing
 
     benchmark.group = "async runner: 500 concurrent conversations, 50 ms model, traced"
     provider = TracerProvider()

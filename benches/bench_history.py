@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from agentctx_fast._backend import native
-from agentctx_fast._reference import api as reference
+from agentctx_fast.core._backend import native
+from agentctx_fast.core._reference import api as reference
 from workload import conversation
 
 ENGINES = {"rust": native, "python": reference}

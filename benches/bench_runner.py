@@ -17,16 +17,16 @@ from typing import Any
 
 import pytest
 
+from agentctx_fast.core.messages import AiMessage, Message, ToolCall, ToolMessage, UserMessage
 from agentctx_fast.memory import ChatMemory
-from agentctx_fast.messages import AiMessage, Message, ToolCall, ToolMessage, UserMessage
+from agentctx_fast.models.scripted import ScriptedChatModel
 from agentctx_fast.runner import Agent, AgentRunner
 from agentctx_fast.runner import _windows as runner_module
-from agentctx_fast.scripted import ScriptedChatModel
+from agentctx_fast.runner.tools import Tool
 from agentctx_fast.stores import InMemoryAgentStore
 from agentctx_fast.stores._bridge import awaitable_turn_store
 from agentctx_fast.stores.redis import RedisAgentStore
 from agentctx_fast.stores.sql import SqlAgentStore
-from agentctx_fast.tools import Tool
 from bench_stores import bulk_load
 
 SIZES = (1_000, 10_000)

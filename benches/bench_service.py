@@ -29,11 +29,11 @@ from typing import Any
 import pytest
 
 from agentctx_fast import AiMessage, Message, ToolCall, ToolMessage, UserMessage, to_openai
+from agentctx_fast.core.window import build_window
 from agentctx_fast.memory import AsyncChatMemory, awaitable_memory
 from agentctx_fast.runner._reads import _REACH_MARGIN, read_history
 from agentctx_fast.stores.redis import RedisAgentStore
 from agentctx_fast.stores.sql import SqlAgentStore
-from agentctx_fast.window import build_window
 from bench_runner import tool_history
 from bench_stores import bulk_load
 

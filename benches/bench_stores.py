@@ -14,8 +14,8 @@ import pytest
 import sqlalchemy as sa
 
 from agentctx_fast import AgentActionMessage, AiMessage, Message, UserMessage
-from agentctx_fast.compressors import AgentContextCompressors
-from agentctx_fast.coordinator import (
+from agentctx_fast.compression.compressors import AgentContextCompressors
+from agentctx_fast.compression.coordinator import (
     AgentContextCompressionCoordinator,
     AgentContextCompressionState,
 )

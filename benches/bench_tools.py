@@ -14,7 +14,7 @@ from typing import Any, Literal
 import pytest
 from pydantic import BaseModel
 
-from agentctx_fast.tools import Tool
+from agentctx_fast.runner.tools import Tool
 
 
 class Address(BaseModel):

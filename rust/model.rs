@@ -4,7 +4,7 @@ use std::borrow::Borrow;
 use std::sync::Arc;
 
 /// Message kinds: the library class a message derives from; the codes match
-/// `agentctx_fast.messages.KIND_*`.
+/// `agentctx_fast.core.messages.KIND_*`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     System,

@@ -35,7 +35,7 @@
 //!   ideographs.
 //! - O = 2 bytes: Greek, Arabic, Devanagari and emoji cost about one token per 2 UTF-8 bytes.
 //!
-//! `python/agentctx_fast/_reference/tokens.py` is the pure-Python twin and must give the same
+//! `python/agentctx_fast/core/_reference/tokens.py` is the pure-Python twin and must give the same
 //! result on every string.
 
 const LETTER_CHARS: u64 = 9;

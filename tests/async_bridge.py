@@ -13,10 +13,10 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
-from agentctx_fast._core_types import ContextWindow, WindowOptions
+from agentctx_fast.core.messages import Message, SystemMessage
+from agentctx_fast.core.types import ContextWindow, WindowOptions
 from agentctx_fast.memory import AsyncChatMemory, ChatMemory
-from agentctx_fast.messages import Message, SystemMessage
-from agentctx_fast.stores.turns import Fence
+from agentctx_fast.stores.turn_store import Fence
 
 T = TypeVar("T")
 

@@ -22,7 +22,7 @@ from agentctx_fast import (
     TurnStatus,
     UserMessage,
 )
-from agentctx_fast.window import ContextWindow, WindowOptions
+from agentctx_fast.core.window import ContextWindow, WindowOptions
 from engines import compiled
 from server_fixtures import *  # noqa: F403  (session servers)
 from store_fixtures import *  # noqa: F403  (the parametrised store)
@@ -83,8 +83,7 @@ def unique_id(prefix: str = "m") -> str:
 
 
 def native_or_skip() -> Any:
-    from agentctx_fast import _backend
-
+    from agentctx_fast.core import _backend
     if _backend.native is None:
         if IN_CI:
             pytest.fail("the Rust extension agentctx_fast._native is not built")

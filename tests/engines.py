@@ -7,9 +7,9 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from agentctx_fast import window as window_module
-from agentctx_fast.messages import Message
-from agentctx_fast.window import ContextWindow, WindowOptions
+from agentctx_fast.core import window as window_module
+from agentctx_fast.core.messages import Message
+from agentctx_fast.core.window import ContextWindow, WindowOptions
 
 
 def compiled(engine: Any, options: WindowOptions) -> Any:

@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import Any
 
 from agentctx_fast import AiMessage, StoreUnavailableError, UserMessage
-from agentctx_fast.coordinator import AgentContextCompressionState
+from agentctx_fast.compression.coordinator import AgentContextCompressionState
 
 
 def open_store(kind: str, url: str) -> Any:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentctx_fast import AiMessage, Message, SystemMessage, UserMessage
-from agentctx_fast.compressors import DATA_CLOSE, DATA_OPEN, find_identifiers
+from agentctx_fast.compression.compressors import DATA_CLOSE, DATA_OPEN, find_identifiers
 
 
 class Raw:

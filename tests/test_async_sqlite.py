@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from agentctx_fast import AiMessage, UserMessage
-from agentctx_fast.coordinator import AgentContextCompressionState
+from agentctx_fast.compression.coordinator import AgentContextCompressionState
 from agentctx_fast.errors import SchemaNotInitializedError, StoreError, StoreUnavailableError
 from agentctx_fast.stores.sql import AsyncSqlAgentStore, SqlAgentStore
 

@@ -29,7 +29,7 @@ from agentctx_fast import (
     UserMessage,
     WindowOptions,
 )
-from agentctx_fast._reference import api as reference
+from agentctx_fast.core._reference import api as reference
 from conftest import native_or_skip
 from engines import compiled
 

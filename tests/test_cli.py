@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from openai.types.chat import ChatCompletionMessageParam
 
 from agentctx_fast import AgentActionMessage, AgentFormMessage, build_window, to_openai
-from agentctx_fast.cli import PENDING_TEXT, ConversationFileError, main, read_conversation
-from agentctx_fast.tokens import estimator_for_model
+from agentctx_fast.cli.main import PENDING_TEXT, ConversationFileError, main, read_conversation
+from agentctx_fast.core.tokens import estimator_for_model
 from openai_schema import request_errors, type_errors
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""SPEC §8: the context compressors of `agentctx_fast.compressors`."""
+"""SPEC §8: the context compressors of `agentctx_fast.compression.compressors`."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from agentctx_fast import (
     UserMessage,
     build_window,
 )
-from agentctx_fast.compressors import (
+from agentctx_fast.compression.compressors import (
     DATA_CLOSE,
     DATA_OPEN,
     EXCERPT_HEADER,
@@ -45,7 +45,7 @@ from agentctx_fast.compressors import (
     IncrementalCompressor,
     find_identifiers,
 )
-from agentctx_fast.window import AgentContextCompressor, validate_compressor_output
+from agentctx_fast.core.window import AgentContextCompressor, validate_compressor_output
 from conftest import unique_id
 from strategies import histories
 from summary_models import (
@@ -1028,7 +1028,9 @@ def test_find_identifiers_finds_embedded_ids(pieces: list[tuple[str, str]], tail
 # -- docs --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["agentctx_fast.compressors", "agentctx_fast._summary"])
+@pytest.mark.parametrize(
+    "name", ["agentctx_fast.compression.compressors", "agentctx_fast.compression._summary"]
+)
 def test_docstring_examples(name: str) -> None:
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0

@@ -35,8 +35,8 @@ from agentctx_fast import (
     UserMessage,
     build_window,
 )
-from agentctx_fast.compressors import AgentContextCompressors
-from agentctx_fast.coordinator import (
+from agentctx_fast.compression.compressors import AgentContextCompressors
+from agentctx_fast.compression.coordinator import (
     AgentContextCompressionCoordinator,
     AgentContextCompressionResult,
     AgentContextCompressionState,

@@ -40,7 +40,7 @@ from agentctx_fast import (
     UserMessage,
     build_window,
 )
-from agentctx_fast._backend import backend, native
+from agentctx_fast.core._backend import backend, native
 from agentctx_fast.stores import serializer as serializer_module
 from agentctx_fast.stores.serializer import JsonAgentStoreSerializer
 from test_serializer import (
@@ -568,7 +568,7 @@ def test_a_custom_serializer_keeps_its_own_loads() -> None:
 def test_replacing_library_names_after_import_changes_neither_decoder() -> None:
     # Both decoders build the classes they captured on import: a module attribute replaced
     # later (as a hostile caller might) is not a class either one loads.
-    import agentctx_fast.messages as messages_module
+    import agentctx_fast.core.messages as messages_module
 
     class Fake(AiMessage):
         pass

@@ -28,9 +28,9 @@ from agentctx_fast import (
     WindowOptions,
     validate_tool_protocol,
 )
-from agentctx_fast._reference import api as reference
+from agentctx_fast.core._reference import api as reference
 from agentctx_fast.memory import ChatMemory, InMemoryChatMemory
-from agentctx_fast.stores.turns import Fence
+from agentctx_fast.stores.turn_store import Fence
 from conftest import native_or_skip
 from engines import build_on
 from faults import FaultProxy

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from agentctx_fast import AgentFormMessage, ToolMessage, validate_tool_protocol
-from agentctx_fast.cli import main
-from agentctx_fast.demo import run_demo
+from agentctx_fast.cli.demo import run_demo
+from agentctx_fast.cli.main import main
 from agentctx_fast.stores.sql import SqlAgentStore
 
 

@@ -31,10 +31,10 @@ from agentctx_fast import (
     UserMessage,
     validate_tool_protocol,
 )
-from agentctx_fast.cli import main
+from agentctx_fast.cli.main import main
 from agentctx_fast.stores import doctor
 from agentctx_fast.stores._redis_io import conversation_key
-from agentctx_fast.stores.turns import AgentTurnSnapshot
+from agentctx_fast.stores.turn_store import AgentTurnSnapshot
 from store_fixtures import make_async_store, make_store, new_conversation_id, store_url
 
 KINDS = ("sqlite", "postgresql", "redis", "redis-cluster")

@@ -30,7 +30,7 @@ from agentctx_fast import (
     TurnStatus,
     tool,
 )
-from agentctx_fast._docstrings import split_docstring
+from agentctx_fast.runner._docstrings import split_docstring
 from runner_helpers import call, calls, results_by_call
 
 

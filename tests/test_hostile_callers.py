@@ -53,10 +53,10 @@ def override(getter):
 
 SCENARIOS: dict[str, str] = {}
 
-# A message class of agentctx_fast.messages replaced before the first window (it crashed the
+# A message class of agentctx_fast.core.messages replaced before the first window (it crashed the
 # interpreter): the library keeps the classes it imported; the impostors are not messages.
 SCENARIOS["message_class_replaced_before_first_window"] = HISTORY + """
-import agentctx_fast.messages as messages
+import agentctx_fast.core.messages as messages
 real = history()
 
 class Lying(type):
@@ -120,8 +120,8 @@ assert seen == {1}, seen
 # the interpreter): windows are still the library's ContextWindow.
 SCENARIOS["context_window_replaced_by_lying_dict"] = HISTORY + """
 import agentctx_fast
-import agentctx_fast._core_types as core_types
-import agentctx_fast.window as window_module
+import agentctx_fast.core.types as core_types
+import agentctx_fast.core.window as window_module
 
 class Lying(type):
     @property
@@ -254,7 +254,7 @@ for bad in bad_ones:
 
 # A str subclass with its own encode, len, eq and hash, in free text and in ids.
 SCENARIOS["str_subclass_methods_never_run"] = HISTORY + OVERRIDE + """
-from agentctx_fast._backend import core
+from agentctx_fast.core._backend import core
 
 class Sly(str):
     def encode(self, *args, **kwargs):
@@ -396,7 +396,7 @@ show("core swapped by a property, plain list", lambda: build_window(messages))
 
 # count_turns(end=-1) and other ends (the window's dropped_turns calls it).
 SCENARIOS["count_turns_odd_ends"] = HISTORY + """
-from agentctx_fast._backend import core
+from agentctx_fast.core._backend import core
 
 class SlyIndex(int):
     def __index__(self):
@@ -412,7 +412,7 @@ for end in (-1, 0, 3, 2**70, -2**70, True, 2.0, "3", None, SlyIndex(4)):
 SCENARIOS["impostors_and_containers"] = HISTORY + OVERRIDE + """
 from collections import UserList
 from agentctx_fast import Message
-from agentctx_fast._backend import core
+from agentctx_fast.core._backend import core
 
 class ClassLiar:
     message_id = "liar"
@@ -757,7 +757,7 @@ print("survived")
 LEAK_CHECK = """
 import resource, gc
 from agentctx_fast import AiMessage, ToolCall, UserMessage, build_window, validate_tool_protocol
-from agentctx_fast._backend import core
+from agentctx_fast.core._backend import core
 
 def rss_kib():
     with open("/proc/self/statm") as statm:

@@ -17,8 +17,8 @@ from agentctx_fast import (
     TurnStatus,
     UserMessage,
 )
-from agentctx_fast.coordinator import AgentContextCompressionState
-from agentctx_fast.stores.turns import AgentTurnSnapshot
+from agentctx_fast.compression.coordinator import AgentContextCompressionState
+from agentctx_fast.stores.turn_store import AgentTurnSnapshot
 from store_fixtures import ASYNC_STORE_KINDS, STORE_KINDS, new_conversation_id
 
 LONG = 3600.0

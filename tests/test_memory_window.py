@@ -22,8 +22,8 @@ from agentctx_fast import (
     UserMessage,
     WindowOptions,
 )
+from agentctx_fast.core.window import build_window
 from agentctx_fast.memory import ChatMemory
-from agentctx_fast.window import build_window
 from store_fixtures import ASYNC_STORE_KINDS, STORE_KINDS, new_conversation_id
 from strategies import histories, window_options
 

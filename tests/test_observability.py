@@ -31,7 +31,7 @@ from agentctx_fast import (
     ToolMessage,
     TurnStatus,
 )
-from agentctx_fast import metrics as m
+from agentctx_fast.observability import metrics as m
 from runner_helpers import check_memory
 from store_fixtures import ASYNC_STORE_KINDS, make_async_store, new_conversation_id, store_url
 

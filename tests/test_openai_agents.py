@@ -36,11 +36,11 @@ from agentctx_fast import (
     WindowOptions,
     validate_tool_protocol,
 )
+from agentctx_fast.core.window import build_window
+from agentctx_fast.formats.responses import ResponsesFormatError, from_responses, to_responses
 from agentctx_fast.integrations.openai_agents import AgentCtxInputFilter, AgentCtxSession
 from agentctx_fast.memory import ChatMemory, InMemoryChatMemory
-from agentctx_fast.responses import ResponsesFormatError, from_responses, to_responses
 from agentctx_fast.stores import InMemoryAgentStore
-from agentctx_fast.window import build_window
 from store_fixtures import make_async_store, new_conversation_id, store_url
 
 MISSING = "tool result missing"  # the window's synthetic result for a call without one

@@ -32,8 +32,8 @@ from agentctx_fast import (
     openai_tools,
     to_openai,
 )
-from agentctx_fast.messages import Usage
-from agentctx_fast.openai import OpenAIFormatError
+from agentctx_fast.core.messages import Usage
+from agentctx_fast.formats.openai import OpenAIFormatError
 from openai_schema import request_errors, type_errors
 from strategies import histories
 

@@ -34,8 +34,8 @@ from agentctx_fast import (
     TurnStatus,
     Usage,
 )
-from agentctx_fast import metrics as m
-from agentctx_fast.otel import OtelMetrics, OtelTracing
+from agentctx_fast.observability import metrics as m
+from agentctx_fast.observability.otel import OtelMetrics, OtelTracing
 
 SECRET = "card 4111-1111"
 
@@ -277,7 +277,7 @@ import sys
 sys.modules["opentelemetry"] = None  # the extra is not installed
 from agentctx_fast import AgentRunner, Agent, AiMessage, InMemoryAgentStore, ScriptedChatModel
 from agentctx_fast import MissingDependencyError
-from agentctx_fast.otel import OtelMetrics, OtelTracing
+from agentctx_fast.observability.otel import OtelMetrics, OtelTracing
 agent = Agent("a", ScriptedChatModel([AiMessage("hi")]))
 assert AgentRunner(InMemoryAgentStore()).run(agent, "c1", "x").status.value == "completed"
 assert [name for name in sys.modules if name.startswith("opentelemetry")] == ["opentelemetry"]

@@ -20,9 +20,9 @@ from agentctx_fast import (
     UserMessage,
     build_window,
 )
-from agentctx_fast._backend import core
-from agentctx_fast._reference import api as reference
-from agentctx_fast._reference.tokens import count_text
+from agentctx_fast.core._backend import core
+from agentctx_fast.core._reference import api as reference
+from agentctx_fast.core._reference.tokens import count_text
 from agentctx_fast.memory import ChatMemory
 from agentctx_fast.stores import JsonAgentStoreSerializer
 from conftest import native_or_skip

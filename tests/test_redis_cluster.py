@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentctx_fast import AiMessage, InvalidArgumentError, UserMessage, VersionConflictError
-from agentctx_fast.coordinator import AgentContextCompressionState
+from agentctx_fast.compression.coordinator import AgentContextCompressionState
 from agentctx_fast.stores._redis_io import conversation_key, conversation_tag
 from store_fixtures import cluster_store, new_conversation_id
 

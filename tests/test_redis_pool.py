@@ -25,7 +25,7 @@ from agentctx_fast import (
     validate_tool_protocol,
 )
 from agentctx_fast.runner import Agent
-from agentctx_fast.tools import Tool
+from agentctx_fast.runner.tools import Tool
 from runner_helpers import ids
 from store_fixtures import new_conversation_id
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from agentctx_fast import AiMessage, InvalidArgumentError, TurnStatus, UserMessage
-from agentctx_fast.coordinator import AgentContextCompressionState
-from agentctx_fast.stores.turns import AgentTurnSnapshot, Fence
+from agentctx_fast.compression.coordinator import AgentContextCompressionState
+from agentctx_fast.stores.turn_store import AgentTurnSnapshot, Fence
 from store_fixtures import make_store, new_conversation_id
 
 TTL = 1000.0  # seconds

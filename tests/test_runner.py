@@ -43,9 +43,9 @@ from agentctx_fast import (
     build_window,
     validate_tool_protocol,
 )
+from agentctx_fast.core.tokens import HeuristicTokenEstimator
 from agentctx_fast.memory import ChatMemory
-from agentctx_fast.stores.turns import dump_snapshot
-from agentctx_fast.tokens import HeuristicTokenEstimator
+from agentctx_fast.stores.turn_store import dump_snapshot
 from runner_helpers import (
     Recorder,
     call,

@@ -29,8 +29,8 @@ from agentctx_fast import (
     TurnStatus,
     Usage,
 )
-from agentctx_fast import metrics as m
-from agentctx_fast.cli import main
+from agentctx_fast.cli.main import main
+from agentctx_fast.observability import metrics as m
 from openai_server import ChatServer, Stream, serve, usage
 
 openai = pytest.importorskip("openai")

@@ -33,10 +33,10 @@ from agentctx_fast import (
     UserMessage,
     build_window,
 )
-from agentctx_fast import metrics as m
-from agentctx_fast.compressors import IncrementalCompressor
+from agentctx_fast.compression.compressors import IncrementalCompressor
+from agentctx_fast.observability import metrics as m
 from agentctx_fast.runner._reads import _REACH_MARGIN
-from agentctx_fast.stores.turns import AgentTurnSnapshot
+from agentctx_fast.stores.turn_store import AgentTurnSnapshot
 from async_bridge import runner_for
 from runner_helpers import ids
 from store_fixtures import (

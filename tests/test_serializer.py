@@ -45,7 +45,7 @@ from agentctx_fast import (
     UserMessage,
     VersionConflictError,
 )
-from agentctx_fast.coordinator import AgentContextCompressionState
+from agentctx_fast.compression.coordinator import AgentContextCompressionState
 from agentctx_fast.stores import AgentStoreSerializer, JsonAgentStoreSerializer
 from agentctx_fast.stores.serializer import dump, load_message, load_state
 from store_fixtures import make_store, new_conversation_id
@@ -497,8 +497,8 @@ def test_base_records_round_trip() -> None:
         "__import__",
         "os.system",
         "builtins.eval",
-        "agentctx_fast.messages.UserMessage",
-        "agentctx_fast.messages:UserMessage",
+        "agentctx_fast.core.messages.UserMessage",
+        "agentctx_fast.core.messages:UserMessage",
         "UserMessage",
         "USER",
         " user",

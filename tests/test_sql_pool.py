@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from agentctx_fast import Agent, AiMessage, AsyncAgentRunner, AsyncScriptedChatModel, UserMessage
-from agentctx_fast.coordinator import AgentContextCompressionState
+from agentctx_fast.compression.coordinator import AgentContextCompressionState
+from agentctx_fast.core.turns import TurnStatus
 from agentctx_fast.stores._sql_io import MAX_OVERFLOW, POOL_SIZE
 from agentctx_fast.stores.sql import AsyncSqlAgentStore, SqlAgentStore
-from agentctx_fast.turns import TurnStatus
 from servers import PostgresServer
 
 WORKERS = 32

@@ -1,5 +1,5 @@
 """The blocking and awaitable adapters of the store protocols (chat memory, turn store,
-compression-state store) are tables of `agentctx_fast._sync.blocking` / `awaitable` entries:
+compression-state store) are tables of `agentctx_fast._blocking.blocking` / `awaitable` entries:
 every method of the protocol is in the table (a method left out would fall back to the
 protocol's stub or default instead of reaching the wrapped object), and each shows the
 protocol's own signature to `inspect` (``help()``, signature-reading tools), as to type
@@ -12,10 +12,11 @@ import inspect
 
 import pytest
 
-from agentctx_fast.coordinator import (
+from agentctx_fast.compression.coordinator import (
     AgentContextCompressionStateStore,
     AsyncAgentContextCompressionStateStore,
 )
+from agentctx_fast.core.messages import UserMessage
 from agentctx_fast.memory import (
     AsyncChatMemory,
     AwaitableChatMemory,
@@ -23,14 +24,13 @@ from agentctx_fast.memory import (
     ChatMemory,
     InMemoryChatMemory,
 )
-from agentctx_fast.messages import UserMessage
 from agentctx_fast.stores._bridge import (
     AwaitableAgentTurnStore,
     AwaitableCompressionStateStore,
     BlockingAgentTurnStore,
     BlockingCompressionStateStore,
 )
-from agentctx_fast.stores.turns import AgentTurnStore, AsyncAgentTurnStore
+from agentctx_fast.stores.turn_store import AgentTurnStore, AsyncAgentTurnStore
 
 # (adapter, the protocol it implements, the protocol of what it wraps, methods it may leave
 # to the protocol's default because they are built on the others)

@@ -23,7 +23,7 @@ from agentctx_fast import (
     UserMessage,
     VersionConflictError,
 )
-from agentctx_fast.coordinator import AgentContextCompressionState
+from agentctx_fast.compression.coordinator import AgentContextCompressionState
 from agentctx_fast.memory import ChatMemory
 from store_fixtures import ASYNC_STORE_KINDS, STORE_KINDS, new_conversation_id
 

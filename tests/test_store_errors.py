@@ -32,7 +32,7 @@ from agentctx_fast import (
 )
 from agentctx_fast.stores.redis import AsyncRedisAgentStore, RedisAgentStore
 from agentctx_fast.stores.sql import AsyncSqlAgentStore, SqlAgentStore
-from agentctx_fast.stores.turns import AgentTurnSnapshot
+from agentctx_fast.stores.turn_store import AgentTurnSnapshot
 from store_fixtures import store_url
 
 MODES = ("blocking", "async")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from agentctx_fast import AgentCtxError, AiMessage, SerializationError, UserMessage
-from agentctx_fast._cache import GenerationCache
+from agentctx_fast.core._cache import GenerationCache
 from agentctx_fast.stores import serializer as serializer_module
 from agentctx_fast.stores._loader import MAX_CACHED_RECORD_BYTES, MessageLoader
 from store_fixtures import make_store, new_conversation_id, store_url

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from agentctx_fast import UserMessage
-from agentctx_fast.cli import main
+from agentctx_fast.cli.main import main
 from agentctx_fast.stores.sql import AsyncSqlAgentStore, SqlAgentStore
 from servers import PostgresServer
 

@@ -12,7 +12,7 @@ import random
 import pytest
 
 from agentctx_fast import HeuristicTokenEstimator, Message
-from agentctx_fast._reference.message_tokens import message_tokens_one
+from agentctx_fast.core._reference.message_tokens import message_tokens_one
 from test_tokens_parity import mixed_corpus
 from token_corpus import TOOL_RECORDS, corpus, has_chinese, message_texts, tool_conversation
 from token_references import exact

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import agentctx_fast.tokens as tokens_module
+import agentctx_fast.core.tokens as tokens_module
 from agentctx_fast import (
     AiMessage,
     BackendUnavailableError,
@@ -27,7 +27,7 @@ from agentctx_fast import (
     backend,
     estimator_for_model,
 )
-from agentctx_fast.tokens import encoding_for_model
+from agentctx_fast.core.tokens import encoding_for_model
 from conftest import unique_id
 from token_corpus import code, corpus, json_result
 from token_references import exact

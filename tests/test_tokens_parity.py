@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentctx_fast import InvalidArgumentError, _native
-from agentctx_fast._reference import api as reference_api
-from agentctx_fast._reference.tokens import count_text
+from agentctx_fast.core._reference import api as reference_api
+from agentctx_fast.core._reference.tokens import count_text
 
 # ---------------------------------------------------------------------------------------------
 # Parity

@@ -21,7 +21,7 @@ from agentctx_fast import (
     ToolCall,
     TurnStatus,
 )
-from agentctx_fast.stores.turns import dump_snapshot
+from agentctx_fast.stores.turn_store import dump_snapshot
 from store_fixtures import ASYNC_STORE_KINDS, STORE_KINDS, new_conversation_id
 from turn_store_workers import acquire_worker
 

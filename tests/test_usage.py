@@ -21,7 +21,7 @@ from agentctx_fast import (
     UserMessage,
     build_window,
 )
-from agentctx_fast._reference import api as reference
+from agentctx_fast.core._reference import api as reference
 from conftest import native_or_skip, select_args
 from strategies import histories
 

@@ -20,8 +20,8 @@ from agentctx_fast import (
     build_window,
     validate_tool_protocol,
 )
-from agentctx_fast._reference import api as reference
-from agentctx_fast.tokens import HeuristicTokenEstimator
+from agentctx_fast.core._reference import api as reference
+from agentctx_fast.core.tokens import HeuristicTokenEstimator
 from conftest import native_or_skip
 from engines import build_on
 

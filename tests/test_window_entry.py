@@ -32,9 +32,9 @@ from agentctx_fast import (
     TurnStatus,
     UserMessage,
 )
-from agentctx_fast._reference import api as reference
-from agentctx_fast._reference.read import MessageView
-from agentctx_fast.window import ContextWindow, WindowOptions
+from agentctx_fast.core._reference import api as reference
+from agentctx_fast.core._reference.read import MessageView
+from agentctx_fast.core.window import ContextWindow, WindowOptions
 from conftest import IntSubclass, StrSubclass, SystemSubclass, native_or_skip, window_outcome
 from engines import build_on, compiled
 from strategies import histories, window_options

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentctx_fast._reference import api as reference
+from agentctx_fast.core._reference import api as reference
 from conftest import build_message, load_cases, native_or_skip, window_kwargs, window_outcome
 from engines import build_on
 from strategies import histories, out_of_order_histories, window_options

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentctx_fast._reference import api as reference
+from agentctx_fast.core._reference import api as reference
 from conftest import native_or_skip, select_args
 from engines import build_on
 from strategies import histories, tool_loop_histories, tool_loop_options, window_options

@@ -27,9 +27,9 @@ from agentctx_fast import (
     WindowOptions,
     build_window,
 )
-from agentctx_fast import window as window_module
-from agentctx_fast._backend import core
-from agentctx_fast._reference import api as reference
+from agentctx_fast.core import window as window_module
+from agentctx_fast.core._backend import core
+from agentctx_fast.core._reference import api as reference
 from conftest import IntSubclass, StrSubclass, SystemSubclass, native_or_skip, window_outcome
 from engines import build_on, options_on
 

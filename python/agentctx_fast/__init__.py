@@ -7,15 +7,9 @@ True
 
 from typing import TYPE_CHECKING
 
-from agentctx_fast._backend import backend
 from agentctx_fast._version import __version__ as __version__
-from agentctx_fast.agent import Agent, AgentTurn
-from agentctx_fast.anthropic import AnthropicFormatError, from_anthropic, to_anthropic
-from agentctx_fast.calibration import CalibratedTokenEstimator
-from agentctx_fast.chat_model import AsyncChatModel, ChatModel, StreamingChatModel
-from agentctx_fast.clients import AsyncOpenAIChatModel, OpenAIChatModel
-from agentctx_fast.compressors import AgentContextCompressors, IncrementalCompressor
-from agentctx_fast.coordinator import (
+from agentctx_fast.compression.compressors import AgentContextCompressors, IncrementalCompressor
+from agentctx_fast.compression.coordinator import (
     AgentContextCompressionCoordinator,
     AgentContextCompressionResult,
     AgentContextCompressionState,
@@ -23,6 +17,43 @@ from agentctx_fast.coordinator import (
     AsyncAgentContextCompressionStateStore,
     CompressionTriggerInput,
     InMemoryCompressionStateStore,
+)
+from agentctx_fast.core._backend import backend
+from agentctx_fast.core.calibration import CalibratedTokenEstimator
+from agentctx_fast.core.messages import (
+    MAX_INLINE_BYTES,
+    AgentActionMessage,
+    AgentFormMessage,
+    AiMessage,
+    AudioPart,
+    FilePart,
+    ImagePart,
+    Message,
+    SystemMessage,
+    TextPart,
+    ToolCall,
+    ToolMessage,
+    Usage,
+    UserMessage,
+)
+from agentctx_fast.core.protocol import (
+    ProtocolViolation,
+    check_tool_protocol,
+    validate_tool_protocol,
+)
+from agentctx_fast.core.tokens import (
+    BpeTokenEstimator,
+    HeuristicTokenEstimator,
+    TiktokenEstimator,
+    TokenEstimator,
+    estimator_for_model,
+)
+from agentctx_fast.core.turns import TurnSegments, TurnStatus, segment_turns
+from agentctx_fast.core.window import (
+    AgentContextCompressor,
+    ContextWindow,
+    WindowOptions,
+    build_window,
 )
 from agentctx_fast.errors import (
     AgentConversationBusyError,
@@ -50,37 +81,28 @@ from agentctx_fast.errors import (
     TurnStateError,
     VersionConflictError,
 )
+from agentctx_fast.formats.anthropic import AnthropicFormatError, from_anthropic, to_anthropic
+from agentctx_fast.formats.openai import OpenAIFormatError, from_openai, openai_tools, to_openai
+from agentctx_fast.formats.responses import (
+    RESPONSES_METADATA_KEY,
+    ResponsesFormatError,
+    from_responses,
+    to_responses,
+)
 from agentctx_fast.memory import (
     AsyncChatMemory,
     ChatMemory,
     ChatMemoryProvider,
     InMemoryChatMemory,
 )
-from agentctx_fast.messages import (
-    MAX_INLINE_BYTES,
-    AgentActionMessage,
-    AgentFormMessage,
-    AiMessage,
-    AudioPart,
-    FilePart,
-    ImagePart,
-    Message,
-    SystemMessage,
-    TextPart,
-    ToolCall,
-    ToolMessage,
-    Usage,
-    UserMessage,
+from agentctx_fast.models import AsyncOpenAIChatModel, OpenAIChatModel
+from agentctx_fast.models.protocol import AsyncChatModel, ChatModel, StreamingChatModel
+from agentctx_fast.models.scripted import (
+    AsyncScriptedChatModel,
+    ScriptedChatModel,
+    ScriptExhaustedError,
 )
-from agentctx_fast.metrics import AgentMetrics, InMemoryMetrics, MetricSummary
-from agentctx_fast.openai import OpenAIFormatError, from_openai, openai_tools, to_openai
-from agentctx_fast.protocol import ProtocolViolation, check_tool_protocol, validate_tool_protocol
-from agentctx_fast.responses import (
-    RESPONSES_METADATA_KEY,
-    ResponsesFormatError,
-    from_responses,
-    to_responses,
-)
+from agentctx_fast.observability.metrics import AgentMetrics, InMemoryMetrics, MetricSummary
 from agentctx_fast.runner import (
     AgentRunner,
     ApprovalRequired,
@@ -91,7 +113,8 @@ from agentctx_fast.runner import (
     ToolResultEvent,
     TurnEnded,
 )
-from agentctx_fast.scripted import AsyncScriptedChatModel, ScriptedChatModel, ScriptExhaustedError
+from agentctx_fast.runner.agent import Agent, AgentTurn
+from agentctx_fast.runner.tools import Tool, ToolResultPage, tool
 from agentctx_fast.stores import (
     AgentStore,
     AsyncAgentStore,
@@ -99,7 +122,7 @@ from agentctx_fast.stores import (
     InMemoryAgentStore,
     JsonAgentStoreSerializer,
 )
-from agentctx_fast.stores.turns import (
+from agentctx_fast.stores.turn_store import (
     AgentTurnSnapshot,
     AgentTurnStore,
     AsyncAgentTurnStore,
@@ -109,143 +132,136 @@ from agentctx_fast.stores.turns import (
     LeaseRenewal,
     PendingApproval,
 )
-from agentctx_fast.tokens import (
-    BpeTokenEstimator,
-    HeuristicTokenEstimator,
-    TiktokenEstimator,
-    TokenEstimator,
-    estimator_for_model,
-)
-from agentctx_fast.tools import Tool, ToolResultPage, tool
-from agentctx_fast.turns import TurnSegments, TurnStatus, segment_turns
-from agentctx_fast.window import (
-    AgentContextCompressor,
-    ContextWindow,
-    WindowOptions,
-    build_window,
-)
 
-__all__ = [
-    "MAX_INLINE_BYTES",
-    "RESPONSES_METADATA_KEY",
-    "Agent",
+__all__ = [  # noqa: RUF022 (grouped by area, like the imports above: not alphabetical)
+    # the core: messages, turns, the tool protocol, tokens, the window
+    "backend",
+    "Message",
+    "SystemMessage",
+    "UserMessage",
+    "AiMessage",
+    "ToolMessage",
     "AgentActionMessage",
+    "AgentFormMessage",
+    "TextPart",
+    "ImagePart",
+    "AudioPart",
+    "FilePart",
+    "ToolCall",
+    "Usage",
+    "MAX_INLINE_BYTES",
+    "TurnStatus",
+    "TurnSegments",
+    "segment_turns",
+    "ProtocolViolation",
+    "check_tool_protocol",
+    "validate_tool_protocol",
+    "TokenEstimator",
+    "HeuristicTokenEstimator",
+    "BpeTokenEstimator",
+    "TiktokenEstimator",
+    "CalibratedTokenEstimator",
+    "estimator_for_model",
+    "WindowOptions",
+    "ContextWindow",
+    "AgentContextCompressor",
+    "build_window",
+    # chat memory and stores
+    "ChatMemory",
+    "AsyncChatMemory",
+    "ChatMemoryProvider",
+    "InMemoryChatMemory",
+    "AgentStore",
+    "AsyncAgentStore",
+    "InMemoryAgentStore",
+    "AsyncInMemoryAgentStore",
+    "SqlAgentStore",
+    "AsyncSqlAgentStore",
+    "RedisAgentStore",
+    "AsyncRedisAgentStore",
+    "JsonAgentStoreSerializer",
+    "AgentTurnStore",
+    "AsyncAgentTurnStore",
+    "InMemoryAgentTurnStore",
+    "AgentTurnSnapshot",
+    "ConversationLease",
+    "LeaseRenewal",
+    "Fence",
+    "PendingApproval",
+    # the runner: agents, tools, turns, events
+    "Agent",
+    "AgentTurn",
+    "AgentRunner",
+    "AsyncAgentRunner",
+    "Tool",
+    "tool",
+    "ToolResultPage",
+    "ApprovalRequired",
+    "StreamEvent",
+    "TextDelta",
+    "ToolCallEvent",
+    "ToolResultEvent",
+    "TurnEnded",
+    # chat models
+    "ChatModel",
+    "AsyncChatModel",
+    "StreamingChatModel",
+    "OpenAIChatModel",
+    "AsyncOpenAIChatModel",
+    "ScriptedChatModel",
+    "AsyncScriptedChatModel",
+    "ScriptExhaustedError",
+    # compression
+    "AgentContextCompressors",
+    "IncrementalCompressor",
     "AgentContextCompressionCoordinator",
     "AgentContextCompressionResult",
     "AgentContextCompressionState",
     "AgentContextCompressionStateStore",
-    "AgentContextCompressor",
-    "AgentContextCompressors",
-    "AgentConversationBusyError",
-    "AgentCtxError",
-    "AgentFormMessage",
-    "AgentMetrics",
-    "AgentRunner",
-    "AgentStore",
-    "AgentTurn",
-    "AgentTurnSnapshot",
-    "AgentTurnStore",
-    "AiMessage",
-    "AnthropicFormatError",
-    "ApprovalRequired",
     "AsyncAgentContextCompressionStateStore",
-    "AsyncAgentRunner",
-    "AsyncAgentStore",
-    "AsyncAgentTurnStore",
-    "AsyncChatMemory",
-    "AsyncChatModel",
-    "AsyncInMemoryAgentStore",
-    "AsyncOpenAIChatModel",
-    "AsyncRedisAgentStore",
-    "AsyncScriptedChatModel",
-    "AsyncSqlAgentStore",
-    "AudioPart",
+    "InMemoryCompressionStateStore",
+    "CompressionTriggerInput",
+    # wire formats
+    "to_openai",
+    "from_openai",
+    "openai_tools",
+    "OpenAIFormatError",
+    "to_responses",
+    "from_responses",
+    "RESPONSES_METADATA_KEY",
+    "ResponsesFormatError",
+    "to_anthropic",
+    "from_anthropic",
+    "AnthropicFormatError",
+    # observability
+    "AgentMetrics",
+    "InMemoryMetrics",
+    "MetricSummary",
+    # errors
+    "AgentCtxError",
+    "AgentConversationBusyError",
     "BackendUnavailableError",
-    "BpeTokenEstimator",
-    "CalibratedTokenEstimator",
-    "ChatMemory",
-    "ChatMemoryProvider",
-    "ChatModel",
     "CompressionError",
     "CompressionStateConflictError",
-    "CompressionTriggerInput",
     "CompressorOutputError",
     "ContentTooLargeError",
-    "ContextWindow",
-    "ConversationLease",
     "CoveredMessageNotFoundError",
     "DuplicateMessageError",
-    "Fence",
-    "FilePart",
-    "HeuristicTokenEstimator",
-    "ImagePart",
-    "InMemoryAgentStore",
-    "InMemoryAgentTurnStore",
-    "InMemoryChatMemory",
-    "InMemoryCompressionStateStore",
-    "InMemoryMetrics",
-    "IncrementalCompressor",
     "InvalidArgumentError",
     "InvalidMessageTypeError",
-    "JsonAgentStoreSerializer",
     "LeaseLostError",
-    "LeaseRenewal",
-    "Message",
     "MessageNotFoundError",
-    "MetricSummary",
     "MissingDependencyError",
     "ModelCallError",
-    "OpenAIChatModel",
-    "OpenAIFormatError",
-    "PendingApproval",
-    "ProtocolViolation",
-    "RedisAgentStore",
-    "ResponsesFormatError",
     "SchemaNotInitializedError",
-    "ScriptExhaustedError",
-    "ScriptedChatModel",
     "SerializationError",
-    "SqlAgentStore",
     "StoreBusyError",
     "StoreError",
     "StoreUnavailableError",
-    "StreamEvent",
-    "StreamingChatModel",
-    "SystemMessage",
-    "TextDelta",
-    "TextPart",
-    "TiktokenEstimator",
-    "TokenEstimator",
-    "Tool",
-    "ToolCall",
-    "ToolCallEvent",
-    "ToolMessage",
     "ToolProtocolError",
-    "ToolResultEvent",
-    "ToolResultPage",
-    "TurnEnded",
     "TurnNotFoundError",
-    "TurnSegments",
     "TurnStateError",
-    "TurnStatus",
-    "Usage",
-    "UserMessage",
     "VersionConflictError",
-    "WindowOptions",
-    "backend",
-    "build_window",
-    "check_tool_protocol",
-    "estimator_for_model",
-    "from_anthropic",
-    "from_openai",
-    "from_responses",
-    "openai_tools",
-    "segment_turns",
-    "to_anthropic",
-    "to_openai",
-    "to_responses",
-    "tool",
-    "validate_tool_protocol",
 ]
 
 

@@ -2,6 +2,6 @@
 
 import sys
 
-from agentctx_fast.cli import main
+from agentctx_fast.cli.main import main
 
 sys.exit(main())

@@ -14,12 +14,12 @@ gives (its ``dropped_turns`` counts only the turns of the tail read).
 
 from __future__ import annotations
 
-from agentctx_fast._core_types import ContextWindow, WindowOptions
+from agentctx_fast.core.messages import Message, SystemMessage, UserMessage
+from agentctx_fast.core.types import ContextWindow, WindowOptions
+from agentctx_fast.core.window import build_window
 from agentctx_fast.errors import InvalidArgumentError
 from agentctx_fast.memory import AsyncChatMemory
-from agentctx_fast.messages import Message, SystemMessage, UserMessage
 from agentctx_fast.runner._reads import read_history
-from agentctx_fast.window import build_window
 
 # The first read of the head: a history starts with a user message, or a system message and
 # one; the read is made four times longer while it holds no user message.

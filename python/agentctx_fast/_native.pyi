@@ -1,10 +1,10 @@
 """The Rust core (`rust/py/`): the same functions, results and errors as
-`agentctx_fast._reference.api`. Checked against the built extension by ``mypy.stubtest``."""
+`agentctx_fast.core._reference.api`. Checked against the built extension by ``mypy.stubtest``."""
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, final
 
-from agentctx_fast.messages import Message
+from agentctx_fast.core.messages import Message
 from agentctx_fast.stores._schema import Record
 
 __all__ = [

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from agentctx_fast.protocol import ProtocolViolation
+    from agentctx_fast.core.protocol import ProtocolViolation
 
 
 class AgentCtxError(Exception):

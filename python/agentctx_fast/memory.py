@@ -23,8 +23,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from agentctx_fast._ids import check_expected_version, check_identifier
-from agentctx_fast._sync import (
+from agentctx_fast._blocking import (
     AwaitableAdapter,
     BlockingAdapter,
     awaitable,
@@ -32,6 +31,8 @@ from agentctx_fast._sync import (
     implementation,
     run_sync,
 )
+from agentctx_fast.core._ids import check_expected_version, check_identifier
+from agentctx_fast.core.messages import Message
 from agentctx_fast.errors import (
     DuplicateMessageError,
     InvalidArgumentError,
@@ -39,12 +40,11 @@ from agentctx_fast.errors import (
     MessageNotFoundError,
     VersionConflictError,
 )
-from agentctx_fast.messages import Message
 
 if TYPE_CHECKING:
-    from agentctx_fast._core_types import ContextWindow, WindowOptions
-    from agentctx_fast.messages import SystemMessage
-    from agentctx_fast.stores.turns import Fence
+    from agentctx_fast.core.messages import SystemMessage
+    from agentctx_fast.core.types import ContextWindow, WindowOptions
+    from agentctx_fast.stores.turn_store import Fence
 
 ChatMemoryProvider = Callable[[str], "ChatMemory"]
 """Locates the memory of a conversation id; it does not create ids or own the lifecycle."""

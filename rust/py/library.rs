@@ -65,9 +65,9 @@ fn subclass<'py>(
 impl Library {
     /// Imports and checks everything the binding uses; called once, by the module's init.
     pub fn capture(py: Python<'_>) -> PyResult<()> {
-        let messages = py.import("agentctx_fast.messages")?;
+        let messages = py.import("agentctx_fast.core.messages")?;
         let errors = py.import("agentctx_fast.errors")?;
-        let types = py.import("agentctx_fast._core_types")?;
+        let types = py.import("agentctx_fast.core.types")?;
         let message = class(&messages, "Message")?;
         let [system, user, ai, tool, action, form] =
             KINDS.map(|(_, name)| subclass(&messages, name, &message));

@@ -46,10 +46,10 @@ import agents.memory
 import agents.memory.sqlite_session
 import pytest
 
+from agentctx_fast.core.window import WindowOptions
 from agentctx_fast.integrations.openai_agents import AgentCtxSession
 from agentctx_fast.stores.redis import AsyncRedisAgentStore
 from agentctx_fast.stores.sql import AsyncSqlAgentStore, SqlAgentStore
-from agentctx_fast.window import WindowOptions
 
 MODES = ("sdk", "plain", "window")
 MODE = os.environ.get("AGENTCTX_PEER_MODE", "plain")

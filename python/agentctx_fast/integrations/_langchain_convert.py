@@ -20,16 +20,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentctx_fast import _wire
 from agentctx_fast._extras import missing_dependency
-from agentctx_fast._provider import _copy
-from agentctx_fast.errors import (
-    AgentCtxError,
-    ContentTooLargeError,
-    InvalidArgumentError,
-    InvalidMessageTypeError,
-)
-from agentctx_fast.messages import (
+from agentctx_fast.core.messages import (
     SYSTEM_ROLES,
     AiMessage,
     AudioPart,
@@ -46,6 +38,14 @@ from agentctx_fast.messages import (
     _check_name,
     not_a_message,
 )
+from agentctx_fast.errors import (
+    AgentCtxError,
+    ContentTooLargeError,
+    InvalidArgumentError,
+    InvalidMessageTypeError,
+)
+from agentctx_fast.formats import _wire
+from agentctx_fast.formats._provider import _copy
 
 try:
     from langchain_core import messages as lc

@@ -6,12 +6,12 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from agentctx_fast._ids import check_identifier
-from agentctx_fast._sync import run_sync
+from agentctx_fast._blocking import run_sync
+from agentctx_fast.core._ids import check_identifier
+from agentctx_fast.core.window import WindowOptions
 from agentctx_fast.errors import InvalidArgumentError
 from agentctx_fast.integrations._langchain_convert import from_langchain, to_langchain
 from agentctx_fast.memory import AsyncChatMemory, ChatMemory, awaitable_memory
-from agentctx_fast.window import WindowOptions
 
 try:
     from langchain_core.chat_history import BaseChatMessageHistory

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from agentctx_fast.core.window import WindowOptions, options_with
 from agentctx_fast.errors import InvalidArgumentError
-from agentctx_fast.window import WindowOptions, options_with
 
 
 def checked_window_options(

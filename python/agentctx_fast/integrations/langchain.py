@@ -31,16 +31,16 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentctx_fast._extras import missing_dependency, stand_in
+from agentctx_fast.core.messages import AiMessage, Message, SystemMessage
+from agentctx_fast.core.window import WindowOptions, build_window
 from agentctx_fast.errors import (
     AgentCtxError,
     InvalidArgumentError,
     MissingDependencyError,
     ModelCallError,
 )
+from agentctx_fast.formats.openai import openai_tools
 from agentctx_fast.integrations._options import checked_window_options
-from agentctx_fast.messages import AiMessage, Message, SystemMessage
-from agentctx_fast.openai import openai_tools
-from agentctx_fast.window import WindowOptions, build_window
 
 try:
     from langchain_core import messages as lc

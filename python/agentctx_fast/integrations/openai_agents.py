@@ -48,20 +48,20 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from agentctx_fast._core_types import WindowOptions
+from agentctx_fast._blocking import run_sync
 from agentctx_fast._extras import missing_dependency
-from agentctx_fast._ids import check_identifier
-from agentctx_fast._sync import run_sync
+from agentctx_fast.core._ids import check_identifier
+from agentctx_fast.core.messages import AiMessage, Message, ToolMessage, UserMessage, new_message_id
+from agentctx_fast.core.types import WindowOptions
+from agentctx_fast.core.window import build_window
 from agentctx_fast.errors import (
     InvalidArgumentError,
     MessageNotFoundError,
     VersionConflictError,
 )
+from agentctx_fast.formats.responses import ResponsesFormatError, group_responses, to_responses
 from agentctx_fast.integrations._options import checked_window_options
 from agentctx_fast.memory import AsyncChatMemory, ChatMemory, awaitable_memory
-from agentctx_fast.messages import AiMessage, Message, ToolMessage, UserMessage, new_message_id
-from agentctx_fast.responses import ResponsesFormatError, group_responses, to_responses
-from agentctx_fast.window import build_window
 
 try:
     from agents.memory.session import SessionABC
@@ -329,7 +329,7 @@ class AgentCtxSession(SessionABC):
                 )
             store: Any = AsyncInMemoryAgentStore()
         else:
-            from agentctx_fast.cli_doctor import open_store
+            from agentctx_fast.cli.doctor import open_store
 
             store = open_store(url, None, **store_options)
         session = cls(session_id, store, window=window, session_settings=session_settings)

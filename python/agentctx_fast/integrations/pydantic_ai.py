@@ -34,9 +34,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from agentctx_fast._extras import missing_dependency
-from agentctx_fast.errors import AgentCtxError, InvalidArgumentError, InvalidMessageTypeError
-from agentctx_fast.integrations._options import checked_window_options
-from agentctx_fast.messages import (
+from agentctx_fast.core.messages import (
     AiMessage,
     Message,
     SystemMessage,
@@ -44,7 +42,9 @@ from agentctx_fast.messages import (
     ToolMessage,
     UserMessage,
 )
-from agentctx_fast.window import WindowOptions, build_window
+from agentctx_fast.core.window import WindowOptions, build_window
+from agentctx_fast.errors import AgentCtxError, InvalidArgumentError, InvalidMessageTypeError
+from agentctx_fast.integrations._options import checked_window_options
 
 try:
     from pydantic_ai import messages as pm

@@ -4,8 +4,8 @@ One turn loop (`agentctx_fast.runner._engine`) serves both: `AgentRunner` drives
 `AsyncAgentRunner` on an event loop, with `stream` for events as they happen.
 """
 
-from agentctx_fast.agent import Agent, AgentTurn
 from agentctx_fast.runner._state import REFUSED_TEXT
+from agentctx_fast.runner.agent import Agent, AgentTurn
 from agentctx_fast.runner.aio import AsyncAgentRunner
 from agentctx_fast.runner.events import (
     ApprovalRequired,

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from agentctx_fast.core.messages import ToolMessage
 from agentctx_fast.errors import InvalidArgumentError, TurnStateError
-from agentctx_fast.messages import ToolMessage
 from agentctx_fast.runner._persist import record_started
 from agentctx_fast.runner._state import REFUSED_TEXT, Engine, TurnRun
 from agentctx_fast.runner._tools import invoke
 from agentctx_fast.runner._writes import result_message, store_result, update_form
-from agentctx_fast.stores.turns import AgentTurnSnapshot, PendingApproval
-from agentctx_fast.tools import Tool, ToolOutcome
+from agentctx_fast.runner.tools import Tool, ToolOutcome
+from agentctx_fast.stores.turn_store import AgentTurnSnapshot, PendingApproval
 
 
 async def decide(

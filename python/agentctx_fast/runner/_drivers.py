@@ -9,18 +9,21 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-from agentctx_fast.coordinator import InMemoryCompressionStateStore, awaitable_state_store
+from agentctx_fast.compression.coordinator import (
+    InMemoryCompressionStateStore,
+    awaitable_state_store,
+)
 from agentctx_fast.errors import InvalidArgumentError
 from agentctx_fast.memory import AsyncChatMemory, ChatMemory, awaitable_memory
-from agentctx_fast.metrics import AgentMetrics
+from agentctx_fast.observability.metrics import AgentMetrics
 from agentctx_fast.runner._engine import Engine
 from agentctx_fast.runner._leases import LeaseKeeper
 from agentctx_fast.runner._state import check_lease_seconds
 from agentctx_fast.stores._bridge import awaitable_turn_store
-from agentctx_fast.stores.turns import InMemoryAgentTurnStore
+from agentctx_fast.stores.turn_store import InMemoryAgentTurnStore
 
 if TYPE_CHECKING:
-    from agentctx_fast.otel import OtelTracing
+    from agentctx_fast.observability.otel import OtelTracing
 
 Clock = Callable[[], float]
 DEFAULT_CLOCK: Clock = time.time

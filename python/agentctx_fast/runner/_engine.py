@@ -8,7 +8,7 @@ store: a second ``run`` meets `AgentConversationBusyError`, and a crashed proces
 expires, after which the next ``run`` closes the crashed turn as `FAILED`.
 
 `AgentRunner` drives it with blocking stores and a blocking port (every await completes at
-once, see `agentctx_fast._sync`); `AsyncAgentRunner` with async stores and a port that awaits.
+once, see `agentctx_fast._blocking`); `AsyncAgentRunner` with async stores and a port that awaits.
 
 The engine is plain functions over a turn's state (`TurnRun`) and the runner's parts
 (`Engine`), split by concern:

@@ -3,13 +3,13 @@ messages, and turn records (the page-by-page reads themselves are `_reads`)."""
 
 from __future__ import annotations
 
-from agentctx_fast.agent import Agent
+from agentctx_fast.core.messages import Message
 from agentctx_fast.errors import InvalidArgumentError, TurnNotFoundError, TurnStateError
 from agentctx_fast.memory import AsyncChatMemory
-from agentctx_fast.messages import Message
 from agentctx_fast.runner._reads import _REACH_MARGIN, read_history
 from agentctx_fast.runner._state import Engine, check_turn_id, remember_reach
-from agentctx_fast.stores.turns import AgentTurnSnapshot
+from agentctx_fast.runner.agent import Agent
+from agentctx_fast.stores.turn_store import AgentTurnSnapshot
 
 
 def memory_of(eng: Engine, conversation_id: str) -> AsyncChatMemory:

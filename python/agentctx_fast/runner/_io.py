@@ -20,9 +20,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from agentctx_fast._tasks import in_thread
-from agentctx_fast.messages import AiMessage, Message
+from agentctx_fast.core.messages import AiMessage, Message
 from agentctx_fast.runner.events import StreamEvent, TextDelta
-from agentctx_fast.tools import Tool, ToolOutcome, is_async_callable
+from agentctx_fast.runner.tools import Tool, ToolOutcome, is_async_callable
 
 T = TypeVar("T")
 

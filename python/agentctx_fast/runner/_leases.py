@@ -15,8 +15,8 @@ import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from agentctx_fast._sync import run_sync
-from agentctx_fast.stores.turns import AsyncAgentTurnStore, LeaseRenewal
+from agentctx_fast._blocking import run_sync
+from agentctx_fast.stores.turn_store import AsyncAgentTurnStore, LeaseRenewal
 
 log = logging.getLogger("agentctx_fast.runner")
 

@@ -8,9 +8,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 
-from agentctx_fast.agent import AgentTurn
+from agentctx_fast.core.messages import AiMessage
+from agentctx_fast.core.turns import TurnStatus
 from agentctx_fast.errors import AgentCtxError, LeaseLostError
-from agentctx_fast.messages import AiMessage
 from agentctx_fast.runner._approvals import decide
 from agentctx_fast.runner._io import Cancelled
 from agentctx_fast.runner._observed import chat
@@ -27,8 +27,8 @@ from agentctx_fast.runner._state import (
 from agentctx_fast.runner._tools import call_tools
 from agentctx_fast.runner._windows import observe_reply, window_for
 from agentctx_fast.runner._writes import HeldResult, append, emit_result, store_result
-from agentctx_fast.stores.turns import PendingApproval
-from agentctx_fast.turns import TurnStatus
+from agentctx_fast.runner.agent import AgentTurn
+from agentctx_fast.stores.turn_store import PendingApproval
 
 
 async def drive(

@@ -7,11 +7,11 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-from agentctx_fast import metrics as m
-from agentctx_fast.agent import Agent, AgentTurn
+from agentctx_fast.core.window import ContextWindow
 from agentctx_fast.errors import AgentConversationBusyError
+from agentctx_fast.observability import metrics as m
 from agentctx_fast.runner._state import Engine, TurnIO, TurnRun
-from agentctx_fast.window import ContextWindow
+from agentctx_fast.runner.agent import Agent, AgentTurn
 
 
 async def observed(

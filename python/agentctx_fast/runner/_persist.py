@@ -6,11 +6,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
 
-from agentctx_fast import metrics as m
-from agentctx_fast.agent import Agent, AgentTurn
+from agentctx_fast.core.messages import AiMessage, Message
+from agentctx_fast.core.turns import TurnStatus
 from agentctx_fast.errors import LeaseLostError, StoreBusyError, StoreError, TurnStateError
 from agentctx_fast.memory import AsyncChatMemory
-from agentctx_fast.messages import AiMessage, Message
+from agentctx_fast.observability import metrics as m
 from agentctx_fast.runner._io import AsyncTurnIO, BlockingTurnIO
 from agentctx_fast.runner._reads import read_history
 from agentctx_fast.runner._state import (
@@ -29,15 +29,15 @@ from agentctx_fast.runner._state import (
     together,
 )
 from agentctx_fast.runner._writes import answer_calls, close_forms
+from agentctx_fast.runner.agent import Agent, AgentTurn
 from agentctx_fast.runner.events import ApprovalRequired
-from agentctx_fast.stores.turns import (
+from agentctx_fast.stores.turn_store import (
     OPEN_STATUSES,
     AgentTurnSnapshot,
     Fence,
     PendingApproval,
     dump_snapshot,
 )
-from agentctx_fast.turns import TurnStatus
 
 
 async def save(

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agentctx_fast._backend import core
+from agentctx_fast.core._backend import core
+from agentctx_fast.core.messages import AiMessage, Message, ToolMessage
 from agentctx_fast.memory import AsyncChatMemory
-from agentctx_fast.messages import AiMessage, Message, ToolMessage
 
 _FIRST_PAGE_MIN = 64
 # Past what a conversation's reach was when this runner last read or wrote it: the message

@@ -6,19 +6,19 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 
-from agentctx_fast.agent import Agent, AgentTurn
+from agentctx_fast.core.messages import AiMessage
+from agentctx_fast.core.turns import TurnStatus
 from agentctx_fast.errors import AgentConversationBusyError, InvalidArgumentError, TurnStateError
 from agentctx_fast.memory import AsyncChatMemory
-from agentctx_fast.messages import AiMessage
 from agentctx_fast.runner._approvals import check_approvals
 from agentctx_fast.runner._history import load, memory_of, split_turn
 from agentctx_fast.runner._loop import drive
 from agentctx_fast.runner._observed import observed
 from agentctx_fast.runner._persist import abandon, finish, recover
 from agentctx_fast.runner._state import Engine, TurnIO, TurnRun, agent_stub, fence, timed, view
+from agentctx_fast.runner.agent import Agent, AgentTurn
 from agentctx_fast.stores._common import check_conversation_id
-from agentctx_fast.stores.turns import OPEN_STATUSES, AgentTurnSnapshot
-from agentctx_fast.turns import TurnStatus
+from agentctx_fast.stores.turn_store import OPEN_STATUSES, AgentTurnSnapshot
 
 
 async def resume(

@@ -9,7 +9,8 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from agentctx_fast.agent import Agent, AgentTurn
+from agentctx_fast.core.messages import Message, UserMessage
+from agentctx_fast.core.turns import TurnStatus
 from agentctx_fast.errors import (
     AgentConversationBusyError,
     DuplicateMessageError,
@@ -17,7 +18,6 @@ from agentctx_fast.errors import (
     StoreUnavailableError,
     TurnStateError,
 )
-from agentctx_fast.messages import Message, UserMessage
 from agentctx_fast.runner._history import history, memory_of
 from agentctx_fast.runner._leases import HeldLease
 from agentctx_fast.runner._loop import drive
@@ -35,9 +35,9 @@ from agentctx_fast.runner._state import (
     user_message,
     view,
 )
+from agentctx_fast.runner.agent import Agent, AgentTurn
 from agentctx_fast.stores._common import check_conversation_id
-from agentctx_fast.stores.turns import AgentTurnSnapshot, dump_snapshot
-from agentctx_fast.turns import TurnStatus
+from agentctx_fast.stores.turn_store import AgentTurnSnapshot, dump_snapshot
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,29 +10,29 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agentctx_fast import metrics as m
-from agentctx_fast._ids import check_identifier
-from agentctx_fast.agent import Agent, AgentTurn
-from agentctx_fast.compressors import IncrementalCompressor
-from agentctx_fast.coordinator import AsyncAgentContextCompressionStateStore
+from agentctx_fast.compression.compressors import IncrementalCompressor
+from agentctx_fast.compression.coordinator import AsyncAgentContextCompressionStateStore
+from agentctx_fast.core._ids import check_identifier
+from agentctx_fast.core.messages import AiMessage, Message, UserMessage
+from agentctx_fast.core.turns import TurnStatus
+from agentctx_fast.core.window import AgentContextCompressor
 from agentctx_fast.errors import InvalidArgumentError, InvalidMessageTypeError, TurnStateError
 from agentctx_fast.memory import AsyncChatMemory, check_messages
-from agentctx_fast.messages import AiMessage, Message, UserMessage
-from agentctx_fast.metrics import AgentMetrics
+from agentctx_fast.observability import metrics as m
+from agentctx_fast.observability.metrics import AgentMetrics
 from agentctx_fast.runner._io import AsyncTurnIO, BlockingTurnIO, Cancelled
 from agentctx_fast.runner._leases import HeldLease, LeaseKeeper
+from agentctx_fast.runner.agent import Agent, AgentTurn
 from agentctx_fast.stores._common import shared_port
-from agentctx_fast.stores.turns import (
+from agentctx_fast.stores.turn_store import (
     OPEN_STATUSES,
     AgentTurnSnapshot,
     AsyncAgentTurnStore,
     Fence,
 )
-from agentctx_fast.turns import TurnStatus
-from agentctx_fast.window import AgentContextCompressor
 
 if TYPE_CHECKING:
-    from agentctx_fast.otel import OtelTracing
+    from agentctx_fast.observability.otel import OtelTracing
 
 log = logging.getLogger("agentctx_fast.runner")
 REFUSED_TEXT = "refused by the user"

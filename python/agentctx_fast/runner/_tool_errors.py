@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from agentctx_fast.runner._state import TurnRun, log, log_context
-from agentctx_fast.tools import ToolOutcome
+from agentctx_fast.runner.tools import ToolOutcome
 
 
 def reported(run: TurnRun, tool_name: str, call_id: str, outcome: ToolOutcome) -> ToolOutcome:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
-from agentctx_fast.messages import AgentFormMessage, AiMessage, Message, ToolCall, ToolMessage
+from agentctx_fast.core.messages import AgentFormMessage, AiMessage, Message, ToolCall, ToolMessage
 from agentctx_fast.runner._persist import record_started
 from agentctx_fast.runner._state import (
     MAY_HAVE_RUN_TEXT,
@@ -20,8 +20,8 @@ from agentctx_fast.runner._state import (
 from agentctx_fast.runner._tool_errors import reported
 from agentctx_fast.runner._writes import HeldResult, append, result_message, store_result
 from agentctx_fast.runner.events import ToolCallEvent
-from agentctx_fast.stores.turns import PendingApproval
-from agentctx_fast.tools import Tool, ToolOutcome
+from agentctx_fast.runner.tools import Tool, ToolOutcome
+from agentctx_fast.stores.turn_store import PendingApproval
 
 
 async def call_tools(

@@ -10,15 +10,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 
-from agentctx_fast import metrics as m
-from agentctx_fast._ids import check_identifier
-from agentctx_fast.agent import Agent
-from agentctx_fast.calibration import CalibratedTokenEstimator
-from agentctx_fast.compressors import IncrementalCompressor
-from agentctx_fast.coordinator import (
+from agentctx_fast.compression.compressors import IncrementalCompressor
+from agentctx_fast.compression.coordinator import (
     AgentContextCompressionCoordinator,
     AgentContextCompressionState,
 )
+from agentctx_fast.core._ids import check_identifier
+from agentctx_fast.core.calibration import CalibratedTokenEstimator
+from agentctx_fast.core.messages import AiMessage, Message
+from agentctx_fast.core.turns import TurnStatus, segment_turns
+from agentctx_fast.core.window import AgentContextCompressor, ContextWindow, build_window
+from agentctx_fast.core.window import _compress as run_compressor
 from agentctx_fast.errors import (
     CompressionError,
     CompressionStateConflictError,
@@ -28,7 +30,7 @@ from agentctx_fast.errors import (
     StoreError,
 )
 from agentctx_fast.memory import AsyncChatMemory
-from agentctx_fast.messages import AiMessage, Message
+from agentctx_fast.observability import metrics as m
 from agentctx_fast.runner._state import (
     Engine,
     TurnRun,
@@ -37,10 +39,8 @@ from agentctx_fast.runner._state import (
     remember_status,
     together,
 )
-from agentctx_fast.stores.turns import AgentTurnSnapshot
-from agentctx_fast.turns import TurnStatus, segment_turns
-from agentctx_fast.window import AgentContextCompressor, ContextWindow, build_window
-from agentctx_fast.window import _compress as run_compressor
+from agentctx_fast.runner.agent import Agent
+from agentctx_fast.stores.turn_store import AgentTurnSnapshot
 
 log = logging.getLogger("agentctx_fast.runner")
 

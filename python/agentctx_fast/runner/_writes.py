@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from agentctx_fast import metrics as m
-from agentctx_fast.messages import AgentFormMessage, Message, ToolMessage
-from agentctx_fast.protocol import close_unanswered_calls
+from agentctx_fast.core.messages import AgentFormMessage, Message, ToolMessage
+from agentctx_fast.core.protocol import close_unanswered_calls
+from agentctx_fast.observability import metrics as m
 from agentctx_fast.runner._state import MAY_HAVE_RUN_TEXT, Engine, TurnRun, may_have_run, timed
 from agentctx_fast.runner.events import ToolResultEvent
-from agentctx_fast.tools import ToolOutcome
+from agentctx_fast.runner.tools import ToolOutcome
 
 HeldResult = tuple[ToolMessage, ToolOutcome]
 """A tool call's result message and the outcome it was made from."""

@@ -18,16 +18,16 @@ from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
 from typing import Any
 
 from agentctx_fast._tasks import wait_uncut
-from agentctx_fast.agent import Agent, AgentTurn
+from agentctx_fast.core.messages import Message, UserMessage
 from agentctx_fast.memory import AsyncChatMemoryProvider
-from agentctx_fast.messages import Message, UserMessage
 from agentctx_fast.runner import _engine
 from agentctx_fast.runner._drivers import Runner
 from agentctx_fast.runner._io import AsyncTurnIO
 from agentctx_fast.runner._state import check_agent, check_history
+from agentctx_fast.runner.agent import Agent, AgentTurn
 from agentctx_fast.runner.events import StreamEvent, TurnEnded
 from agentctx_fast.stores.base import AsyncAgentStore
-from agentctx_fast.stores.turns import AsyncAgentTurnStore
+from agentctx_fast.stores.turn_store import AsyncAgentTurnStore
 
 
 class AsyncAgentRunner(Runner[AsyncAgentStore, AsyncChatMemoryProvider, AsyncAgentTurnStore]):

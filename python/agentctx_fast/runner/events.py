@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentctx_fast.agent import AgentTurn
-from agentctx_fast.messages import ToolCall, ToolMessage
-from agentctx_fast.stores.turns import PendingApproval
+from agentctx_fast.core.messages import ToolCall, ToolMessage
+from agentctx_fast.runner.agent import AgentTurn
+from agentctx_fast.stores.turn_store import PendingApproval
 
 
 @dataclass(frozen=True, slots=True)

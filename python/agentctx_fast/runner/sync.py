@@ -12,30 +12,30 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentctx_fast._sync import run_sync
-from agentctx_fast.agent import Agent, AgentTurn
+from agentctx_fast._blocking import run_sync
+from agentctx_fast.core.messages import Message, UserMessage
 from agentctx_fast.errors import InvalidArgumentError
 from agentctx_fast.memory import ChatMemoryProvider
-from agentctx_fast.messages import Message, UserMessage
 from agentctx_fast.runner import _engine
 from agentctx_fast.runner._drivers import Runner
 from agentctx_fast.runner._io import BlockingTurnIO
 from agentctx_fast.runner._state import check_agent, check_history
+from agentctx_fast.runner.agent import Agent, AgentTurn
+from agentctx_fast.runner.tools import is_async_callable
 from agentctx_fast.stores.base import AgentStore
-from agentctx_fast.stores.turns import AgentTurnStore
-from agentctx_fast.tools import is_async_callable
+from agentctx_fast.stores.turn_store import AgentTurnStore
 
 
 class AgentRunner(Runner[AgentStore, ChatMemoryProvider, AgentTurnStore]):
     """Runs turns of agents over the conversations of a store (or of a memory provider).
 
     ``store`` supplies chat memory and the turn store (snapshots and leases); a separate
-    ``chat_memory_provider`` replaces its memories. Without a store, snapshots and leases live
-    in this process only. ``metrics`` receives the observations listed in
-    `agentctx_fast.metrics`; ``tracing`` (an `agentctx_fast.otel.OtelTracing`, the ``otel``
-    extra) makes OpenTelemetry spans of turns, model calls and tool calls; ``lease_seconds`` is
-    how long a crashed process can block a conversation. An agent whose model or tools are
-    ``async def`` needs `AsyncAgentRunner`.
+    ``chat_memory_provider`` replaces its memories. Without a store, snapshots and leases live in
+    this process only. ``metrics`` receives the observations listed in
+    `agentctx_fast.observability.metrics`; ``tracing`` (an
+    `agentctx_fast.observability.otel.OtelTracing`, the ``otel`` extra) makes OpenTelemetry spans of
+    turns, model calls and tool calls; ``lease_seconds`` is how long a crashed process can block a
+    conversation. An agent whose model or tools are ``async def`` needs `AsyncAgentRunner`.
     """
 
     blocking = True

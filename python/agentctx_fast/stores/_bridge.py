@@ -1,26 +1,26 @@
 """Blocking and awaitable views of the turn stores (and, re-exported, of the compression-state
-stores, which live beside their protocols in `agentctx_fast.coordinator`).
+stores, which live beside their protocols in `agentctx_fast.compression.coordinator`).
 
 A database store implements each of them once, as coroutines over its I/O port; its blocking
 API is that implementation driven by `run_sync` over a blocking port (`Blocking…`), and the
 in-process stores, which never wait, are offered to asyncio code as they are (`Awaitable…`).
-Each adapter lists the protocol's methods once (see `agentctx_fast._sync.blocking`).
+Each adapter lists the protocol's methods once (see `agentctx_fast._blocking.blocking`).
 """
 
 from __future__ import annotations
 
-from agentctx_fast._sync import (
+from agentctx_fast._blocking import (
     AwaitableAdapter,
     BlockingAdapter,
     awaitable,
     blocking,
     implementation,
 )
-from agentctx_fast.coordinator import (
+from agentctx_fast.compression.coordinator import (
     AwaitableCompressionStateStore,
     BlockingCompressionStateStore,
 )
-from agentctx_fast.stores.turns import AgentTurnStore, AsyncAgentTurnStore
+from agentctx_fast.stores.turn_store import AgentTurnStore, AsyncAgentTurnStore
 
 _Async = AsyncAgentTurnStore
 _Blocking = AgentTurnStore

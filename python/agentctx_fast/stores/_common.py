@@ -6,7 +6,7 @@ import operator
 import re
 from typing import Any, TypeVar
 
-from agentctx_fast._ids import check_conversation_id
+from agentctx_fast.core._ids import check_conversation_id
 from agentctx_fast.errors import InvalidArgumentError
 
 __all__ = [

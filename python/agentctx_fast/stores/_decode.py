@@ -18,9 +18,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from agentctx_fast._ids import MAX_VERSION
-from agentctx_fast.errors import SerializationError
-from agentctx_fast.messages import (
+from agentctx_fast.core._ids import MAX_VERSION
+from agentctx_fast.core.messages import (
     _PARTICIPANT_NAME,
     IMAGE_DETAILS,
     MAX_INLINE_BYTES,
@@ -28,6 +27,7 @@ from agentctx_fast.messages import (
     Message,
     Part,
 )
+from agentctx_fast.errors import SerializationError
 from agentctx_fast.stores._schema import (
     AS_IS,
     BY_CLASS,

@@ -15,8 +15,8 @@ from datetime import datetime
 from operator import attrgetter
 from typing import Any
 
+from agentctx_fast.core.messages import Message
 from agentctx_fast.errors import SerializationError
-from agentctx_fast.messages import Message
 from agentctx_fast.stores._schema import (
     AS_IS,
     BY_CLASS,

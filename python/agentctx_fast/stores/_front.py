@@ -1,5 +1,5 @@
 """What every store offers the same way, written once: `AsyncStoreFront` for the asyncio
-stores and `StoreFront`, the same methods driven blocking (`agentctx_fast._sync.driven`), for
+stores and `StoreFront`, the same methods driven blocking (`agentctx_fast._blocking.driven`), for
 the blocking ones. A store supplies its chat memories and the coroutines ``_delete_conversation``
 and ``_list_conversations`` (which never suspend on a blocking store's port)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from agentctx_fast._sync import driven
+from agentctx_fast._blocking import driven
 from agentctx_fast.memory import (
     AsyncChatMemory,
     AsyncChatMemoryProvider,

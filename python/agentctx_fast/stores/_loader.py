@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agentctx_fast.core.messages import Message
 from agentctx_fast.errors import InvalidArgumentError, SerializationError
-from agentctx_fast.messages import Message
 from agentctx_fast.stores._records import UndecodableRecord
 from agentctx_fast.stores.serializer import AgentStoreSerializer, load_message
 

@@ -15,9 +15,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from agentctx_fast.core.turns import TurnStatus
 from agentctx_fast.errors import SerializationError
-from agentctx_fast.stores.turns import ConversationLease
-from agentctx_fast.turns import TurnStatus
+from agentctx_fast.stores.turn_store import ConversationLease
 
 # What a decoder may raise on a value of the wrong shape (an unknown status, float("x"), a
 # missing hash field, a version too large for an int column).

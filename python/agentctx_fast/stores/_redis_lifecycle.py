@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from agentctx_fast.core.turns import TurnStatus
 from agentctx_fast.errors import SerializationError, StoreError
 from agentctx_fast.stores._lifecycle import page_of
 from agentctx_fast.stores._redis_io import (
@@ -23,8 +24,7 @@ from agentctx_fast.stores._redis_io import (
     tag_conversation,
     text,
 )
-from agentctx_fast.stores.turns import ConversationLease, busy_error
-from agentctx_fast.turns import TurnStatus
+from agentctx_fast.stores.turn_store import ConversationLease, busy_error
 
 if TYPE_CHECKING:
     from agentctx_fast.stores.redis import _RedisStoreBase

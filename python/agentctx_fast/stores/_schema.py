@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from agentctx_fast.coordinator import AgentContextCompressionState
-from agentctx_fast.messages import (
+from agentctx_fast.compression.coordinator import AgentContextCompressionState
+from agentctx_fast.core.messages import (
     AgentActionMessage,
     AgentFormMessage,
     AiMessage,

@@ -12,7 +12,7 @@ from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
-from agentctx_fast._sync import run_sync
+from agentctx_fast._blocking import run_sync
 from agentctx_fast._tasks import in_thread, wait_uncut
 from agentctx_fast.stores._sql_io import (
     BlockingSqlPort,

@@ -9,8 +9,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from agentctx_fast._ids import check_identifier
-from agentctx_fast.coordinator import AgentContextCompressionState, check_expected_version
+from agentctx_fast.compression.coordinator import (
+    AgentContextCompressionState,
+    check_expected_version,
+)
+from agentctx_fast.core._ids import check_identifier
+from agentctx_fast.core.messages import Message
 from agentctx_fast.errors import (
     InvalidArgumentError,
     MessageNotFoundError,
@@ -26,7 +30,6 @@ from agentctx_fast.memory import (
     check_version,
     first_of_each,
 )
-from agentctx_fast.messages import Message
 from agentctx_fast.stores import _sql_lifecycle
 from agentctx_fast.stores._bridge import BlockingCompressionStateStore
 from agentctx_fast.stores._common import check_conversation_id, unit_handle
@@ -35,7 +38,7 @@ from agentctx_fast.stores._sql_io import SqlPort, sa
 from agentctx_fast.stores._sql_records import named_message
 from agentctx_fast.stores.serializer import dump, load_state
 from agentctx_fast.stores.sql_turns import check_fence, fence_holds, fenced_insert
-from agentctx_fast.stores.turns import Fence
+from agentctx_fast.stores.turn_store import Fence
 
 if TYPE_CHECKING:
     from agentctx_fast.stores.sql import _SqlStoreBase

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from agentctx_fast._sync import run_sync
+from agentctx_fast._blocking import run_sync
 from agentctx_fast.stores._sql_io import sa, sa_exc
 from agentctx_fast.stores.sql_turns import turn_tables
 

@@ -1,5 +1,5 @@
 """The values of the turn stores (snapshots, leases, fences) and the argument checks every turn
-store makes: the leaf that `agentctx_fast.stores.turns` (where they are public) and each
+store makes: the leaf that `agentctx_fast.stores.turn_store` (where they are public) and each
 store's turn store build on."""
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from agentctx_fast._ids import check_expected_version, check_identifier, check_version
+from agentctx_fast.core._ids import check_expected_version, check_identifier, check_version
+from agentctx_fast.core.messages import ToolCall
+from agentctx_fast.core.turns import TurnStatus
 from agentctx_fast.errors import (
     AgentConversationBusyError,
     InvalidArgumentError,
     LeaseLostError,
 )
-from agentctx_fast.messages import ToolCall
 from agentctx_fast.stores._common import check_conversation_id
-from agentctx_fast.turns import TurnStatus
 
 OPEN_STATUSES = frozenset({TurnStatus.RUNNING, TurnStatus.SUSPENDED})
 """Statuses of a turn that holds its conversation."""

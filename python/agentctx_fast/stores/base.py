@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from agentctx_fast.coordinator import (
+from agentctx_fast.compression.coordinator import (
     AgentContextCompressionStateStore,
     AsyncAgentContextCompressionStateStore,
 )
 from agentctx_fast.memory import AsyncChatMemoryProvider, ChatMemoryProvider
-from agentctx_fast.stores.turns import AgentTurnStore, AsyncAgentTurnStore
+from agentctx_fast.stores.turn_store import AgentTurnStore, AsyncAgentTurnStore
 
 
 class AgentStore(Protocol):

@@ -35,14 +35,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from agentctx_fast.core.messages import Message
+from agentctx_fast.core.protocol import validate_tool_protocol
+from agentctx_fast.core.turns import TurnStatus
 from agentctx_fast.errors import (
     AgentCtxError,
     InvalidArgumentError,
     SerializationError,
     TurnStateError,
 )
-from agentctx_fast.messages import Message
-from agentctx_fast.protocol import validate_tool_protocol
 from agentctx_fast.stores._common import check_conversation_id
 from agentctx_fast.stores._records import (
     QuarantinedRecord,
@@ -51,13 +52,12 @@ from agentctx_fast.stores._records import (
     naming,
 )
 from agentctx_fast.stores.serializer import load_message
-from agentctx_fast.stores.turns import (
+from agentctx_fast.stores.turn_store import (
     OPEN_STATUSES,
     AgentTurnSnapshot,
     ConversationLease,
     load_snapshot,
 )
-from agentctx_fast.turns import TurnStatus
 
 __all__ = ["Finding", "QuarantinedRecord", "diagnose", "quarantined", "repair"]
 

@@ -17,7 +17,7 @@ import time
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from agentctx_fast._sync import driven
+from agentctx_fast._blocking import driven
 from agentctx_fast.errors import InvalidArgumentError, MissingDependencyError
 from agentctx_fast.stores import _sql_lifecycle
 from agentctx_fast.stores._common import check_conversation_id, check_table_prefix

@@ -13,12 +13,13 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from agentctx_fast.core.turns import TurnStatus
 from agentctx_fast.errors import StoreError
 from agentctx_fast.stores._bridge import BlockingAgentTurnStore
 from agentctx_fast.stores._common import check_conversation_id, unit_handle
 from agentctx_fast.stores._records import decode_lease, naming
 from agentctx_fast.stores._sql_io import SqlPort, sa
-from agentctx_fast.stores.turns import (
+from agentctx_fast.stores.turn_store import (
     AgentTurnSnapshot,
     ConversationLease,
     Fence,
@@ -31,7 +32,6 @@ from agentctx_fast.stores.turns import (
     lease_lost,
     load_snapshot,
 )
-from agentctx_fast.turns import TurnStatus
 
 if TYPE_CHECKING:
     from agentctx_fast.stores.sql import _SqlStoreBase

@@ -1,5 +1,0 @@
-"""Chat models over model provider SDKs; each SDK is imported only when a model is made."""
-
-from agentctx_fast.clients.openai import AsyncOpenAIChatModel, OpenAIChatModel
-
-__all__ = ["AsyncOpenAIChatModel", "OpenAIChatModel"]

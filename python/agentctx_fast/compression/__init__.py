@@ -1,0 +1,1 @@
+"""Compression: compressors, the compression coordinator and its state."""

@@ -1,0 +1,1 @@
+"""Wire formats: OpenAI chat, Responses and Anthropic messages to and from ours."""

@@ -1,0 +1,1 @@
+"""Metrics and OpenTelemetry tracing of the runner."""
