@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from agentctx_fast._core_types import ContextWindow, ProtocolViolation, WindowLimits, new_window
 from agentctx_fast._reference.protocol import validate, validate_segment
+from agentctx_fast._reference.reach import window_reach
 from agentctx_fast._reference.read import read, tokens
 from agentctx_fast._reference.tokens import check_encoding, count_text
 from agentctx_fast._reference.turns import (
@@ -29,6 +30,7 @@ __all__ = [
     "select",
     "validate",
     "window",
+    "window_reach",
 ]
 
 
