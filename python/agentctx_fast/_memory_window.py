@@ -2,9 +2,9 @@
 from the tail of its history alone.
 
 The tail is the runner's read (`read_history`: pages from the newest message back until the
-core proves where the window's reach starts, the turn it is cut at included, or the history
-starts), so a window cut by a limit says so (``cut_by``) as the whole history's window does.
-Without a ``system`` argument a window takes
+core proves where the window's reach starts, or the history starts), asked for one turn more
+than ``max_attached_turns``, so that a window cut by that limit sees a turn past it and says so
+(``cut_by``) as the whole history's window does. Without a ``system`` argument a window takes
 the history's leading system message (the first `SystemMessage` before the first
 `UserMessage`): when the tail does not reach the start (`read_history` says whether it did), the
 head is read for it in one query (`get_first_messages`), read again longer while it holds no
@@ -40,7 +40,7 @@ async def memory_window(
         )
     history, whole = await read_history(
         memory,
-        max_attached_turns=options.max_attached_turns,
+        max_attached_turns=options.max_attached_turns + 1,
         max_attached_messages=options.max_attached_messages,
         compact=options.compact_completed_tool_turns,
         keep_recent_turns=options.compression_keep_recent_turns,

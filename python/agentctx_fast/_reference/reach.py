@@ -29,17 +29,20 @@ def window_reach(
 
     The window reads turns newest first, the current turn and then history turns, until a
     history turn is cut: the ``max_attached_turns + 1``-th, or the first whose view does not fit
-    ``max_attached_messages`` beside the views before it. The reach is that turn's start: a lower
-    bound of the window's ``unread_end`` over every history ``messages`` is the tail of, with any
-    turn statuses and any token budget or estimator (a budget only cuts sooner), so a window of
-    ``messages[reach:]`` reads the same turns, cut the same way (``cut_by`` included). The views
-    count the least the window may attach: the current turn's messages with orphan results left
-    out and missing results closed, as the window keeps it; for a history turn the same, or 0
-    if the window leaves it out (a repeated call id), or at most 2 if it can be compacted (its
-    recorded status, which ``messages`` does not hold, may say completed).
+    ``max_attached_messages`` beside the views before it. The reach is the start of the oldest
+    turn the window may attach when the cut is by ``max_attached_turns`` (once ``messages``
+    shows an older turn), and the start of the turn that does not fit when it is by
+    ``max_attached_messages``. So a window of ``messages[reach:]`` attaches the same turns as the
+    window of any history ``messages`` is the tail of, with any turn statuses and any token
+    budget or estimator (a budget only cuts sooner); its ``cut_by`` is the same but for a cut by
+    ``max_attached_turns``, which it does not see (a reader that needs it asks for one turn
+    more). The views count the least the window may attach: the current turn's messages with
+    orphan results left out and missing results closed, as the window keeps it; for a history
+    turn the same, or 0 if the window leaves it out (a repeated call id), or at most 2 if it can
+    be compacted (its recorded status, which ``messages`` does not hold, may say completed).
 
-    A turn is read only once ``messages`` proves that it starts where it seems to (see
-    `_starts_here`): the oldest turn of ``messages`` may begin earlier.
+    A turn's view counts only once ``messages`` proves that the turn starts where it seems to
+    (see `_starts_here`): the oldest turn of ``messages`` may begin earlier.
     """
     max_turns = _limit("max_attached_turns", max_attached_turns)
     max_messages = _limit("max_attached_messages", max_attached_messages)
@@ -49,20 +52,22 @@ def window_reach(
     history = History(messages)
     turns = turns_backward(history)
     total = 0  # the least number of messages of the views read
+    attachable = history.len  # the start of the oldest turn the window may attach
     if has_current:
         # (The turn may begin earlier only if it is the oldest: then no history turn follows.)
         bounds = next(turns, None)
         if bounds is None:
             return None
+        attachable = bounds[0]
         turn = visible_turn(history, *bounds)
         total = _view_len(len(turn), turn_violations(turn, is_current=True))
     seen = 0
     for start, end in turns:
-        if not _starts_here(history, start):
-            return None
         seen += 1
         if seen > max_turns:
-            return start
+            return attachable
+        if not _starts_here(history, start):
+            return None
         turn = visible_turn(history, start, end)
         violations = turn_violations(turn, is_current=False)
         left_out = any(v[0] == "duplicate_call_id" for _, _, v in violations)
@@ -79,6 +84,7 @@ def window_reach(
         if total + least > max_messages:
             return start
         total += least
+        attachable = start
     return None
 
 
