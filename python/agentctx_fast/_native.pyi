@@ -29,6 +29,7 @@ __all__ = [
     "select",
     "validate",
     "window",
+    "window_reach",
 ]
 
 __version__: str
