@@ -6,6 +6,7 @@ pub mod decode;
 pub mod error;
 pub mod model;
 pub mod protocol;
+pub mod reach;
 pub mod tokens;
 pub mod turns;
 pub mod window;

@@ -86,7 +86,7 @@ fn originals<M>(turn: &[(usize, M)]) -> impl Iterator<Item = Item> + '_ {
 /// history order; `turn` is newest first, as the backward scan reads it. A plainly paired
 /// turn (the usual one) has none and is not validated. The current turn leaves the calls of
 /// its step in progress open: they are not violations there.
-fn view_violations<M: Borrow<MessageInfo> + Clone>(
+pub(crate) fn view_violations<M: Borrow<MessageInfo> + Clone>(
     turn: &Turn<M>,
     is_current: bool,
     open: &mut OpenCalls<M>,

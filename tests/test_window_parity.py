@@ -139,3 +139,90 @@ def test_whole_window_parity_with_a_tool_loop(native: Any, data: st.DataObject) 
     assert _window_outcome(lambda: build_on(native, history, **options)) == (
         _window_outcome(lambda: build_on(reference, history, **options))
     )
+
+
+def _reach_args(messages: list[Any], options: dict[str, Any]) -> list[Any]:
+    """`window_reach`'s arguments: ``messages`` (a history's newest) and a window's limits."""
+    return [
+        messages,
+        options.get("max_attached_turns", 10),
+        options.get("max_attached_messages", 100),
+        options.get("compact_completed_tool_turns", False),
+        options.get("compression_keep_recent_turns", 2),
+        options.get("current_turn", "last") == "last",
+    ]
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_window_reach_parity(native: Any, data: st.DataObject) -> None:
+    history = data.draw(histories())
+    cut = data.draw(st.integers(0, len(history)))
+    args = _reach_args(history[cut:], data.draw(window_options(history)))
+    if data.draw(st.integers(0, 19)) == 0:  # a bad limit: both cores refuse it alike
+        bad = st.sampled_from([-1, 2**70, True, None, 1.0, "3", 0])
+        args[data.draw(st.integers(1, 5))] = data.draw(bad)
+    got = _outcome(lambda: native.window_reach(*args))
+    assert got == _outcome(lambda: reference.window_reach(*args))
+
+
+@st.composite
+def _continued_histories(draw: st.DrawFn) -> list[Any]:
+    """`histories` with user messages that continue the turn of the message before them (its
+    turn id): a tail starting at one does not show where its turn starts."""
+    from agentctx_fast import UserMessage
+
+    history = list(draw(histories()))
+    for _ in range(draw(st.integers(0, 4))):
+        position = draw(st.integers(1, max(1, len(history))))
+        before = history[position - 1] if position <= len(history) else None
+        if before is not None and before.turn_id is not None:
+            follow = UserMessage("and", message_id=f"{before.message_id}+", turn_id=before.turn_id)
+            history.insert(position, follow)
+    return history
+
+
+class _ThreePerMessage:
+    def estimate(self, messages: Any) -> int:
+        return 3 * len(messages)
+
+
+def _compared(window: Any) -> Any:
+    return (
+        [(type(m).__name__, m.message_id, getattr(m, "text", None)) for m in window.messages],
+        window.estimated_tokens,
+        window.attached_turns,
+        window.compacted_turns,
+        window.cut_by,
+        window.repairs,
+    )
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_the_window_from_a_tail_s_reach_is_the_window_of_the_whole_history(
+    data: st.DataObject,
+) -> None:
+    """The guarantee the runner's and a memory's reads rely on: when the newest messages of a
+    history prove where the window's reach starts, the window of the history from there is
+    the window of the whole history, whatever the turn statuses, budget and estimator (the
+    window's system message given, as those readers give it), but for a ``cut_by`` of
+    ``max_attached_turns``, which a memory's window gets by asking for one turn more."""
+    from agentctx_fast.core._backend import core
+
+    history = data.draw(_continued_histories())
+    options = dict(data.draw(tool_loop_options(history)))
+    options["system"] = options.get("system") or "Be brief."
+    if data.draw(st.booleans()):
+        options["token_estimator"] = _ThreePerMessage()
+    users = [i for i, m in enumerate(history) if type(m).__name__ == "UserMessage"] or [0]
+    cut = data.draw(st.one_of(st.integers(0, len(history)), st.sampled_from(users)))
+    reach = core.window_reach(*_reach_args(history[cut:], options))
+    if reach is None:
+        return
+    assert 0 <= reach <= len(history) - cut
+    whole = _compared(build_on(core, history, **options))
+    from_reach = _compared(build_on(core, history[cut + reach :], **options))
+    if whole[-2] == "max_attached_turns":  # a window from the reach does not see that turn
+        whole, from_reach = whole[:-2] + whole[-1:], from_reach[:-2] + from_reach[-1:]
+    assert from_reach == whole

@@ -2,7 +2,7 @@
 from the tail of its history alone.
 
 The tail is the runner's read (`read_history`: pages from the newest message back until the
-whole turns read exceed the window's limits, or the history starts), asked for one turn more
+core proves where the window's reach starts, or the history starts), asked for one turn more
 than ``max_attached_turns``, so that a window cut by that limit sees a turn past it and says so
 (``cut_by``) as the whole history's window does. Without a ``system`` argument a window takes
 the history's leading system message (the first `SystemMessage` before the first
@@ -44,6 +44,7 @@ async def memory_window(
         max_attached_messages=options.max_attached_messages,
         compact=options.compact_completed_tool_turns,
         keep_recent_turns=options.compression_keep_recent_turns,
+        current_stored=options.current_turn == "last",
     )
     # A tail short of the start opens with a user message (turns start with one), so it has
     # no leading system message of its own to pass for the history's.

@@ -60,7 +60,7 @@ from agentctx_fast.errors import (
     VersionConflictError,
 )
 from agentctx_fast.formats.responses import ResponsesFormatError, group_responses, to_responses
-from agentctx_fast.integrations._options import checked_window_options
+from agentctx_fast.integrations._options import checked_window_options, turns_reach
 from agentctx_fast.memory import AsyncChatMemory, ChatMemory, awaitable_memory
 
 try:
@@ -399,19 +399,15 @@ def _is_user(item: object) -> bool:
 
 def _reachable(items: list[Any], options: WindowOptions) -> list[Any]:
     """The items a window of ``options`` can reach (the filter converts only those, as the
-    runner reads only a store's tail): the last ``max_attached_turns + 1`` turns and what
-    precedes the first user message (where the leading system message is). A compressor
+    runner reads only a store's tail): its turns (`turns_reach`; a user item starts a turn) and
+    what precedes the first user item (where the leading system message is). A compressor
     summarizes older turns too, so it is given them all."""
     if options.context_compressor is not None:
         return items
-    turns, start = 0, 0
-    for index in range(len(items) - 1, -1, -1):
-        if _is_user(items[index]):
-            if turns == options.max_attached_turns + 1:
-                head = next(i for i, item in enumerate(items) if _is_user(item))
-                return [*items[:head], *items[start:]]
-            turns, start = turns + 1, index
-    return items
+    starts = (index for index in range(len(items) - 1, -1, -1) if _is_user(items[index]))
+    start = turns_reach(starts, options)
+    head = next((index for index, item in enumerate(items) if _is_user(item)), 0)
+    return [*items[:head], *items[start:]] if start > head else items
 
 
 class AgentCtxInputFilter:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from agentctx_fast._extras import missing_dependency
@@ -44,7 +44,7 @@ from agentctx_fast.core.messages import (
 )
 from agentctx_fast.core.window import WindowOptions, build_window
 from agentctx_fast.errors import AgentCtxError, InvalidArgumentError, InvalidMessageTypeError
-from agentctx_fast.integrations._options import checked_window_options
+from agentctx_fast.integrations._options import checked_window_options, turns_reach
 
 try:
     from pydantic_ai import messages as pm
@@ -247,13 +247,10 @@ def _part_text(part: Any) -> str:
     return json.dumps(content, ensure_ascii=False, default=repr)
 
 
-def _reach(history: Sequence[Any], turns: int) -> int:
-    """The index of the request starting the ``turns``-th turn from the end (0 when there are
-    not that many): the window never attaches a turn before it (``max_attached_turns``), so
-    only the messages from there on (and the leading system prompt) are read. Checks that
-    every item is a PydanticAI message."""
-    reach = 0
-    later: tuple[int, str | None] | None = None  # the latest prompt seen (scanning back)
+def _reach(history: Sequence[Any], options: WindowOptions) -> int:
+    """The index of the request where the turns a window of ``options`` can attach begin
+    (`turns_reach`): only the messages from there on (and the leading system prompt) are read.
+    Checks that every item is a PydanticAI message."""
     for index in range(len(history) - 1, -1, -1):
         message = history[index]
         if isinstance(message, pm.ModelResponse):
@@ -267,19 +264,23 @@ def _reach(history: Sequence[Any], turns: int) -> int:
             raise InvalidArgumentError(
                 f"messages[{index}]: parts must be a list, got {type(message.parts).__name__}"
             )
-        if reach or turns == 0:
+    return turns_reach(_turn_starts(history), options)
+
+
+def _turn_starts(history: Sequence[Any]) -> Iterator[int]:
+    """Where turns start, newest first, but for the first turn: a request with a prompt that
+    does not continue the run of the prompt before it (`_Reading._request`)."""
+    later: tuple[int, str | None] | None = None  # the latest prompt seen (scanning back)
+    for index in range(len(history) - 1, -1, -1):
+        message = history[index]
+        if not isinstance(message, pm.ModelRequest):
             continue
         for part in reversed(message.parts):
             if not isinstance(part, pm.UserPromptPart):
                 continue
-            # The later prompt starts a turn unless this one is of its run (`_Reading._request`).
             if later is not None and (later[1] is None or later[1] != message.run_id):
-                turns -= 1
-                if turns == 0:
-                    reach = later[0]
-                    break
+                yield later[0]
             later = (index, message.run_id)
-    return reach
 
 
 def window_model_messages(
@@ -302,8 +303,7 @@ def window_model_messages(
         raise InvalidArgumentError(
             f"messages must be a list of PydanticAI messages, got {type(messages).__name__}"
         )
-    turns = checked.max_attached_turns + (checked.current_turn == "last")
-    reading = _Reading(messages, _reach(messages, turns))
+    reading = _Reading(messages, _reach(messages, checked))
     if not any(isinstance(message, UserMessage) for message in reading.messages):
         return list(messages)
     window = build_window(reading.messages, checked)

@@ -1,19 +1,16 @@
 """The runner's reads: history page by page, only as far back as a window can reach, and turn
 records.
 
-A window attaches at most ``max_attached_turns`` whole history turns, and never more history
-messages than ``max_attached_messages`` (after compaction, which leaves at least two messages
-of a turn). So the runner reads pages from the newest message backwards until the whole turns
-it holds already exceed one of those limits, or the history starts; the window it then builds
-is the one the whole history would give.
+The runner reads pages from the newest message backwards until the core proves, from the
+messages it holds, where the window's reach starts (`window_reach`: the turn at which the window
+stops reading, given its limits), or the history starts; the window it then builds from there is
+the one the whole history would give.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from agentctx_fast.core._backend import core
-from agentctx_fast.core.messages import AiMessage, Message, ToolMessage
+from agentctx_fast.core.messages import Message
 from agentctx_fast.memory import AsyncChatMemory
 
 _FIRST_PAGE_MIN = 64
@@ -53,7 +50,7 @@ async def read_history(
         collected = chunk + collected
         if len(chunk) < page:
             return collected, True  # the start of the history
-        start = _window_reach(
+        start: int | None = core.window_reach(
             collected,
             max_attached_turns,
             max_attached_messages,
@@ -68,46 +65,3 @@ async def read_history(
             return collected[start:], False  # it starts at a turn: a user message
         page = len(collected)  # as much again: a read just short (a turn another process
         # added) costs one more page of its size, and a long history doubles what is held
-
-
-def _window_reach(
-    messages: Sequence[Message],
-    max_turns: int,
-    max_messages: int,
-    compact: bool,
-    keep_recent: int,
-    current_stored: bool,
-) -> int | None:
-    """Where the window's reach starts in ``messages``, or None if it may reach further back.
-
-    The first segment may be the tail of an older turn, so only later segments count as whole.
-    When ``current_stored``, the last segment is the current turn; otherwise every later
-    segment is a history turn.
-    """
-    segments: tuple[list[int], list[int], list[bool]] = core.segment(messages)
-    starts, ends = [*segments[0], len(messages)], segments[1]  # `segment_turns`, no arrays
-    count = len(ends)
-    if count < 2:
-        return None
-    newest = count - 2 if current_stored else count - 1  # the newest history turn
-    if newest >= max_turns:  # segments 1..newest are whole history turns
-        return starts[newest + 1 - max_turns]
-    total = 0
-    for age, index in enumerate(range(newest, 0, -1)):
-        total += _least_size(messages[starts[index] : ends[index]], compact and age >= keep_recent)
-        if total > max_messages:
-            return starts[index]
-    return None
-
-
-def _least_size(turn: Sequence[Message], compactable: bool) -> int:
-    """A lower bound of the messages ``turn`` takes in a window.
-
-    Repairs can leave tool results out (orphans) and a turn with a repeated open call id out
-    whole, so only user and AI messages count, and a turn that repeats a call id counts 0.
-    """
-    call_ids = [c.id for m in turn if isinstance(m, AiMessage) for c in m.tool_calls]
-    if len(set(call_ids)) < len(call_ids):
-        return 0
-    size = sum(1 for m in turn if m.model_visible and not isinstance(m, ToolMessage))
-    return min(size, 2) if compactable and call_ids else size

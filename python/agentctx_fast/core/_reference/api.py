@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from agentctx_fast.core._reference.protocol import validate, validate_segment
+from agentctx_fast.core._reference.reach import window_reach
 from agentctx_fast.core._reference.read import read, tokens
 from agentctx_fast.core._reference.tokens import check_encoding, count_text
 from agentctx_fast.core._reference.turns import (
@@ -26,6 +27,7 @@ __all__ = [
     "segment",
     "select",
     "validate",
+    "window_reach",
 ]
 
 

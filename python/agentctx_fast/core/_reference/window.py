@@ -183,6 +183,17 @@ def _step_in_progress(turn: Turn) -> int:
     return -1
 
 
+def turn_violations(turn: Turn, is_current: bool) -> list[tuple[int, int, Violation]]:
+    """The turn's violations as the window reads them (SPEC §20: a result answers its call only
+    in the run of results right after the call's AI message). The current turn leaves the calls
+    of its step in progress open: they are not violations there."""
+    found = validate_segment([v for _, _, v in turn], adjacent=True)
+    if found and is_current:
+        step = _step_in_progress(turn)
+        found = [f for f in found if not (f[0] == step and f[2][0] == "missing_result")]
+    return found
+
+
 def _items(turn: Turn) -> list[Item]:
     return [(m, f"messages[{i}]", v) for i, m, v in turn]  # type: ignore[misc]
 
@@ -233,15 +244,10 @@ def select(
                 "messages holds no UserMessage: a window must start with a user message"
             )
         unread_end = current_bounds[0]
-        # Turns are read as SPEC §20 says (a result answers its call only in the run of
-        # results right after the call's AI message). The current turn is repaired like a
-        # history turn but never left out: a call id repeated inside one of its AI messages
-        # stays, unrepaired, and the calls of its step in progress stay open.
+        # The current turn is repaired like a history turn but never left out: a call id
+        # repeated inside one of its AI messages stays, unrepaired.
         current_turn = visible_turn(history, *current_bounds)
-        found = validate_segment([v for _, _, v in current_turn], adjacent=True)
-        if found:
-            step = _step_in_progress(current_turn)
-            found = [f for f in found if not (f[0] == step and f[2][0] == "missing_result")]
+        found = turn_violations(current_turn, is_current=True)
         current = _repaired(current_turn, found) if found else _items(current_turn)
         current_repairs = [v for _, _, v in found if v[0] != "duplicate_call_id"]
     if system is None:
@@ -263,7 +269,7 @@ def select(
             cut_by = "max_attached_turns"
             break
         turn = visible_turn(history, start, end)
-        violations = validate_segment([v for _, _, v in turn], adjacent=True)
+        violations = turn_violations(turn, is_current=False)
         last = turn[-1][2]
         recorded = _status_completed(turn, turn_statuses)
         is_completed = (
