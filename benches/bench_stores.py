@@ -14,10 +14,10 @@ import pytest
 import sqlalchemy as sa
 
 from agentctx_fast import AgentActionMessage, AiMessage, Message, UserMessage
-from agentctx_fast.compression.compressors import AgentContextCompressors
+from agentctx_fast.compression import compressors
 from agentctx_fast.compression.coordinator import (
-    AgentContextCompressionCoordinator,
-    AgentContextCompressionState,
+    CompressionCoordinator,
+    CompressionState,
 )
 from agentctx_fast.stores import InMemoryAgentStore
 from agentctx_fast.stores.redis import _ADD_IF_ABSENT, RedisAgentStore
@@ -144,7 +144,7 @@ def test_coordinator_when_the_trigger_says_no(
     states = store.compression_state_store()
     conversation_id = f"coord-{uuid.uuid4().hex}"
     compressible = [m for m in history(200, "c") if m.model_visible]
-    seeded = AgentContextCompressionState(
+    seeded = CompressionState(
         conversation_id,
         covered_until_message_id="c98",
         summary=(UserMessage("summary", message_id="s"),),
@@ -156,7 +156,7 @@ def test_coordinator_when_the_trigger_says_no(
         calls.append(messages)
         return messages
 
-    coordinator = AgentContextCompressionCoordinator(states, _never, compressor)
+    coordinator = CompressionCoordinator(states, _never, compressor)
     if call == "bare_load":
         benchmark(states.load, conversation_id)
     else:
@@ -174,7 +174,7 @@ def test_incremental_model_input_after_10_new_messages(benchmark: Any) -> None:
 
     base = [m for m in history(10_000, "h") if m.model_visible]
     grown = [*base, *[m for m in history(12, "n") if m.model_visible][:10]]
-    compressor = AgentContextCompressors.incremental(Echo(), require_identifiers=False)
+    compressor = compressors.incremental(Echo(), require_identifiers=False)
     compressor(base)
     first_chars = compressor.last_input_chars
 

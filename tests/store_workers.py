@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import Any
 
 from agentctx_fast import AiMessage, StoreUnavailableError, UserMessage
-from agentctx_fast.compression.coordinator import AgentContextCompressionState
+from agentctx_fast.compression.coordinator import CompressionState
 
 
 def open_store(kind: str, url: str) -> Any:
@@ -30,7 +30,7 @@ def cas_increments(kind: str, url: str, conversation_id: str, attempts: int) -> 
     wins = conflicts = 0
     try:
         for _ in range(attempts):
-            state = states.load(conversation_id) or AgentContextCompressionState(conversation_id)
+            state = states.load(conversation_id) or CompressionState(conversation_id)
             bumped = replace(
                 state,
                 covered_tokens=state.covered_tokens + 1,
@@ -73,7 +73,7 @@ def write_until_unavailable(
             memory.add_message_if_absent(UserMessage("x" * 2000, message_id=in_flight))
             acknowledged.append(in_flight)
             in_flight = f"state{i}"
-            state = states.load(conversation_id) or AgentContextCompressionState(conversation_id)
+            state = states.load(conversation_id) or CompressionState(conversation_id)
             states.save(replace(state, covered_tokens=state.covered_tokens + 1), state.version)
         return acknowledged, None, "none"
     except StoreUnavailableError as error:

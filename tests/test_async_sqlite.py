@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from agentctx_fast import AiMessage, UserMessage
-from agentctx_fast.compression.coordinator import AgentContextCompressionState
+from agentctx_fast.compression.coordinator import CompressionState
 from agentctx_fast.errors import SchemaNotInitializedError, StoreError, StoreUnavailableError
 from agentctx_fast.stores.sql import AsyncSqlAgentStore, SqlAgentStore
 
@@ -295,19 +295,19 @@ def test_cas_across_async_tasks_and_a_blocking_thread_loses_nothing(url: str) ->
     def bump_blocking() -> None:
         for _ in range(rounds):
             while True:
-                state = blocking_states.load("shared") or AgentContextCompressionState("shared")
+                state = blocking_states.load("shared") or CompressionState("shared")
                 if blocking_states.save(
                     replace(state, covered_tokens=state.covered_tokens + 1), state.version
                 ):
                     break
 
-    async def body(store: AsyncSqlAgentStore) -> AgentContextCompressionState | None:
+    async def body(store: AsyncSqlAgentStore) -> CompressionState | None:
         states = store.compression_state_store()
 
         async def bump() -> None:
             for _ in range(rounds):
                 while True:
-                    state = await states.load("shared") or AgentContextCompressionState("shared")
+                    state = await states.load("shared") or CompressionState("shared")
                     bumped = replace(state, covered_tokens=state.covered_tokens + 1)
                     if await states.save(bumped, state.version):
                         break
@@ -1010,7 +1010,7 @@ def test_concurrent_calls_on_an_in_memory_database_interleave_no_transaction() -
                         ]
                     )
                     while True:
-                        state = await states.load("shared") or AgentContextCompressionState(
+                        state = await states.load("shared") or CompressionState(
                             "shared"
                         )
                         bumped = replace(state, covered_tokens=state.covered_tokens + 1)

@@ -32,6 +32,7 @@ from agentctx_fast import (
     ToolMessage,
     UserMessage,
     build_window,
+    compressors,
 )
 from agentctx_fast.compression.compressors import (
     DATA_CLOSE,
@@ -41,11 +42,10 @@ from agentctx_fast.compression.compressors import (
     PER_MESSAGE_PROMPT_ZH,
     SUMMARY_PROMPT_EN,
     SUMMARY_PROMPT_ZH,
-    AgentContextCompressors,
     IncrementalCompressor,
     find_identifiers,
 )
-from agentctx_fast.core.window import AgentContextCompressor, validate_compressor_output
+from agentctx_fast.core.window import Compressor, validate_compressor_output
 from conftest import unique_id
 from strategies import histories
 from summary_models import (
@@ -58,7 +58,7 @@ from summary_models import (
     requested_blocks,
 )
 
-C = AgentContextCompressors
+C = compressors
 SYSTEM = "You are the support agent of a web shop."
 ORDER = "ORD-2024-001"
 
@@ -108,7 +108,7 @@ def snapshot(messages: list[Message]) -> list[tuple[int, str]]:
     return [(id(m), repr(m)) for m in messages]
 
 
-def all_compressors(model: ScriptedSummaryModel) -> dict[str, AgentContextCompressor]:
+def all_compressors(model: ScriptedSummaryModel) -> dict[str, Compressor]:
     return {
         "identity": C.identity(),
         "compact_completed_turns": C.compact_completed_turns(),
@@ -342,7 +342,7 @@ def test_excerpt_rejects_a_bad_limit(bad: Any) -> None:
 def test_chain_applies_left_to_right() -> None:
     seen: list[tuple[str, list[str]]] = []
 
-    def step(name: str, keep: int) -> AgentContextCompressor:
+    def step(name: str, keep: int) -> Compressor:
         def compressor(messages: list[Message]) -> list[Message]:
             seen.append((name, ids(messages)))
             return messages[:keep]

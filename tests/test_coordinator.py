@@ -1,4 +1,4 @@
-"""`AgentContextCompressionCoordinator` (SPEC §9) against every compression-state store.
+"""`CompressionCoordinator` (SPEC §9) against every compression-state store.
 
 Every test runs on a plain `InMemoryCompressionStateStore` and on the compression-state store
 of each `AgentStore` (memory, SQLite, PostgreSQL, Redis), unless it needs no store.
@@ -35,12 +35,12 @@ from agentctx_fast import (
     UserMessage,
     build_window,
 )
-from agentctx_fast.compression.compressors import AgentContextCompressors
+from agentctx_fast.compression import compressors
 from agentctx_fast.compression.coordinator import (
-    AgentContextCompressionCoordinator,
-    AgentContextCompressionResult,
-    AgentContextCompressionState,
-    AgentContextCompressionStateStore,
+    CompressionCoordinator,
+    CompressionResult,
+    CompressionState,
+    CompressionStateStore,
     CompressionTriggerInput,
     InMemoryCompressionStateStore,
 )
@@ -53,7 +53,7 @@ T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 
 
 @pytest.fixture(params=STATE_STORE_KINDS)
-def state_store(request: pytest.FixtureRequest) -> Iterator[AgentContextCompressionStateStore]:
+def state_store(request: pytest.FixtureRequest) -> Iterator[CompressionStateStore]:
     """A bare `InMemoryCompressionStateStore`, or the state store of each `AgentStore`."""
     if request.param == "state-store-only":
         yield InMemoryCompressionStateStore()
@@ -71,16 +71,16 @@ def state_store(request: pytest.FixtureRequest) -> Iterator[AgentContextCompress
 class RecordingStore:
     """Delegates to ``inner`` and records every load and save."""
 
-    def __init__(self, inner: AgentContextCompressionStateStore) -> None:
+    def __init__(self, inner: CompressionStateStore) -> None:
         self.inner = inner
         self.loads: list[str] = []
-        self.saves: list[tuple[AgentContextCompressionState, int, bool]] = []
+        self.saves: list[tuple[CompressionState, int, bool]] = []
 
-    def load(self, conversation_id: str) -> AgentContextCompressionState | None:
+    def load(self, conversation_id: str) -> CompressionState | None:
         self.loads.append(conversation_id)
         return self.inner.load(conversation_id)
 
-    def save(self, state: AgentContextCompressionState, expected_version: int) -> bool:
+    def save(self, state: CompressionState, expected_version: int) -> bool:
         saved = self.inner.save(state, expected_version)
         self.saves.append((state, expected_version, saved))
         return saved
@@ -90,12 +90,12 @@ class OtherWriterFirst(RecordingStore):
     """Lets another writer save ``other`` (on the same expected version) before each save."""
 
     def __init__(
-        self, inner: AgentContextCompressionStateStore, other: AgentContextCompressionState
+        self, inner: CompressionStateStore, other: CompressionState
     ) -> None:
         super().__init__(inner)
         self.other = other
 
-    def save(self, state: AgentContextCompressionState, expected_version: int) -> bool:
+    def save(self, state: CompressionState, expected_version: int) -> bool:
         assert self.inner.save(self.other, expected_version) is True
         return super().save(state, expected_version)
 
@@ -177,20 +177,20 @@ def turns(prefix: str, start: int, stop: int) -> list[Message]:
 
 
 def coordinator(
-    store: AgentContextCompressionStateStore,
+    store: CompressionStateStore,
     trigger: Callable[[CompressionTriggerInput], Any],
     compressor: Callable[[list[Message]], Any],
     **options: Any,
-) -> AgentContextCompressionCoordinator:
+) -> CompressionCoordinator:
     options.setdefault("clock", Clock())
-    return AgentContextCompressionCoordinator(
+    return CompressionCoordinator(
         store, trigger, compressor, options.pop("token_estimator", seven_per_message), **options
     )
 
 
 def compress_once(
-    store: AgentContextCompressionStateStore, conversation_id: str, history: list[Message]
-) -> AgentContextCompressionResult:
+    store: CompressionStateStore, conversation_id: str, history: list[Message]
+) -> CompressionResult:
     """A first compression with a summary compressor, to start from a saved state."""
     result = coordinator(store, Trigger(True), SummaryCompressor(new_prefix())).compress(
         conversation_id, history
@@ -202,7 +202,7 @@ def compress_once(
 # -- loading and the trigger input -------------------------------------------------------------
 
 
-def test_every_call_loads_the_state(state_store: AgentContextCompressionStateStore) -> None:
+def test_every_call_loads_the_state(state_store: CompressionStateStore) -> None:
     conversation_id, prefix = new_conversation_id(), new_prefix()
     recording = RecordingStore(state_store)
     trigger = Trigger(False)
@@ -222,7 +222,7 @@ def test_every_call_loads_the_state(state_store: AgentContextCompressionStateSto
 
 
 def test_trigger_input_before_the_first_compression(
-    state_store: AgentContextCompressionStateStore,
+    state_store: CompressionStateStore,
 ) -> None:
     conversation_id, prefix = new_conversation_id(), new_prefix()
     estimator = HeuristicTokenEstimator()
@@ -237,7 +237,7 @@ def test_trigger_input_before_the_first_compression(
     ).compress(conversation_id, history)
     [seen] = trigger.inputs
     assert seen.conversation_id == conversation_id
-    assert seen.state == AgentContextCompressionState(conversation_id)
+    assert seen.state == CompressionState(conversation_id)
     assert seen.pending_messages == tuple(history)
     assert seen.estimated_pending_tokens == estimator.estimate(history)
     assert seen.estimated_pending_tokens > 0
@@ -247,7 +247,7 @@ def test_trigger_input_before_the_first_compression(
 
 
 def test_trigger_input_after_a_compression(
-    state_store: AgentContextCompressionStateStore,
+    state_store: CompressionStateStore,
 ) -> None:
     conversation_id, prefix = new_conversation_id(), new_prefix()
     clock = Clock()
@@ -277,7 +277,7 @@ def test_a_callable_or_a_token_estimator_is_accepted() -> None:
         (HeuristicTokenEstimator(), HeuristicTokenEstimator().estimate(history)),
     ]:
         trigger = Trigger(False)
-        subject = AgentContextCompressionCoordinator(
+        subject = CompressionCoordinator(
             InMemoryCompressionStateStore(), trigger, SummaryCompressor(prefix), estimator
         )
         subject.compress("c1", history)
@@ -288,7 +288,7 @@ def test_a_callable_or_a_token_estimator_is_accepted() -> None:
 
 
 def test_trigger_false_calls_nothing_and_saves_nothing(
-    state_store: AgentContextCompressionStateStore,
+    state_store: CompressionStateStore,
 ) -> None:
     conversation_id, prefix = new_conversation_id(), new_prefix()
     history = turns(prefix, 0, 3)
@@ -306,7 +306,7 @@ def test_trigger_false_calls_nothing_and_saves_nothing(
 
 
 def test_trigger_false_on_a_new_conversation_sends_the_whole_history(
-    state_store: AgentContextCompressionStateStore,
+    state_store: CompressionStateStore,
 ) -> None:
     conversation_id, prefix = new_conversation_id(), new_prefix()
     history = turns(prefix, 0, 2)
@@ -314,12 +314,12 @@ def test_trigger_false_on_a_new_conversation_sends_the_whole_history(
         conversation_id, history
     )
     assert result.model_messages == history
-    assert result.state == AgentContextCompressionState(conversation_id)
+    assert result.state == CompressionState(conversation_id)
     assert state_store.load(conversation_id) is None
 
 
 def test_trigger_true_without_pending_messages_calls_no_compressor(
-    state_store: AgentContextCompressionStateStore,
+    state_store: CompressionStateStore,
 ) -> None:
     conversation_id, prefix = new_conversation_id(), new_prefix()
     history = turns(prefix, 0, 3)
@@ -338,7 +338,7 @@ def test_trigger_true_without_pending_messages_calls_no_compressor(
 
 
 def test_compressions_advance_the_state_by_compare_and_set(
-    state_store: AgentContextCompressionStateStore,
+    state_store: CompressionStateStore,
 ) -> None:
     conversation_id, prefix = new_conversation_id(), new_prefix()
     recording = RecordingStore(state_store)
@@ -369,7 +369,7 @@ def test_compressions_advance_the_state_by_compare_and_set(
             ),
             AiMessage(f"noted {step}", message_id=f"{prefix}sum{step}-a"),
         ]
-        expected = AgentContextCompressionState(
+        expected = CompressionState(
             conversation_id,
             version=step,
             compression_version=step,
@@ -390,7 +390,7 @@ def test_compressions_advance_the_state_by_compare_and_set(
 
 
 def test_trigger_decides_on_the_pending_part_only(
-    state_store: AgentContextCompressionStateStore,
+    state_store: CompressionStateStore,
 ) -> None:
     conversation_id, prefix = new_conversation_id(), new_prefix()
     compressor = SummaryCompressor(prefix)
@@ -410,7 +410,7 @@ def test_trigger_decides_on_the_pending_part_only(
 
 @pytest.mark.parametrize("shown", ["other-history", "partial-page", "empty"])
 def test_covered_message_missing_raises_and_saves_nothing(
-    state_store: AgentContextCompressionStateStore, shown: str
+    state_store: CompressionStateStore, shown: str
 ) -> None:
     conversation_id, prefix = new_conversation_id(), new_prefix()
     history = turns(prefix, 0, 4)
@@ -431,13 +431,13 @@ def test_covered_message_missing_raises_and_saves_nothing(
 
 @pytest.mark.parametrize("at_version", [0, 1])
 def test_cas_conflict_keeps_the_other_writers_summary(
-    state_store: AgentContextCompressionStateStore, at_version: int
+    state_store: CompressionStateStore, at_version: int
 ) -> None:
     conversation_id, prefix = new_conversation_id(), new_prefix()
     history = turns(prefix, 0, 4)
     if at_version:
         compress_once(state_store, conversation_id, history[:4])
-    theirs = AgentContextCompressionState(
+    theirs = CompressionState(
         conversation_id,
         compression_version=at_version + 1,
         covered_until_message_id=history[5].message_id,
@@ -462,7 +462,7 @@ def test_cas_conflict_keeps_the_other_writers_summary(
 
 
 def test_concurrent_coordinators_have_one_winner(
-    state_store: AgentContextCompressionStateStore,
+    state_store: CompressionStateStore,
 ) -> None:
     conversation_id, prefix = new_conversation_id(), new_prefix()
     history = turns(prefix, 0, 3)
@@ -486,7 +486,7 @@ def test_concurrent_coordinators_have_one_winner(
         thread.start()
     for thread in threads:
         thread.join(30)
-    winners = [n for n, o in outcomes.items() if isinstance(o, AgentContextCompressionResult)]
+    winners = [n for n, o in outcomes.items() if isinstance(o, CompressionResult)]
     losers = [n for n, o in outcomes.items() if isinstance(o, CompressionStateConflictError)]
     assert len(winners) == 1 and len(losers) == 1
     stored = state_store.load(conversation_id)
@@ -506,7 +506,7 @@ class Boom(Exception):
     ids=lambda e: type(e).__name__,
 )
 def test_compressor_failure_is_a_compression_error(
-    state_store: AgentContextCompressionStateStore, error: Exception
+    state_store: CompressionStateStore, error: Exception
 ) -> None:
     conversation_id, prefix = new_conversation_id(), new_prefix()
     history = turns(prefix, 0, 2)
@@ -526,7 +526,7 @@ def test_compressor_failure_is_a_compression_error(
 
 
 def test_compression_error_from_the_compressor_passes_unchanged(
-    state_store: AgentContextCompressionStateStore,
+    state_store: CompressionStateStore,
 ) -> None:
     original = CompressionError("the summary model timed out")
 
@@ -571,7 +571,7 @@ def _garbage(prefix: str) -> dict[str, object]:
 
 @pytest.mark.parametrize("kind", list(_garbage("")))
 def test_compressor_garbage_is_a_compressor_output_error(
-    state_store: AgentContextCompressionStateStore, kind: str
+    state_store: CompressionStateStore, kind: str
 ) -> None:
     conversation_id, prefix = new_conversation_id(), new_prefix()
     history = turns(prefix, 0, 2)
@@ -588,7 +588,7 @@ def test_compressor_garbage_is_a_compressor_output_error(
 
 @pytest.mark.parametrize("decision", [1, 0, None, "yes", [], [True]], ids=repr)
 def test_trigger_must_return_a_bool(
-    state_store: AgentContextCompressionStateStore, decision: object
+    state_store: CompressionStateStore, decision: object
 ) -> None:
     conversation_id, prefix = new_conversation_id(), new_prefix()
     compressor = SummaryCompressor(prefix)
@@ -615,7 +615,7 @@ def test_trigger_must_return_a_bool(
     ids=["str", "none", "dict", "user-message", "tool-call", "empty", "blank", "raises"],
 )
 def test_summary_model_garbage_is_a_compression_error(
-    state_store: AgentContextCompressionStateStore, reply: Any
+    state_store: CompressionStateStore, reply: Any
 ) -> None:
     conversation_id, prefix = new_conversation_id(), new_prefix()
     history = turns(prefix, 0, 2)
@@ -623,7 +623,7 @@ def test_summary_model_garbage_is_a_compression_error(
     model = ScriptedSummaryModel([reply])
     recording = RecordingStore(state_store)
     with pytest.raises(CompressionError):
-        coordinator(recording, Trigger(True), AgentContextCompressors.model(model)).compress(
+        coordinator(recording, Trigger(True), compressors.model(model)).compress(
             conversation_id, [*history, *turns(prefix, 2, 3)]
         )
     assert len(model.calls) == 1
@@ -632,13 +632,13 @@ def test_summary_model_garbage_is_a_compression_error(
 
 
 def test_summary_that_loses_an_identifier_is_a_compression_error(
-    state_store: AgentContextCompressionStateStore,
+    state_store: CompressionStateStore,
 ) -> None:
     conversation_id, prefix = new_conversation_id(), new_prefix()
     history = [UserMessage("cancel ORD-2024-001", message_id=f"{prefix}u"), *turns(prefix, 1, 2)]
     model = ScriptedSummaryModel(["the user wants a cancellation", "still no id"])
     with pytest.raises(CompressionError, match="ORD-2024-001"):
-        coordinator(state_store, Trigger(True), AgentContextCompressors.model(model)).compress(
+        coordinator(state_store, Trigger(True), compressors.model(model)).compress(
             conversation_id, history
         )
     assert len(model.calls) == 2
@@ -646,12 +646,12 @@ def test_summary_that_loses_an_identifier_is_a_compression_error(
 
 
 def test_summary_model_compressor_result_is_saved(
-    state_store: AgentContextCompressionStateStore,
+    state_store: CompressionStateStore,
 ) -> None:
     conversation_id, prefix = new_conversation_id(), new_prefix()
     history = turns(prefix, 0, 3)
     model = ScriptedSummaryModel(["the parcel questions were answered"])
-    result = coordinator(state_store, Trigger(True), AgentContextCompressors.model(model)).compress(
+    result = coordinator(state_store, Trigger(True), compressors.model(model)).compress(
         conversation_id, history
     )
     assert [type(m) for m in result.model_messages] == [UserMessage, AiMessage]
@@ -682,11 +682,11 @@ def _assert_only_new_text(request: str, prefix: str, first_new: int, last: int) 
 
 
 def test_coordinator_with_incremental_sends_only_summary_and_new_messages(
-    state_store: AgentContextCompressionStateStore,
+    state_store: CompressionStateStore,
 ) -> None:
     conversation_id, prefix = new_conversation_id(), new_prefix()
     model = ScriptedSummaryModel(["first running summary", "second running summary"])
-    incremental = AgentContextCompressors.incremental(model)
+    incremental = compressors.incremental(model)
     subject = coordinator(state_store, Trigger(True), incremental)
     history = turns(prefix, 0, LONG_TURNS)
     assert len(history) == 10_000
@@ -705,7 +705,7 @@ def test_coordinator_with_incremental_sends_only_summary_and_new_messages(
 
 
 def test_coordinator_with_a_fresh_incremental_per_call_sends_only_summary_and_new_messages(
-    state_store: AgentContextCompressionStateStore,
+    state_store: CompressionStateStore,
 ) -> None:
     # What a service that builds its compressor per request (or restarts) does; the model then
     # sees the stored summary pair as the first two messages of its input.
@@ -714,7 +714,7 @@ def test_coordinator_with_a_fresh_incremental_per_call_sends_only_summary_and_ne
     subject = coordinator(
         state_store,
         Trigger(True),
-        lambda messages: AgentContextCompressors.incremental(model)(messages),
+        lambda messages: compressors.incremental(model)(messages),
     )
     history = turns(prefix, 0, LONG_TURNS)
     first = subject.compress(conversation_id, history)
@@ -741,7 +741,7 @@ def test_coordinator_with_a_fresh_incremental_per_call_sends_only_summary_and_ne
 def test_windowed_incremental_sends_only_summary_and_new_messages() -> None:
     prefix = new_prefix()
     model = ScriptedSummaryModel(["first running summary", "second running summary"])
-    incremental = AgentContextCompressors.incremental(model)
+    incremental = compressors.incremental(model)
     options: dict[str, Any] = {
         "max_attached_turns": 10**6,
         "max_attached_messages": 10**6,
@@ -777,7 +777,7 @@ def test_windowed_incremental_sends_only_summary_and_new_messages() -> None:
 
 
 def test_the_history_and_the_chat_memory_are_never_modified(
-    state_store: AgentContextCompressionStateStore,
+    state_store: CompressionStateStore,
 ) -> None:
     conversation_id, prefix = new_conversation_id(), new_prefix()
     memory = InMemoryChatMemory()
@@ -805,7 +805,7 @@ def test_the_history_and_the_chat_memory_are_never_modified(
     assert memory.message_count() == len(stored)
 
 
-def test_a_tuple_history_is_accepted(state_store: AgentContextCompressionStateStore) -> None:
+def test_a_tuple_history_is_accepted(state_store: CompressionStateStore) -> None:
     conversation_id, prefix = new_conversation_id(), new_prefix()
     history = tuple(turns(prefix, 0, 2))
     result = coordinator(state_store, Trigger(False), SummaryCompressor(prefix)).compress(
@@ -821,20 +821,20 @@ def test_bad_constructor_arguments() -> None:
     store = InMemoryCompressionStateStore()
     compressor = SummaryCompressor("x")
     with pytest.raises(InvalidArgumentError, match="trigger"):
-        AgentContextCompressionCoordinator(store, "always", compressor)  # type: ignore[arg-type]
+        CompressionCoordinator(store, "always", compressor)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="compressor"):
-        AgentContextCompressionCoordinator(store, Trigger(), None)  # type: ignore[arg-type]
+        CompressionCoordinator(store, Trigger(), None)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match=r"state_store must have a load\(\)"):
-        AgentContextCompressionCoordinator(object(), Trigger(), compressor)  # type: ignore[arg-type]
+        CompressionCoordinator(object(), Trigger(), compressor)  # type: ignore[arg-type]
 
     class LoadOnly:
         def load(self, conversation_id: str) -> None:
             return None
 
     with pytest.raises(InvalidArgumentError, match=r"state_store must have a save\(\)"):
-        AgentContextCompressionCoordinator(LoadOnly(), Trigger(), compressor)  # type: ignore[arg-type]
+        CompressionCoordinator(LoadOnly(), Trigger(), compressor)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="token_estimator"):
-        AgentContextCompressionCoordinator(store, Trigger(), compressor, 7)  # type: ignore[arg-type]
+        CompressionCoordinator(store, Trigger(), compressor, 7)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

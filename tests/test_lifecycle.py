@@ -17,7 +17,7 @@ from agentctx_fast import (
     TurnStatus,
     UserMessage,
 )
-from agentctx_fast.compression.coordinator import AgentContextCompressionState
+from agentctx_fast.compression.coordinator import CompressionState
 from agentctx_fast.stores.turn_store import AgentTurnSnapshot
 from store_fixtures import ASYNC_STORE_KINDS, STORE_KINDS, new_conversation_id
 
@@ -40,7 +40,7 @@ def _fill(store: Any, conversation_id: str, *, turns: int = 1) -> None:
         [UserMessage("secret order 42", message_id="u1"), AiMessage("noted", message_id="a1")]
     )
     summary = (UserMessage("summary: secret order 42", message_id="s1"),)
-    state = AgentContextCompressionState(conversation_id, summary=summary)
+    state = CompressionState(conversation_id, summary=summary)
     assert store.compression_state_store().save(state, 0)
     turn_store = store.turn_store()
     for i in range(turns):
@@ -175,7 +175,7 @@ def test_list_conversations_pages_in_code_point_order(store: Any) -> None:
     turn_only = AgentTurnSnapshot(ids[5], "t1", "agent", TurnStatus.COMPLETED)
     assert store.turn_store().save_turn(turn_only, 0)
     store.turn_store().acquire_conversation(ids[6], "t1", "me", LONG, time.time())
-    assert store.compression_state_store().save(AgentContextCompressionState(ids[7]), 0)
+    assert store.compression_state_store().save(CompressionState(ids[7]), 0)
     store.chat_memory(head[:-1] + "+other").add_message(UserMessage("hi", message_id="u1"))
 
     expected = sorted(ids)

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentctx_fast import AiMessage, InvalidArgumentError, UserMessage, VersionConflictError
-from agentctx_fast.compression.coordinator import AgentContextCompressionState
+from agentctx_fast.compression.coordinator import CompressionState
 from agentctx_fast.stores._redis_io import conversation_key, conversation_tag
 from store_fixtures import cluster_store, new_conversation_id
 
@@ -110,7 +110,7 @@ def test_ids_with_braces_work_on_the_cluster(cluster: Any, suffix: str) -> None:
     assert cluster.chat_memory(lookalike).get_messages() == []
 
     states = cluster.compression_state_store()
-    state = AgentContextCompressionState(conversation_id, covered_tokens=3)
+    state = CompressionState(conversation_id, covered_tokens=3)
     assert states.save(state, 0)
     assert states.load(conversation_id).covered_tokens == 3  # type: ignore[union-attr]
 

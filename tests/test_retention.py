@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from agentctx_fast import AiMessage, InvalidArgumentError, TurnStatus, UserMessage
-from agentctx_fast.compression.coordinator import AgentContextCompressionState
+from agentctx_fast.compression.coordinator import CompressionState
 from agentctx_fast.stores.turn_store import AgentTurnSnapshot, Fence
 from store_fixtures import make_store, new_conversation_id
 
@@ -54,7 +54,7 @@ def test_every_key_of_a_conversation_gets_the_idle_expiry(expiring_store: Any) -
     store, conversation_id = expiring_store, new_conversation_id()
     memory = store.chat_memory(conversation_id)
     memory.add_message(UserMessage("hi", message_id="u1"))
-    state = AgentContextCompressionState(conversation_id)
+    state = CompressionState(conversation_id)
     assert store.compression_state_store().save(state, 0)
     turns = store.turn_store()
     turns.acquire_conversation(conversation_id, "t1", "me", LONG, time.time())
@@ -69,7 +69,7 @@ def test_each_write_renews_the_whole_conversation(expiring_store: Any, write: st
     memory, turns = store.chat_memory(conversation_id), store.turn_store()
     first = UserMessage("hi", message_id="u1")
     memory.add_message(first)
-    state = AgentContextCompressionState(conversation_id)
+    state = CompressionState(conversation_id)
     assert store.compression_state_store().save(state, 0)
     finished = AgentTurnSnapshot(conversation_id, "t0", "agent", TurnStatus.COMPLETED)
     assert turns.save_turn(finished, 0)
@@ -144,7 +144,7 @@ def _conversation(store: Any, conversation_id: str, written_at: float | None) ->
     store.chat_memory(conversation_id).add_message(UserMessage("hi", message_id="u1"))
     snapshot = AgentTurnSnapshot(conversation_id, "t0", "agent", TurnStatus.COMPLETED)
     assert store.turn_store().save_turn(snapshot, 0)
-    assert store.compression_state_store().save(AgentContextCompressionState(conversation_id), 0)
+    assert store.compression_state_store().save(CompressionState(conversation_id), 0)
     _date(store, conversation_id, written_at)
 
 

@@ -13,7 +13,6 @@ import pytest
 
 from agentctx_fast import (
     Agent,
-    AgentContextCompressors,
     AgentRunner,
     AiMessage,
     AsyncAgentRunner,
@@ -32,6 +31,7 @@ from agentctx_fast import (
     TurnStatus,
     UserMessage,
     build_window,
+    compressors,
 )
 from agentctx_fast.compression.compressors import IncrementalCompressor
 from agentctx_fast.observability import metrics as m
@@ -62,7 +62,7 @@ class CountingCompressor:
 
     def __init__(self) -> None:
         self.inputs: list[list[str]] = []
-        self._inner = AgentContextCompressors.text_excerpt(2_000)
+        self._inner = compressors.text_excerpt(2_000)
 
     def __call__(self, messages: list[Message]) -> list[Message]:
         self.inputs.append(ids(messages))

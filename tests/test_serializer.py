@@ -45,7 +45,7 @@ from agentctx_fast import (
     UserMessage,
     VersionConflictError,
 )
-from agentctx_fast.compression.coordinator import AgentContextCompressionState
+from agentctx_fast.compression.coordinator import CompressionState
 from agentctx_fast.stores import AgentStoreSerializer, JsonAgentStoreSerializer
 from agentctx_fast.stores.serializer import dump, load_message, load_state
 from store_fixtures import make_store, new_conversation_id
@@ -58,9 +58,9 @@ TAGS: dict[type, str] = {
     ToolMessage: "tool",
     AgentActionMessage: "action",
     AgentFormMessage: "form",
-    AgentContextCompressionState: "compression_state",
+    CompressionState: "compression_state",
 }
-Record = AgentContextCompressionState | Message
+Record = CompressionState | Message
 
 # -- strategies --------------------------------------------------------------------------------
 
@@ -170,8 +170,8 @@ def states(
     draw: st.DrawFn,
     summary: st.SearchStrategy[Message] | None = None,
     versions: st.SearchStrategy[int] = VERSIONS,
-) -> AgentContextCompressionState:
-    return AgentContextCompressionState(
+) -> CompressionState:
+    return CompressionState(
         conversation_id=draw(
             st.text(st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1)
         ),
@@ -204,8 +204,8 @@ def same_json(a: object, b: object) -> bool:
 def assert_same_record(loaded: object, original: Record) -> None:
     assert type(loaded) is type(original)
     assert loaded == original
-    if isinstance(original, AgentContextCompressionState):
-        assert isinstance(loaded, AgentContextCompressionState)
+    if isinstance(original, CompressionState):
+        assert isinstance(loaded, CompressionState)
         for got, want in zip(loaded.summary, original.summary, strict=True):
             assert_same_record(got, want)
         if original.updated_at is not None:
@@ -249,7 +249,7 @@ def test_every_message_round_trips(message: Message) -> None:
 
 @settings(max_examples=150, deadline=None)
 @given(states())
-def test_every_state_round_trips(state: AgentContextCompressionState) -> None:
+def test_every_state_round_trips(state: CompressionState) -> None:
     data = SERIALIZER.dumps(state)
     assert_same_record(SERIALIZER.loads(data), state)
     assert_same_record(load_state(SERIALIZER, data), state)
@@ -294,8 +294,8 @@ def test_bytearray_and_memoryview_are_accepted() -> None:
 
 def test_helpers_insist_on_the_record_kind() -> None:
     message_data = SERIALIZER.dumps(UserMessage("x", message_id="u1"))
-    state_data = SERIALIZER.dumps(AgentContextCompressionState("c1"))
-    assert load_state(SERIALIZER, state_data) == AgentContextCompressionState("c1")
+    state_data = SERIALIZER.dumps(CompressionState("c1"))
+    assert load_state(SERIALIZER, state_data) == CompressionState("c1")
     with pytest.raises(SerializationError, match="expected a compression state, got UserMessage"):
         load_state(SERIALIZER, message_data)
     with pytest.raises(SerializationError, match="expected a message record"):
@@ -328,7 +328,7 @@ def store_batches(draw: st.DrawFn) -> list[Message]:
 )
 @given(batch=store_batches(), state=states(versions=STORE_VERSIONS))
 def test_round_trip_through_every_store(
-    store: Any, batch: list[Message], state: AgentContextCompressionState
+    store: Any, batch: list[Message], state: CompressionState
 ) -> None:
     conversation_id = new_conversation_id()
     memory = store.chat_memory(conversation_id)
@@ -374,9 +374,9 @@ def test_nul_in_ids_is_refused_by_every_store(kind: str, request: pytest.Fixture
         with pytest.raises(InvalidArgumentError, match=r"conversation_id must not contain NUL"):
             states.load(with_nul)
         with pytest.raises(InvalidArgumentError, match=r"conversation_id must not contain NUL"):
-            AgentContextCompressionState(with_nul)
+            CompressionState(with_nul)
         with pytest.raises(InvalidArgumentError, match=r"covered_until_message_id must not"):
-            AgentContextCompressionState(conversation_id, covered_until_message_id="a\x00")
+            CompressionState(conversation_id, covered_until_message_id="a\x00")
         # nothing was written anywhere
         assert memory.get_messages() == [] and memory.get_message("id") is None
         assert store.chat_memory("conv" + conversation_id).get_messages() == []
@@ -426,7 +426,7 @@ def test_versions_from_2_63_are_refused_by_every_store(
         with pytest.raises(InvalidArgumentError, match=r"^message 'v': version must be an int"):
             UserMessage("x", message_id="v", version=version)
         with pytest.raises(InvalidArgumentError, match=r"^version must be an int from 0"):
-            AgentContextCompressionState("c1", version=version)
+            CompressionState("c1", version=version)
     store = make_store(kind, request)
     try:
         conversation_id = new_conversation_id()
@@ -440,7 +440,7 @@ def test_versions_from_2_63_are_refused_by_every_store(
         assert memory.get_messages() == [top]
         states = store.compression_state_store()
         with pytest.raises(InvalidArgumentError, match=r"^expected_version must be an int"):
-            states.save(AgentContextCompressionState(conversation_id), 2**63 - 1)
+            states.save(CompressionState(conversation_id), 2**63 - 1)
         assert states.load(conversation_id) is None
     finally:
         store.close()
@@ -473,7 +473,7 @@ BASE: dict[str, Record] = {
     "tool": ToolMessage("c1", '{"ok": true}', tool_name="lookup", is_error=True, message_id="r1"),
     "action": AgentActionMessage(payload={"button": "ok", "n": [1, {"x": None}]}, message_id="x1"),
     "form": AgentFormMessage(payload={"approve": None}, status="pending", message_id="f1"),
-    "state": AgentContextCompressionState(
+    "state": CompressionState(
         "conv-1",
         version=2,
         compression_version=2,
@@ -854,7 +854,7 @@ NON_JSON = [
         lambda v: AiMessage("x", message_id="a1", metadata=v),
         lambda v: AgentActionMessage(payload=v, message_id="x1"),
         lambda v: AgentFormMessage(payload=v, status="s", message_id="f1"),
-        lambda v: AgentContextCompressionState(
+        lambda v: CompressionState(
             "c1", summary=(UserMessage("x", message_id="u1", metadata=v),)
         ),
     ],
@@ -1042,7 +1042,7 @@ def check_loads_outcome(data: bytes) -> None:
         obj = SERIALIZER.loads(data)
     except SerializationError:
         return
-    assert isinstance(obj, (Message, AgentContextCompressionState))
+    assert isinstance(obj, (Message, CompressionState))
     assert SERIALIZER.loads(SERIALIZER.dumps(obj)) == obj
 
 
@@ -1229,7 +1229,7 @@ def test_custom_serializer_failure_in_dumps_writes_nothing(
             memory.update_message(replace(first, status="approved"), 0)
         states_store = store.compression_state_store()
         with pytest.raises(SerializationError):
-            states_store.save(AgentContextCompressionState(conversation_id), 0)
+            states_store.save(CompressionState(conversation_id), 0)
         serializer.armed = False
         assert memory.get_messages() == [first]
         assert memory.message_count() == 1
@@ -1238,7 +1238,7 @@ def test_custom_serializer_failure_in_dumps_writes_nothing(
         assert states_store.load(conversation_id) is None
         # Nothing half-written: the ids are still free.
         assert memory.add_message_if_absent(UserMessage("now", message_id="u2")) is True
-        assert states_store.save(AgentContextCompressionState(conversation_id), 0) is True
+        assert states_store.save(CompressionState(conversation_id), 0) is True
     finally:
         store.close()
 
@@ -1270,7 +1270,7 @@ def test_custom_serializer_bad_results_are_serialization_errors(
             memory.add_message(UserMessage("x", message_id="u1"))
         serializer.mode = "none"
         memory.add_message(UserMessage("x", message_id="u1"))
-        store.compression_state_store().save(AgentContextCompressionState(conversation_id), 0)
+        store.compression_state_store().save(CompressionState(conversation_id), 0)
         serializer.mode = "loads"
         serializer.returns = {"type": "user"}
         with pytest.raises(SerializationError, match="expected a message record, got dict"):
@@ -1400,7 +1400,7 @@ def test_corrupt_redis_message_is_a_serialization_error(redis_store: Any, garbag
         (b"1", b"garbage"),
         (b"1", SERIALIZER.dumps(BASE["ai"])),
         (b"1", b'{"type":"compression_state"}'),
-        (b"one", SERIALIZER.dumps(AgentContextCompressionState("c"))),
+        (b"one", SERIALIZER.dumps(CompressionState("c"))),
     ],
     ids=["garbage", "a-message", "empty-state", "bad-version"],
 )

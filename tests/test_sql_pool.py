@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from agentctx_fast import Agent, AiMessage, AsyncAgentRunner, AsyncScriptedChatModel, UserMessage
-from agentctx_fast.compression.coordinator import AgentContextCompressionState
+from agentctx_fast.compression.coordinator import CompressionState
 from agentctx_fast.core.turns import TurnStatus
 from agentctx_fast.stores._sql_io import MAX_OVERFLOW, POOL_SIZE
 from agentctx_fast.stores.sql import AsyncSqlAgentStore, SqlAgentStore
@@ -122,7 +122,7 @@ def test_threads_share_one_store_within_the_pool(database: tuple[str, str]) -> N
         for step in range(INCREMENTS):
             memory.add_message_if_absent(UserMessage(f"{worker}/{step}", message_id=f"m{step}"))
             while True:
-                state = states.load(conversation_id) or AgentContextCompressionState(
+                state = states.load(conversation_id) or CompressionState(
                     conversation_id
                 )
                 bumped = replace(state, covered_tokens=state.covered_tokens + 1)
@@ -152,7 +152,7 @@ def test_tasks_share_one_async_store_within_the_pool(database: tuple[str, str]) 
     url, dsn = database
     tasks = 40
 
-    async def main() -> tuple[AgentContextCompressionState | None, int, int]:
+    async def main() -> tuple[CompressionState | None, int, int]:
         store = AsyncSqlAgentStore(url)
         await store.schema().initialize()
         peak_checkouts = _peak_checkouts(store.engine.sync_engine)
@@ -162,7 +162,7 @@ def test_tasks_share_one_async_store_within_the_pool(database: tuple[str, str]) 
         async def work(task: int) -> None:
             for _ in range(INCREMENTS // 4):
                 while True:
-                    state = await states.load("shared") or AgentContextCompressionState("shared")
+                    state = await states.load("shared") or CompressionState("shared")
                     bumped = replace(state, covered_tokens=state.covered_tokens + 1)
                     if await states.save(bumped, state.version):
                         break

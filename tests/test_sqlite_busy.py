@@ -16,9 +16,9 @@ import sqlalchemy as sa
 
 from agentctx_fast import (
     Agent,
-    AgentContextCompressionState,
     AgentRunner,
     AiMessage,
+    CompressionState,
     ScriptedChatModel,
     StoreBusyError,
     StoreUnavailableError,
@@ -81,7 +81,7 @@ def _writes(store: Any) -> list[tuple[str, Callable[[], Any]]]:
         ("add", lambda: memory.add_message_if_absent(UserMessage("x", message_id="m2"))),
         ("batch", lambda: memory.add_messages_if_absent([UserMessage("y", message_id="m3")])),
         ("update", lambda: memory.update_message(UserMessage("z", message_id="m1"), 0)),
-        ("state", lambda: states.save(AgentContextCompressionState("c1"), 0)),
+        ("state", lambda: states.save(CompressionState("c1"), 0)),
         ("acquire", lambda: turns.acquire_conversation("c1", "t1", "me", 30.0, 1.0)),
     ]
 

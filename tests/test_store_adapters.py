@@ -13,8 +13,8 @@ import inspect
 import pytest
 
 from agentctx_fast.compression.coordinator import (
-    AgentContextCompressionStateStore,
-    AsyncAgentContextCompressionStateStore,
+    AsyncCompressionStateStore,
+    CompressionStateStore,
 )
 from agentctx_fast.core.messages import UserMessage
 from agentctx_fast.memory import (
@@ -41,14 +41,14 @@ ADAPTERS = [
     (AwaitableAgentTurnStore, AsyncAgentTurnStore, AgentTurnStore, set()),
     (
         BlockingCompressionStateStore,
-        AgentContextCompressionStateStore,
-        AsyncAgentContextCompressionStateStore,
+        CompressionStateStore,
+        AsyncCompressionStateStore,
         set(),
     ),
     (
         AwaitableCompressionStateStore,
-        AsyncAgentContextCompressionStateStore,
-        AgentContextCompressionStateStore,
+        AsyncCompressionStateStore,
+        CompressionStateStore,
         set(),
     ),
 ]

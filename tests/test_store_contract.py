@@ -23,7 +23,7 @@ from agentctx_fast import (
     UserMessage,
     VersionConflictError,
 )
-from agentctx_fast.compression.coordinator import AgentContextCompressionState
+from agentctx_fast.compression.coordinator import CompressionState
 from agentctx_fast.memory import ChatMemory
 from store_fixtures import ASYNC_STORE_KINDS, STORE_KINDS, new_conversation_id
 
@@ -234,7 +234,7 @@ def test_compression_state_compare_and_set(store: Any) -> None:
     assert states.load(conversation_id) is None
     summary = (UserMessage("summary", message_id="s-u"), AiMessage("ok", message_id="s-a"))
     when = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
-    first = AgentContextCompressionState(
+    first = CompressionState(
         conversation_id,
         version=42,  # ignored: a save stores expected_version + 1
         compression_version=1,
@@ -259,7 +259,7 @@ def test_compression_state_compare_and_set(store: Any) -> None:
 def test_compression_state_bad_arguments(store: Any) -> None:
     states = store.compression_state_store()
     with pytest.raises(InvalidArgumentError):
-        states.save(AgentContextCompressionState("c"), -1)
+        states.save(CompressionState("c"), -1)
     with pytest.raises(InvalidMessageTypeError):
         states.save("state", 0)
 

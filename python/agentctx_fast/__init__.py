@@ -8,13 +8,14 @@ True
 from typing import TYPE_CHECKING
 
 from agentctx_fast._version import __version__ as __version__
-from agentctx_fast.compression.compressors import AgentContextCompressors, IncrementalCompressor
+from agentctx_fast.compression import compressors
+from agentctx_fast.compression.compressors import IncrementalCompressor
 from agentctx_fast.compression.coordinator import (
-    AgentContextCompressionCoordinator,
-    AgentContextCompressionResult,
-    AgentContextCompressionState,
-    AgentContextCompressionStateStore,
-    AsyncAgentContextCompressionStateStore,
+    AsyncCompressionStateStore,
+    CompressionCoordinator,
+    CompressionResult,
+    CompressionState,
+    CompressionStateStore,
     CompressionTriggerInput,
     InMemoryCompressionStateStore,
 )
@@ -50,7 +51,7 @@ from agentctx_fast.core.tokens import (
 )
 from agentctx_fast.core.turns import TurnSegments, TurnStatus, segment_turns
 from agentctx_fast.core.window import (
-    AgentContextCompressor,
+    Compressor,
     ContextWindow,
     WindowOptions,
     build_window,
@@ -164,7 +165,7 @@ __all__ = [  # noqa: RUF022 (grouped by area, like the imports above: not alphab
     "estimator_for_model",
     "WindowOptions",
     "ContextWindow",
-    "AgentContextCompressor",
+    "Compressor",
     "build_window",
     # chat memory and stores
     "ChatMemory",
@@ -212,13 +213,13 @@ __all__ = [  # noqa: RUF022 (grouped by area, like the imports above: not alphab
     "AsyncScriptedChatModel",
     "ScriptExhaustedError",
     # compression
-    "AgentContextCompressors",
+    "compressors",
     "IncrementalCompressor",
-    "AgentContextCompressionCoordinator",
-    "AgentContextCompressionResult",
-    "AgentContextCompressionState",
-    "AgentContextCompressionStateStore",
-    "AsyncAgentContextCompressionStateStore",
+    "CompressionCoordinator",
+    "CompressionResult",
+    "CompressionState",
+    "CompressionStateStore",
+    "AsyncCompressionStateStore",
     "InMemoryCompressionStateStore",
     "CompressionTriggerInput",
     # wire formats

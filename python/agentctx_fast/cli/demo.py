@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentctx_fast.compression.compressors import AgentContextCompressors
+from agentctx_fast.compression import compressors
 from agentctx_fast.compression.coordinator import CompressionTriggerInput
 from agentctx_fast.core.messages import AiMessage, Message, ToolCall, ToolMessage
 from agentctx_fast.core.protocol import validate_tool_protocol
@@ -176,7 +176,7 @@ def run_demo(store: Any, out: Callable[[str], None] = print) -> list[AgentTurn]:
         max_attached_messages=40,
         compact_completed_tool_turns=True,
         compression_keep_recent_turns=1,
-        context_compressor=AgentContextCompressors.text_excerpt(400),
+        context_compressor=compressors.text_excerpt(400),
         compression_trigger=_two_older_turns,
     )
     conversation_id = f"support-{uuid.uuid4().hex[:8]}"

@@ -1,14 +1,14 @@
 """Context compressors: callables that shape the older part of a model window.
 
 A compressor takes a list of messages and returns the list to send instead. It never mutates
-its input, and never writes memory, turns or snapshots. `AgentContextCompressors` builds them,
+its input, and never writes memory, turns or snapshots. This module's functions build them,
 with no model call (`identity`, `compact_completed_turns`, `text_excerpt`, `chain`) or with a
 summary model (`model`, `per_message_model`, `incremental`).
 
 >>> from agentctx_fast import AiMessage, UserMessage
 >>> history = [UserMessage("where is ORD-7?", message_id="u1"),
 ...            AiMessage("ORD-7 has shipped", message_id="a1")]
->>> excerpt = AgentContextCompressors.text_excerpt(73)(history)
+>>> excerpt = text_excerpt(73)(history)
 >>> print(excerpt[0].text)
 Excerpt of the earlier conversation:
 …ORD-7?
@@ -41,7 +41,7 @@ from agentctx_fast.core.messages import (
     UserMessage,
 )
 from agentctx_fast.core.turns import segment_turns
-from agentctx_fast.core.window import AgentContextCompressor
+from agentctx_fast.core.window import Compressor
 from agentctx_fast.errors import (
     CompressorOutputError,
     CoveredMessageNotFoundError,
@@ -57,172 +57,171 @@ __all__ = [
     "PER_MESSAGE_PROMPT_ZH",
     "SUMMARY_PROMPT_EN",
     "SUMMARY_PROMPT_ZH",
-    "AgentContextCompressors",
     "IncrementalCompressor",
+    "chain",
+    "compact_completed_turns",
     "find_identifiers",
+    "identity",
+    "incremental",
+    "model",
+    "per_message_model",
+    "text_excerpt",
 ]
 
 EXCERPT_HEADER = "Excerpt of the earlier conversation:\n"
-"""First line of a `AgentContextCompressors.text_excerpt` summary (counted in its limit)."""
+"""First line of a `text_excerpt` summary (counted in its limit)."""
 
 
-class AgentContextCompressors:
-    """Factories of context compressors; every one returns an `AgentContextCompressor`."""
+def identity() -> Compressor:
+    """A compressor returning a copy of its input.
 
-    @staticmethod
-    def identity() -> AgentContextCompressor:
-        """A compressor returning a copy of its input.
+    >>> from agentctx_fast import UserMessage
+    >>> history = [UserMessage("hi", message_id="u1")]
+    >>> out = identity()(history)
+    >>> out == history, out is history
+    (True, False)
+    """
 
-        >>> from agentctx_fast import UserMessage
-        >>> history = [UserMessage("hi", message_id="u1")]
-        >>> out = AgentContextCompressors.identity()(history)
-        >>> out == history, out is history
-        (True, False)
-        """
+    def identity(messages: list[Message]) -> list[Message]:
+        return check_messages(messages)
 
-        def identity(messages: list[Message]) -> list[Message]:
-            return check_messages(messages)
+    return identity
 
-        return identity
 
-    @staticmethod
-    def compact_completed_turns() -> AgentContextCompressor:
-        """Each completed tool turn becomes ``[its first UserMessage, its final AiMessage]``.
+def compact_completed_turns() -> Compressor:
+    """Each completed tool turn becomes ``[its first UserMessage, its final AiMessage]``.
 
-        A turn is compacted when it contains tool calls, every call has its result and it ends
-        with a final text answer; other turns, and messages before the first
-        user message, pass through as they are.
-        """
-        return _compact_completed_turns
+    A turn is compacted when it contains tool calls, every call has its result and it ends
+    with a final text answer; other turns, and messages before the first
+    user message, pass through as they are.
+    """
+    return _compact_completed_turns
 
-    @staticmethod
-    def text_excerpt(max_characters: int) -> AgentContextCompressor:
-        """The history's text as one summary `UserMessage` of at most ``max_characters``.
 
-        Each model-visible message becomes a line (``user: …``, ``assistant: …``,
-        ``assistant called name(args)``, ``tool name: …``) under `EXCERPT_HEADER`. When the text
-        does not fit, the most recent part is kept and the cut is marked by a leading ``…``.
-        The message id is derived from the last message id and a hash of the content.
+def text_excerpt(max_characters: int) -> Compressor:
+    """The history's text as one summary `UserMessage` of at most ``max_characters``.
 
-        >>> from agentctx_fast import UserMessage
-        >>> [m] = AgentContextCompressors.text_excerpt(200)([UserMessage("hi", message_id="u")])
-        >>> m.text
-        'Excerpt of the earlier conversation:\\nuser: hi'
-        >>> m.message_id.startswith("excerpt:u:")
-        True
-        """
-        if (
-            isinstance(max_characters, bool)
-            or not isinstance(max_characters, int)
-            or max_characters < 1
-        ):
+    Each model-visible message becomes a line (``user: …``, ``assistant: …``,
+    ``assistant called name(args)``, ``tool name: …``) under `EXCERPT_HEADER`. When the text
+    does not fit, the most recent part is kept and the cut is marked by a leading ``…``.
+    The message id is derived from the last message id and a hash of the content.
+
+    >>> from agentctx_fast import UserMessage
+    >>> [m] = text_excerpt(200)([UserMessage("hi", message_id="u")])
+    >>> m.text
+    'Excerpt of the earlier conversation:\\nuser: hi'
+    >>> m.message_id.startswith("excerpt:u:")
+    True
+    """
+    if (
+        isinstance(max_characters, bool)
+        or not isinstance(max_characters, int)
+        or max_characters < 1
+    ):
+        raise InvalidArgumentError(f"max_characters must be an int >= 1, got {max_characters!r}")
+
+    def text_excerpt(messages: list[Message]) -> list[Message]:
+        return _excerpt(check_messages(messages), max_characters)
+
+    return text_excerpt
+
+
+def chain(*compressors: Compressor) -> Compressor:
+    """The compressors applied left to right, each on the previous one's output.
+
+    >>> from agentctx_fast import UserMessage
+    >>> len(chain(compact_completed_turns(), text_excerpt(100))([UserMessage("hi")]))
+    1
+    """
+    for index, compressor in enumerate(compressors):
+        if not callable(compressor):
             raise InvalidArgumentError(
-                f"max_characters must be an int >= 1, got {max_characters!r}"
+                f"chain: compressors[{index}] is not callable: {type(compressor).__name__}"
             )
+    steps = tuple(compressors)
 
-        def text_excerpt(messages: list[Message]) -> list[Message]:
-            return _excerpt(check_messages(messages), max_characters)
-
-        return text_excerpt
-
-    @staticmethod
-    def chain(*compressors: AgentContextCompressor) -> AgentContextCompressor:
-        """The compressors applied left to right, each on the previous one's output.
-
-        >>> c = AgentContextCompressors
-        >>> from agentctx_fast import UserMessage
-        >>> len(c.chain(c.compact_completed_turns(), c.text_excerpt(100))([UserMessage("hi")]))
-        1
-        """
-        for index, compressor in enumerate(compressors):
-            if not callable(compressor):
-                raise InvalidArgumentError(
-                    f"chain: compressors[{index}] is not callable: {type(compressor).__name__}"
+    def chained(messages: list[Message]) -> list[Message]:
+        current = check_messages(messages)
+        for index, step in enumerate(steps):
+            output: object = step(list(current))
+            if not isinstance(output, (list, tuple)):
+                raise CompressorOutputError(
+                    f"chain: compressors[{index}] must return a list of messages, "
+                    f"got {type(output).__name__}"
                 )
-        steps = tuple(compressors)
+            current = list(output)
+        return current
 
-        def chained(messages: list[Message]) -> list[Message]:
-            current = check_messages(messages)
-            for index, step in enumerate(steps):
-                output: object = step(list(current))
-                if not isinstance(output, (list, tuple)):
-                    raise CompressorOutputError(
-                        f"chain: compressors[{index}] must return a list of messages, "
-                        f"got {type(output).__name__}"
-                    )
-                current = list(output)
-            return current
+    return chained
 
-        return chained
 
-    @staticmethod
-    def model(
-        summary_model: ChatModel, prompt: str | None = None, *, require_identifiers: bool = True
-    ) -> AgentContextCompressor:
-        """One summary-model call over the input, wrapped as a ``UserMessage`` + ``AiMessage``.
+def model(
+    summary_model: ChatModel, prompt: str | None = None, *, require_identifiers: bool = True
+) -> Compressor:
+    """One summary-model call over the input, wrapped as a ``UserMessage`` + ``AiMessage``.
 
-        The model gets ``[SystemMessage(prompt), UserMessage(transcript)]`` and no tools; tool
-        output and tool-call arguments are quoted as untrusted data. ``prompt=None`` picks
-        `SUMMARY_PROMPT_ZH` when the input is mostly Chinese, else `SUMMARY_PROMPT_EN`. With
-        ``require_identifiers``, identifiers (see `find_identifiers`) the summary lost are named
-        back to the model in one more call. Any failure raises `CompressionError`.
-        """
-        model = _summary.check_model(summary_model)
-        _summary.check_options(prompt, require_identifiers)
+    The model gets ``[SystemMessage(prompt), UserMessage(transcript)]`` and no tools; tool
+    output and tool-call arguments are quoted as untrusted data. ``prompt=None`` picks
+    `SUMMARY_PROMPT_ZH` when the input is mostly Chinese, else `SUMMARY_PROMPT_EN`. With
+    ``require_identifiers``, identifiers (see `find_identifiers`) the summary lost are named
+    back to the model in one more call. Any failure raises `CompressionError`.
+    """
+    model = _summary.check_model(summary_model)
+    _summary.check_options(prompt, require_identifiers)
 
-        def summarise(messages: list[Message]) -> list[Message]:
-            history = check_messages(messages)
-            visible = [m for m in history if m.model_visible]
-            if not visible:
-                return []
-            text = _summary.input_text(visible)
-            language = _summary.language_of(text)
-            request: list[Message] = [
-                SystemMessage(_summary.system_prompt(prompt, language, per_message=False)),
-                UserMessage(_summary.summary_request("", visible, language)),
-            ]
-            required = find_identifiers(text) if require_identifiers else None
-            summary = _ask_summary(model, request, required, language)
-            return _summary.summary_pair(summary, language, history)
+    def summarise(messages: list[Message]) -> list[Message]:
+        history = check_messages(messages)
+        visible = [m for m in history if m.model_visible]
+        if not visible:
+            return []
+        text = _summary.input_text(visible)
+        language = _summary.language_of(text)
+        request: list[Message] = [
+            SystemMessage(_summary.system_prompt(prompt, language, per_message=False)),
+            UserMessage(_summary.summary_request("", visible, language)),
+        ]
+        required = find_identifiers(text) if require_identifiers else None
+        summary = _ask_summary(model, request, required, language)
+        return _summary.summary_pair(summary, language, history)
 
-        return summarise
+    return summarise
 
-    @staticmethod
-    def per_message_model(
-        summary_model: ChatModel, prompt: str | None = None, *, require_identifiers: bool = True
-    ) -> AgentContextCompressor:
-        """One model call summarising each user message and each AI reply without tool calls.
 
-        The model answers ``[{"messageId": ..., "summary": ...}]`` (a ```json fence is
-        tolerated). Summarised messages keep their class, ``message_id``, ``metadata``,
-        ``turn_id`` and ``version``; a multimodal user message becomes plain text. AI messages
-        with tool calls, tool results, system and UI messages pass through unchanged and are
-        not sent. A malformed reply (bad JSON, a missing, unknown or repeated id) raises
-        `CompressionError` and nothing is replaced. With ``require_identifiers``, each
-        message's identifiers must be in its own summary.
-        """
-        model = _summary.check_model(summary_model)
-        _summary.check_options(prompt, require_identifiers)
+def per_message_model(
+    summary_model: ChatModel, prompt: str | None = None, *, require_identifiers: bool = True
+) -> Compressor:
+    """One model call summarising each user message and each AI reply without tool calls.
 
-        def summarise(messages: list[Message]) -> list[Message]:
-            history = check_messages(messages)
-            targets = [m for m in history if _summarisable(m)]
-            if not targets:
-                return history
-            summaries = _ask_per_message(model, prompt, targets, require_identifiers)
-            chosen = {id(m) for m in targets}
-            return [
-                _with_summary(m, summaries[m.message_id]) if id(m) in chosen else m for m in history
-            ]
+    The model answers ``[{"messageId": ..., "summary": ...}]`` (a ```json fence is
+    tolerated). Summarised messages keep their class, ``message_id``, ``metadata``,
+    ``turn_id`` and ``version``; a multimodal user message becomes plain text. AI messages
+    with tool calls, tool results, system and UI messages pass through unchanged and are
+    not sent. A malformed reply (bad JSON, a missing, unknown or repeated id) raises
+    `CompressionError` and nothing is replaced. With ``require_identifiers``, each
+    message's identifiers must be in its own summary.
+    """
+    model = _summary.check_model(summary_model)
+    _summary.check_options(prompt, require_identifiers)
 
-        return summarise
+    def summarise(messages: list[Message]) -> list[Message]:
+        history = check_messages(messages)
+        targets = [m for m in history if _summarisable(m)]
+        if not targets:
+            return history
+        summaries = _ask_per_message(model, prompt, targets, require_identifiers)
+        chosen = {id(m) for m in targets}
+        return [
+            _with_summary(m, summaries[m.message_id]) if id(m) in chosen else m for m in history
+        ]
 
-    @staticmethod
-    def incremental(
-        summary_model: ChatModel, prompt: str | None = None, *, require_identifiers: bool = True
-    ) -> IncrementalCompressor:
-        """A compressor keeping one running summary, updated from the newer messages only."""
-        return IncrementalCompressor(summary_model, prompt, require_identifiers=require_identifiers)
+    return summarise
+
+
+def incremental(
+    summary_model: ChatModel, prompt: str | None = None, *, require_identifiers: bool = True
+) -> IncrementalCompressor:
+    """A compressor keeping one running summary, updated from the newer messages only."""
+    return IncrementalCompressor(summary_model, prompt, require_identifiers=require_identifiers)
 
 
 class IncrementalCompressor:

@@ -22,7 +22,7 @@ from agentctx_fast.core._ids import check_expected_version as check_expected_ver
 from agentctx_fast.core.messages import Message, ToolMessage
 from agentctx_fast.core.tokens import DEFAULT_ESTIMATOR, TokenEstimator
 from agentctx_fast.core.turns import segment_turns
-from agentctx_fast.core.window import AgentContextCompressor
+from agentctx_fast.core.window import Compressor
 from agentctx_fast.core.window import _compress as run_compressor
 from agentctx_fast.errors import (
     CompressionStateConflictError,
@@ -34,7 +34,7 @@ from agentctx_fast.memory import check_messages
 
 
 @dataclass(frozen=True, slots=True)
-class AgentContextCompressionState:
+class CompressionState:
     """The persisted compression state of one conversation; ``version`` 0 means never saved."""
 
     conversation_id: str
@@ -71,55 +71,55 @@ class AgentContextCompressionState:
 
 
 @runtime_checkable
-class AgentContextCompressionStateStore(Protocol):
+class CompressionStateStore(Protocol):
     """Where coordinators keep compression states: a load and a compare-and-set save."""
 
-    def load(self, conversation_id: str) -> AgentContextCompressionState | None:
+    def load(self, conversation_id: str) -> CompressionState | None:
         """The saved state, or None when the conversation has none."""
         ...
 
-    def save(self, state: AgentContextCompressionState, expected_version: int) -> bool:
+    def save(self, state: CompressionState, expected_version: int) -> bool:
         """Store ``state`` as version ``expected_version + 1`` if the stored version is
         ``expected_version`` (0: none stored); False on conflict."""
         ...
 
 
 @runtime_checkable
-class AsyncAgentContextCompressionStateStore(Protocol):
-    """`AgentContextCompressionStateStore` for asyncio programs: ``load`` and ``save`` awaited."""
+class AsyncCompressionStateStore(Protocol):
+    """`CompressionStateStore` for asyncio programs: ``load`` and ``save`` awaited."""
 
-    async def load(self, conversation_id: str) -> AgentContextCompressionState | None:
+    async def load(self, conversation_id: str) -> CompressionState | None:
         """The saved state, or None when the conversation has none."""
         ...
 
-    async def save(self, state: AgentContextCompressionState, expected_version: int) -> bool:
-        """Compare-and-set save, as `AgentContextCompressionStateStore.save`."""
+    async def save(self, state: CompressionState, expected_version: int) -> bool:
+        """Compare-and-set save, as `CompressionStateStore.save`."""
         ...
 
 
 class BlockingCompressionStateStore(
-    _sync.BlockingAdapter[AsyncAgentContextCompressionStateStore], AgentContextCompressionStateStore
+    _sync.BlockingAdapter[AsyncCompressionStateStore], CompressionStateStore
 ):
     """The blocking compression-state store over a store's one implementation."""
 
-    load = _sync.blocking(AsyncAgentContextCompressionStateStore.load)
-    save = _sync.blocking(AsyncAgentContextCompressionStateStore.save)
+    load = _sync.blocking(AsyncCompressionStateStore.load)
+    save = _sync.blocking(AsyncCompressionStateStore.save)
 
 
 class AwaitableCompressionStateStore(
-    _sync.AwaitableAdapter[AgentContextCompressionStateStore],
-    AsyncAgentContextCompressionStateStore,
+    _sync.AwaitableAdapter[CompressionStateStore],
+    AsyncCompressionStateStore,
 ):
     """A blocking compression-state store offered to the one implementation (in-process, or
     one the caller accepts to block on)."""
 
-    load = _sync.awaitable(AgentContextCompressionStateStore.load)
-    save = _sync.awaitable(AgentContextCompressionStateStore.save)
+    load = _sync.awaitable(CompressionStateStore.load)
+    save = _sync.awaitable(CompressionStateStore.save)
 
 
 def awaitable_state_store(
-    store: AgentContextCompressionStateStore | AsyncAgentContextCompressionStateStore,
-) -> AsyncAgentContextCompressionStateStore:
+    store: CompressionStateStore | AsyncCompressionStateStore,
+) -> AsyncCompressionStateStore:
     """Any state store as the async view the one implementation awaits."""
     if inspect.iscoroutinefunction(getattr(store, "load", None)):
         return store  # type: ignore[return-value]
@@ -127,10 +127,10 @@ def awaitable_state_store(
 
 
 def check_expected_version(state: object, expected_version: object) -> None:
-    """Argument checks shared by every `AgentContextCompressionStateStore.save`."""
-    if not isinstance(state, AgentContextCompressionState):
+    """Argument checks shared by every `CompressionStateStore.save`."""
+    if not isinstance(state, CompressionState):
         raise InvalidMessageTypeError(
-            f"state must be an AgentContextCompressionState, got {type(state).__name__}"
+            f"state must be an CompressionState, got {type(state).__name__}"
         )
     check_expected_version_number(expected_version)
 
@@ -140,14 +140,14 @@ class InMemoryCompressionStateStore:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._states: dict[str, AgentContextCompressionState] = {}
+        self._states: dict[str, CompressionState] = {}
 
-    def load(self, conversation_id: str) -> AgentContextCompressionState | None:
+    def load(self, conversation_id: str) -> CompressionState | None:
         check_conversation_id(conversation_id)
         with self._lock:
             return self._states.get(conversation_id)
 
-    def save(self, state: AgentContextCompressionState, expected_version: int) -> bool:
+    def save(self, state: CompressionState, expected_version: int) -> bool:
         check_expected_version(state, expected_version)
         with self._lock:
             stored = self._states.get(state.conversation_id)
@@ -172,7 +172,7 @@ class CompressionTriggerInput:
     """What a trigger sees to decide whether to compress now."""
 
     conversation_id: str
-    state: AgentContextCompressionState
+    state: CompressionState
     pending_messages: tuple[Message, ...]
     estimated_pending_tokens: int
     pending_turns: int
@@ -181,15 +181,15 @@ class CompressionTriggerInput:
 
 
 CompressionTrigger = Callable[[CompressionTriggerInput], bool]
-CompressorCall = Callable[[AgentContextCompressor, list[Message]], Awaitable[list[Message]]]
+CompressorCall = Callable[[Compressor, list[Message]], Awaitable[list[Message]]]
 
 
 @dataclass(frozen=True, slots=True)
-class AgentContextCompressionResult:
+class CompressionResult:
     """``model_messages`` = the summary messages + the messages it does not cover yet."""
 
     model_messages: list[Message] = field(default_factory=list)
-    state: AgentContextCompressionState | None = None
+    state: CompressionState | None = None
     compressed: bool = False
 
 
@@ -200,17 +200,17 @@ class _NotLoaded:
 _NOT_LOADED = _NotLoaded()
 
 
-class AgentContextCompressionCoordinator:
+class CompressionCoordinator:
     """Compresses a conversation's compressible history when a trigger says so.
 
     ``token_estimator`` is a `TokenEstimator` or a callable ``messages -> int``; the default
     is the heuristic estimator.
 
     >>> from agentctx_fast import AiMessage, UserMessage
-    >>> from agentctx_fast.compression.compressors import AgentContextCompressors
+    >>> from agentctx_fast.compression import compressors
     >>> store = InMemoryCompressionStateStore()
-    >>> coordinator = AgentContextCompressionCoordinator(
-    ...     store, lambda t: t.pending_turns >= 2, AgentContextCompressors.text_excerpt(200))
+    >>> coordinator = CompressionCoordinator(
+    ...     store, lambda t: t.pending_turns >= 2, compressors.text_excerpt(200))
     >>> history = [UserMessage("a", message_id="u1"), AiMessage("b", message_id="a1")]
     >>> coordinator.compress("c1", history).compressed
     False
@@ -222,9 +222,9 @@ class AgentContextCompressionCoordinator:
 
     def __init__(
         self,
-        state_store: AgentContextCompressionStateStore | AsyncAgentContextCompressionStateStore,
+        state_store: CompressionStateStore | AsyncCompressionStateStore,
         trigger: CompressionTrigger,
-        compressor: AgentContextCompressor,
+        compressor: Compressor,
         token_estimator: TokenEstimator | Callable[[Sequence[Message]], int] | None = None,
         *,
         clock: Callable[[], datetime] | None = None,
@@ -243,7 +243,7 @@ class AgentContextCompressionCoordinator:
 
     def compress(
         self, conversation_id: str, compressible_history: Sequence[Message]
-    ) -> AgentContextCompressionResult:
+    ) -> CompressionResult:
         """The model view of ``compressible_history`` (complete, ascending), compressing first
         when the trigger says yes and there are messages the summary does not cover."""
         if inspect.iscoroutinefunction(getattr(self._store, "load", None)):
@@ -255,7 +255,7 @@ class AgentContextCompressionCoordinator:
 
     async def acompress(
         self, conversation_id: str, compressible_history: Sequence[Message]
-    ) -> AgentContextCompressionResult:
+    ) -> CompressionResult:
         """`compress` for asyncio programs (an async state store such as an async store's
         ``compression_state_store()``); a blocking compressor runs in a worker thread."""
         return await self.compress_with(
@@ -267,15 +267,15 @@ class AgentContextCompressionCoordinator:
 
     async def compress_with(
         self,
-        states: AsyncAgentContextCompressionStateStore,
+        states: AsyncCompressionStateStore,
         conversation_id: str,
         compressible_history: Sequence[Message],
         *,
-        compressor: AgentContextCompressor | None = None,
+        compressor: Compressor | None = None,
         call: CompressorCall | None = None,
         allow_compression: bool = True,
-        loaded: AgentContextCompressionState | _NotLoaded | None = _NOT_LOADED,
-    ) -> AgentContextCompressionResult:
+        loaded: CompressionState | _NotLoaded | None = _NOT_LOADED,
+    ) -> CompressionResult:
         """`compress` over an async view of a state store (the one implementation).
 
         ``compressor`` replaces this coordinator's for this call (the runner gives each
@@ -287,14 +287,14 @@ class AgentContextCompressionCoordinator:
         history = check_messages(compressible_history, "compressible_history")
         if isinstance(loaded, _NotLoaded):  # the caller may have loaded it (the runner does)
             loaded = await states.load(conversation_id)
-        state = loaded or AgentContextCompressionState(conversation_id)
+        state = loaded or CompressionState(conversation_id)
         pending = _pending(history, state)
         if (
             not allow_compression
             or not pending
             or not self._triggered(conversation_id, state, pending)
         ):
-            return AgentContextCompressionResult([*state.summary, *pending], state, False)
+            return CompressionResult([*state.summary, *pending], state, False)
         chosen = self._compressor if compressor is None else compressor
         inputs = [*state.summary, *pending]
         summary = run_compressor(chosen, inputs) if call is None else await call(chosen, inputs)
@@ -313,10 +313,10 @@ class AgentContextCompressionCoordinator:
                 f"conversation {conversation_id!r}: the compression state moved past version "
                 f"{state.version} while compressing; reload and retry"
             )
-        return AgentContextCompressionResult(list(summary), candidate, True)
+        return CompressionResult(list(summary), candidate, True)
 
     def _triggered(
-        self, conversation_id: str, state: AgentContextCompressionState, pending: list[Message]
+        self, conversation_id: str, state: CompressionState, pending: list[Message]
     ) -> bool:
         since = (
             None
@@ -342,7 +342,7 @@ class AgentContextCompressionCoordinator:
         return decision
 
 
-async def _in_thread(compressor: AgentContextCompressor, inputs: list[Message]) -> list[Message]:
+async def _in_thread(compressor: Compressor, inputs: list[Message]) -> list[Message]:
     return await asyncio.to_thread(run_compressor, compressor, inputs)
 
 
@@ -368,7 +368,7 @@ def _estimate_function(
     return checked
 
 
-def _pending(history: list[Message], state: AgentContextCompressionState) -> list[Message]:
+def _pending(history: list[Message], state: CompressionState) -> list[Message]:
     covered = state.covered_until_message_id
     if covered is None:
         return history
@@ -387,10 +387,10 @@ def _count_turns(messages: Sequence[Message]) -> int:
 
 
 __all__ = [
-    "AgentContextCompressionCoordinator",
-    "AgentContextCompressionResult",
-    "AgentContextCompressionState",
-    "AgentContextCompressionStateStore",
+    "CompressionCoordinator",
+    "CompressionResult",
+    "CompressionState",
+    "CompressionStateStore",
     "CompressionTrigger",
     "CompressionTriggerInput",
     "InMemoryCompressionStateStore",

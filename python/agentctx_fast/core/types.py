@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from agentctx_fast.core.messages import Message
     from agentctx_fast.core.tokens import TokenEstimator
 
-AgentContextCompressor = Callable[[list["Message"]], list["Message"]]
+Compressor = Callable[[list["Message"]], list["Message"]]
 ViolationKind = Literal["orphan_result", "duplicate_call_id", "missing_result"]
 
 
@@ -89,7 +89,7 @@ class WindowOptions:
     max_attached_messages: int = 100
     compact_completed_tool_turns: bool = False
     compression_keep_recent_turns: int = 2
-    context_compressor: AgentContextCompressor | None = None
+    context_compressor: Compressor | None = None
     max_attached_tokens: int | None = None
     token_estimator: TokenEstimator | None = None
     current_turn: CurrentTurn = "last"

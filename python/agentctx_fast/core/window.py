@@ -14,7 +14,7 @@ from agentctx_fast.core.protocol import validate_tool_protocol
 from agentctx_fast.core.tokens import TokenEstimator
 from agentctx_fast.core.turns import TurnStatus
 from agentctx_fast.core.types import (
-    AgentContextCompressor,
+    Compressor,
     ContextWindow,
     ProtocolViolation,
     WindowOptions,
@@ -29,7 +29,7 @@ from agentctx_fast.errors import (
 )
 
 __all__ = [
-    "AgentContextCompressor",
+    "Compressor",
     "ContextWindow",
     "WindowOptions",
     "build_window",
@@ -272,7 +272,7 @@ def _checked(estimator: TokenEstimator) -> Callable[[Sequence[Message]], int]:
     return estimate
 
 
-def _compress(compressor: AgentContextCompressor, older: list[Message]) -> list[Message]:
+def _compress(compressor: Compressor, older: list[Message]) -> list[Message]:
     try:
         output = compressor(list(older))
     except AgentCtxError as error:

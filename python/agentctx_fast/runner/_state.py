@@ -11,11 +11,11 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentctx_fast.compression.compressors import IncrementalCompressor
-from agentctx_fast.compression.coordinator import AsyncAgentContextCompressionStateStore
+from agentctx_fast.compression.coordinator import AsyncCompressionStateStore
 from agentctx_fast.core._ids import check_identifier
 from agentctx_fast.core.messages import AiMessage, Message, UserMessage
 from agentctx_fast.core.turns import TurnStatus
-from agentctx_fast.core.window import AgentContextCompressor
+from agentctx_fast.core.window import Compressor
 from agentctx_fast.errors import InvalidArgumentError, InvalidMessageTypeError, TurnStateError
 from agentctx_fast.memory import AsyncChatMemory, check_messages
 from agentctx_fast.observability import metrics as m
@@ -85,7 +85,7 @@ class Engine:
 
     provider: Callable[[str], AsyncChatMemory] | None
     turn_store: AsyncAgentTurnStore
-    states: AsyncAgentContextCompressionStateStore
+    states: AsyncCompressionStateStore
     keeper: LeaseKeeper
     lease_seconds: float
     clock: Callable[[], float]
@@ -312,8 +312,8 @@ def check_history(history: Sequence[Message]) -> list[Message]:
 
 
 def counted(
-    compressor: AgentContextCompressor, metrics: AgentMetrics, labels: Mapping[str, str]
-) -> AgentContextCompressor:
+    compressor: Compressor, metrics: AgentMetrics, labels: Mapping[str, str]
+) -> Compressor:
     def counted_compressor(messages: list[Message]) -> list[Message]:
         metrics.record(m.COMPRESSOR_CALLS, 1, labels)
         return compressor(messages)  # a failure is counted where the window catches it

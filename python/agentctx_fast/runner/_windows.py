@@ -12,14 +12,14 @@ from functools import partial
 
 from agentctx_fast.compression.compressors import IncrementalCompressor
 from agentctx_fast.compression.coordinator import (
-    AgentContextCompressionCoordinator,
-    AgentContextCompressionState,
+    CompressionCoordinator,
+    CompressionState,
 )
 from agentctx_fast.core._ids import check_identifier
 from agentctx_fast.core.calibration import CalibratedTokenEstimator
 from agentctx_fast.core.messages import AiMessage, Message
 from agentctx_fast.core.turns import TurnStatus, segment_turns
-from agentctx_fast.core.window import AgentContextCompressor, ContextWindow, build_window
+from agentctx_fast.core.window import Compressor, ContextWindow, build_window
 from agentctx_fast.core.window import _compress as run_compressor
 from agentctx_fast.errors import (
     CompressionError,
@@ -169,7 +169,7 @@ def _compressor_for(
     eng: Engine,
     run: TurnRun,
     own: Callable[[IncrementalCompressor, TurnRun], IncrementalCompressor],
-) -> AgentContextCompressor:
+) -> Compressor:
     """The agent's compressor for this conversation, metrics counted: an incremental one is
     replaced by ``own(compressor, run)``, so no summary is shared between conversations."""
     compressor = run.agent.context_compressor
@@ -230,14 +230,14 @@ async def _coordinated_messages(
     # An incremental compressor continues the persisted summary (saved by any process),
     # never its in-process state of another conversation.
     compressor = _compressor_for(eng, run, lambda inner, _run: _resumed(inner, state))
-    coordinator = AgentContextCompressionCoordinator(
+    coordinator = CompressionCoordinator(
         eng.states,
         agent.compression_trigger,
         compressor,
         agent.window_options.token_estimator,
     )
 
-    async def call(chosen: AgentContextCompressor, inputs: list[Message]) -> list[Message]:
+    async def call(chosen: Compressor, inputs: list[Message]) -> list[Message]:
         return await run.io.offload(run_compressor, chosen, inputs)
 
     try:
@@ -255,7 +255,7 @@ async def _coordinated_messages(
 def _build(
     agent: Agent,
     timeline: Sequence[Message],
-    compressor: AgentContextCompressor | None,
+    compressor: Compressor | None,
     statuses: Mapping[str, TurnStatus] | None,
 ) -> ContextWindow:
     options = agent.window_options  # checked once, when the agent was made
@@ -265,7 +265,7 @@ def _build(
 
 
 def _resumed(
-    compressor: IncrementalCompressor, state: AgentContextCompressionState | None
+    compressor: IncrementalCompressor, state: CompressionState | None
 ) -> IncrementalCompressor:
     own = compressor.fork()
     if state is not None and state.summary:

@@ -10,7 +10,7 @@ from agentctx_fast.compression.coordinator import CompressionTrigger
 from agentctx_fast.core.messages import AiMessage, Message
 from agentctx_fast.core.tokens import TokenEstimator, encoding_for_model, estimator_for_model
 from agentctx_fast.core.turns import TurnStatus
-from agentctx_fast.core.window import AgentContextCompressor, WindowOptions
+from agentctx_fast.core.window import Compressor, WindowOptions
 from agentctx_fast.errors import InvalidArgumentError
 from agentctx_fast.models.protocol import AsyncChatModel, ChatModel
 from agentctx_fast.runner.tools import Tool
@@ -60,7 +60,7 @@ class Agent:
     max_attached_messages: int = _DEFAULTS.max_attached_messages
     compact_completed_tool_turns: bool = _DEFAULTS.compact_completed_tool_turns
     compression_keep_recent_turns: int = _DEFAULTS.compression_keep_recent_turns
-    context_compressor: AgentContextCompressor | None = _DEFAULTS.context_compressor
+    context_compressor: Compressor | None = _DEFAULTS.context_compressor
     max_attached_tokens: int | None = _DEFAULTS.max_attached_tokens
     token_estimator: TokenEstimator | None = _DEFAULTS.token_estimator
     max_steps: int = 16

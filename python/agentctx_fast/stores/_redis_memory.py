@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from agentctx_fast.compression.coordinator import (
-    AgentContextCompressionState,
+    CompressionState,
     check_expected_version,
 )
 from agentctx_fast.core._ids import check_identifier
@@ -370,7 +370,7 @@ class AsyncRedisCompressionStateStore:
     def __init__(self, store: _RedisStoreBase) -> None:
         self._store = store
 
-    async def load(self, conversation_id: str) -> AgentContextCompressionState | None:
+    async def load(self, conversation_id: str) -> CompressionState | None:
         check_conversation_id(conversation_id)
         version, data = await self._store._port.command(
             "loading a compression state",
@@ -388,7 +388,7 @@ class AsyncRedisCompressionStateStore:
                 f"conversation {conversation_id!r}: stored state version {version!r} is not an int"
             ) from error
 
-    async def save(self, state: AgentContextCompressionState, expected_version: int) -> bool:
+    async def save(self, state: CompressionState, expected_version: int) -> bool:
         check_expected_version(state, expected_version)
         data = dump(self._store.serializer, replace(state, version=expected_version + 1))
         applied = await self._store._script(

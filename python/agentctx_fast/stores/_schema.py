@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from agentctx_fast.compression.coordinator import AgentContextCompressionState
+from agentctx_fast.compression.coordinator import CompressionState
 from agentctx_fast.core.messages import (
     AgentActionMessage,
     AgentFormMessage,
@@ -236,7 +236,7 @@ USAGE_RECORD = Record(
 
 STATE_RECORD = Record(
     "compression_state",
-    AgentContextCompressionState,
+    CompressionState,
     (
         Field("conversation_id", Kind.ID),
         Field("version", Kind.VERSION),

@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from agentctx_fast.compression.coordinator import (
-    AgentContextCompressionState,
+    CompressionState,
     check_expected_version,
 )
 from agentctx_fast.core._ids import check_identifier
@@ -273,7 +273,7 @@ class AsyncSqlCompressionStateStore:
         self._store = store
         self._table = store._tables.compression_states
 
-    async def load(self, conversation_id: str) -> AgentContextCompressionState | None:
+    async def load(self, conversation_id: str) -> CompressionState | None:
         check_conversation_id(conversation_id)
         table = self._table
         query = sa.select(table.c.version, table.c.data).where(
@@ -285,7 +285,7 @@ class AsyncSqlCompressionStateStore:
         state = load_state(self._store.serializer, rows[0].data)
         return replace(state, version=rows[0].version)
 
-    async def save(self, state: AgentContextCompressionState, expected_version: int) -> bool:
+    async def save(self, state: CompressionState, expected_version: int) -> bool:
         check_expected_version(state, expected_version)
         stored = replace(state, version=expected_version + 1)
         data = dump(self._store.serializer, stored)

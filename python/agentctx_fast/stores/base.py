@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from agentctx_fast.compression.coordinator import (
-    AgentContextCompressionStateStore,
-    AsyncAgentContextCompressionStateStore,
+    AsyncCompressionStateStore,
+    CompressionStateStore,
 )
 from agentctx_fast.memory import AsyncChatMemoryProvider, ChatMemoryProvider
 from agentctx_fast.stores.turn_store import AgentTurnStore, AsyncAgentTurnStore
@@ -27,7 +27,7 @@ class AgentStore(Protocol):
         """Turn snapshots and conversation leases (the runner's busy protection)."""
         ...
 
-    def compression_state_store(self) -> AgentContextCompressionStateStore:
+    def compression_state_store(self) -> CompressionStateStore:
         """The compression states of every conversation in this store."""
         ...
 
@@ -43,6 +43,6 @@ class AsyncAgentStore(Protocol):
         """Turn snapshots and conversation leases (the runner's busy protection)."""
         ...
 
-    def compression_state_store(self) -> AsyncAgentContextCompressionStateStore:
+    def compression_state_store(self) -> AsyncCompressionStateStore:
         """The compression states of every conversation in this store."""
         ...

@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
-from agentctx_fast.compression.coordinator import AgentContextCompressionState
+from agentctx_fast.compression.coordinator import CompressionState
 from agentctx_fast.core._backend import backend, native
 from agentctx_fast.core._ids import is_unicode_text
 from agentctx_fast.core.messages import IMAGE_DETAILS, MAX_INLINE_BYTES, SYSTEM_ROLES, Message
@@ -98,7 +98,7 @@ class JsonAgentStoreSerializer:
         try:
             if isinstance(obj, Message):
                 fields = dump_message(obj)
-            elif isinstance(obj, AgentContextCompressionState):
+            elif isinstance(obj, CompressionState):
                 fields = dump_record(STATE_RECORD, obj, ("compression_state",))
             else:
                 raise SerializationError(f"cannot serialise {type(obj).__name__}")
@@ -112,7 +112,7 @@ class JsonAgentStoreSerializer:
                 f"cannot serialise {type(obj).__name__}: metadata is cyclic or nested too deeply"
             ) from error
 
-    def loads(self, data: bytes) -> Message | AgentContextCompressionState:
+    def loads(self, data: bytes) -> Message | CompressionState:
         """The object ``data`` holds; `SerializationError` for anything but a valid record."""
         if isinstance(data, (bytearray, memoryview)):
             data = bytes(data)
@@ -176,10 +176,10 @@ def load_message(serializer: AgentStoreSerializer, data: bytes) -> Message:
     return obj
 
 
-def load_state(serializer: AgentStoreSerializer, data: bytes) -> AgentContextCompressionState:
+def load_state(serializer: AgentStoreSerializer, data: bytes) -> CompressionState:
     """``serializer.loads`` for a record that must be a compression state."""
     obj = _loads(serializer, data)
-    if not isinstance(obj, AgentContextCompressionState):
+    if not isinstance(obj, CompressionState):
         raise SerializationError(f"expected a compression state, got {type(obj).__name__}")
     return obj
 
