@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
-from typing import Any
+from typing import Any, Self
 
 from agentctx_fast._tasks import wait_uncut
 from agentctx_fast.core.messages import Message, UserMessage
@@ -44,6 +44,12 @@ class AsyncAgentRunner(Runner[AsyncAgentStore, AsyncChatMemoryProvider, AsyncAge
     async def aclose(self) -> None:
         """Stop the lease-renewing task (turns still running stop renewing)."""
         self._keeper.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     async def run(
         self,

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Self
 
 from agentctx_fast._blocking import run_sync
 from agentctx_fast.core.messages import Message, UserMessage
@@ -43,6 +43,12 @@ class AgentRunner(Runner[AgentStore, ChatMemoryProvider, AgentTurnStore]):
     def close(self) -> None:
         """Stop the lease-renewing thread (turns still running stop renewing)."""
         self._keeper.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def run(
         self,

@@ -5,7 +5,7 @@ and ``_list_conversations`` (which never suspend on a blocking store's port)."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, Self
 
 from agentctx_fast._blocking import driven
 from agentctx_fast.memory import (
@@ -32,8 +32,23 @@ class _Memories(Protocol):
     def chat_memory(self, conversation_id: str) -> ChatMemory: ...
 
 
+class _Closing(Protocol):
+    def close(self) -> None: ...
+
+
+class _AsyncClosing(Protocol):
+    async def aclose(self) -> None: ...
+
+
 class AsyncStoreFront:
-    """The shared methods of the asyncio stores."""
+    """The shared methods of the asyncio stores; ``async with store:`` closes it at the end
+    (`aclose`)."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self: _AsyncClosing, *exc_info: object) -> None:
+        await self.aclose()
 
     def chat_memory_provider(self: _AsyncMemories) -> AsyncChatMemoryProvider:
         """A provider that locates each conversation's memory in this store."""
@@ -61,7 +76,14 @@ class AsyncStoreFront:
 
 
 class StoreFront:
-    """The shared methods of the blocking stores: `AsyncStoreFront`'s, driven blocking."""
+    """The shared methods of the blocking stores: `AsyncStoreFront`'s, driven blocking;
+    ``with store:`` closes it at the end (`close`)."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self: _Closing, *exc_info: object) -> None:
+        self.close()
 
     def chat_memory_provider(self: _Memories) -> ChatMemoryProvider:
         """A provider that locates each conversation's memory in this store."""
