@@ -527,7 +527,7 @@ def run_load(backend: str, url: str, config: LoadConfig, workdir: Path) -> LoadR
     )
     setup = open_store(backend, url, prefix)
     if backend == "postgresql":
-        setup.schema().initialize()
+        setup.schema.initialize()
     close_store(setup)
     plan = {
         index: [f"c{index}-{n}" for n in range(config.conversations)]
@@ -542,7 +542,7 @@ def run_load(backend: str, url: str, config: LoadConfig, workdir: Path) -> LoadR
     report.events = []
     if backend == "postgresql":
         cleanup = open_store(backend, url, prefix)
-        cleanup.schema().drop()
+        cleanup.schema.drop()
         close_store(cleanup)
     return report
 

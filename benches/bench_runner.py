@@ -76,7 +76,7 @@ def _store(kind: str, request: pytest.FixtureRequest, tmp_path_factory: Any) -> 
         return RedisAgentStore(
             request.getfixturevalue("redis_server").url, key_prefix=f"r{uuid.uuid4().hex[:8]}:"
         )
-    store.schema().initialize()
+    store.schema.initialize()
     return store
 
 

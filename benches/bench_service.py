@@ -66,7 +66,7 @@ class Setup:
         if kind == "sqlite":
             path = tmp.mktemp("service") / "service.db"
             self.store: Any = SqlAgentStore(f"sqlite:///{path}")
-            self.store.schema().initialize()
+            self.store.schema.initialize()
             self.cold: Any = SqlAgentStore(self.store.engine, message_cache_size=0)
             peer_path = tmp.mktemp("peer") / "peer.db"
             self.session = lambda sid: agents_memory.SQLiteSession(sid, str(peer_path))

@@ -100,7 +100,7 @@ class Setup:
         if kind == "sqlite":
             path = tmp.mktemp("sessions") / "ours.db"
             self.store: Any = SqlAgentStore(f"sqlite:///{path}")
-            self.store.schema().initialize()
+            self.store.schema.initialize()
             self.cold: Any = SqlAgentStore(self.store.engine, message_cache_size=0)
             self.async_store: Any = AsyncSqlAgentStore(f"sqlite:///{path}")
             self.async_cold: Any = AsyncSqlAgentStore(self.async_store.engine, message_cache_size=0)

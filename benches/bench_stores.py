@@ -88,7 +88,7 @@ def loaded_store(
     else:
         store = RedisAgentStore(request.getfixturevalue("redis_server").url)
     if isinstance(store, SqlAgentStore):
-        store.schema().initialize()
+        store.schema.initialize()
     conversations = {}
     for size in SIZES:
         conversations[size] = f"bench-{size}-{uuid.uuid4().hex[:8]}"

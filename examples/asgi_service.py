@@ -168,7 +168,7 @@ def create_app(database_url: str = "sqlite:///agentctx-service.db") -> Starlette
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        await store.schema().initialize()
+        await store.schema.initialize()
         yield
         await runner.aclose()
         await store.aclose()

@@ -43,7 +43,7 @@ window = build_window(
 )
 assert [m.message_id for m in window.messages] == ["system", "u1", "a1f", "u2"], window.messages
 store = SqlAgentStore("sqlite://")
-store.schema().initialize()
+store.schema.initialize()
 memory = store.chat_memory("conversation-1")
 for message in history:
     assert memory.add_message_if_absent(message)

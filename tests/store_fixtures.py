@@ -64,14 +64,14 @@ def make_store(kind: str, request: pytest.FixtureRequest, **options: Any) -> Any
 
         path: Path = request.getfixturevalue("sqlite_path")
         sql = SqlAgentStore(f"sqlite:///{path}", **options)
-        sql.schema().initialize()
+        sql.schema.initialize()
         return sql
     if kind == "postgresql":
         from agentctx_fast.stores.sql import SqlAgentStore
 
         server: PostgresServer = request.getfixturevalue("postgres_server")
         sql = SqlAgentStore(server.url, **options)
-        sql.schema().initialize()
+        sql.schema.initialize()
         return sql
     if kind == "redis":
         from agentctx_fast.stores.redis import RedisAgentStore
@@ -122,7 +122,7 @@ async def make_async_store(kind: str, url: str | None, **options: Any) -> Any:
         from agentctx_fast.stores.sql import AsyncSqlAgentStore
 
         sql = AsyncSqlAgentStore(url, **options)
-        await sql.schema().initialize()
+        await sql.schema.initialize()
         return sql
     if kind == "redis":
         from agentctx_fast.stores.redis import AsyncRedisAgentStore

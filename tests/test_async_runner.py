@@ -403,7 +403,7 @@ def test_busy_across_processes_async_holds_blocking_waits(
     url = store_url(kind, request)
     conversation = new_conversation_id()
     store_class = "AsyncRedisAgentStore" if kind == "redis" else "AsyncSqlAgentStore"
-    initialize = "pass" if kind == "redis" else "await store.schema().initialize()"
+    initialize = "pass" if kind == "redis" else "await store.schema.initialize()"
     script = textwrap.dedent(
         f"""
         import asyncio
@@ -505,7 +505,7 @@ def test_in_memory_sqlite_serves_concurrent_turns() -> None:
 
     async def main() -> list[Any]:
         store = AsyncSqlAgentStore("sqlite://")
-        await store.schema().initialize()
+        await store.schema.initialize()
         runner = AsyncAgentRunner(store)
         agent = Agent("a", AsyncScriptedChatModel([AiMessage("ok")], cycle=True))
         try:

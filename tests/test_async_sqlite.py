@@ -26,7 +26,7 @@ from agentctx_fast.stores.sql import AsyncSqlAgentStore, SqlAgentStore
 @pytest.fixture
 def url(tmp_path: Path) -> str:
     blocking = SqlAgentStore(f"sqlite:///{tmp_path / 'agent.db'}")
-    blocking.schema().initialize()
+    blocking.schema.initialize()
     blocking.close()
     return f"sqlite:///{tmp_path / 'agent.db'}"
 
@@ -397,7 +397,7 @@ def test_a_store_on_a_caller_engine_keeps_its_transactions(tmp_path: Path) -> No
         engine = create_async_engine(f"sqlite+aiosqlite:///{path}")
         store = AsyncSqlAgentStore(engine)
         try:
-            await store.schema().initialize()
+            await store.schema.initialize()
             memory = store.chat_memory("c1")
             await memory.add_message_if_absent(UserMessage("hi", message_id="u1"))
             await memory.add_messages_if_absent([UserMessage("b", message_id="u2")])
@@ -428,7 +428,7 @@ def test_a_cancelled_call_keeps_an_in_memory_database() -> None:
     async def main() -> tuple[int, list[str]]:
         store = AsyncSqlAgentStore("sqlite://")
         try:
-            await store.schema().initialize()
+            await store.schema.initialize()
             memory = store.chat_memory("c1")
             await memory.add_message_if_absent(UserMessage("kept", message_id="u1"))
             go_on = threading.Event()
@@ -493,7 +493,7 @@ def test_the_store_engines_events_and_echo_see_the_stores_statements(
         try:
             engine_url = blocking.engine.url
             event.listen(blocking.engine, "before_cursor_execute", listener)
-            blocking.schema().initialize()
+            blocking.schema.initialize()
             blocking.engine.echo = True
             _CALLER.set("the caller")
             memory = blocking.chat_memory("c1")
@@ -512,7 +512,7 @@ def test_the_store_engines_events_and_echo_see_the_stores_statements(
             nonlocal engine_url
             engine_url = store.engine.url
             event.listen(store.engine, "before_cursor_execute", listener)
-            await store.schema().initialize()
+            await store.schema.initialize()
             store.engine.echo = True
             _CALLER.set("the caller")
             memory = store.chat_memory("c1")
@@ -725,7 +725,7 @@ def test_cancelled_units_keep_an_in_memory_database() -> None:
     async def main() -> tuple[int, list[str], int]:
         store = AsyncSqlAgentStore("sqlite://")
         try:
-            await store.schema().initialize()
+            await store.schema.initialize()
             memory = store.chat_memory("c1")
             await memory.add_message_if_absent(UserMessage("kept", message_id="u1"))
             cancelled = 0
@@ -997,7 +997,7 @@ def test_concurrent_calls_on_an_in_memory_database_interleave_no_transaction() -
     async def main() -> tuple[int, int]:
         store = AsyncSqlAgentStore("sqlite://")
         try:
-            await store.schema().initialize()
+            await store.schema.initialize()
             states = store.compression_state_store()
 
             async def worker(n: int) -> None:

@@ -174,7 +174,7 @@ def _stores(kind: str, server: Any, proxy: FaultProxy) -> tuple[Any, Any]:
         from agentctx_fast.stores.sql import SqlAgentStore
 
         direct = SqlAgentStore(server.url)
-        direct.schema().initialize()
+        direct.schema.initialize()
         return direct, SqlAgentStore(proxy.url(server.url))
     from agentctx_fast.stores.redis import RedisAgentStore
 

@@ -133,7 +133,7 @@ def test_a_resume_whose_postgresql_reply_was_lost_is_taken_again_after_its_lease
     from agentctx_fast.stores.sql import SqlAgentStore
 
     direct = SqlAgentStore(postgres_server.url)
-    direct.schema().initialize()
+    direct.schema.initialize()
     with FaultProxy(postgres_server.port) as proxy:
         proxied = SqlAgentStore(proxy.url(postgres_server.url))
         clock = [time.time()]

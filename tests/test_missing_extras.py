@@ -151,7 +151,7 @@ def test_the_async_sqlite_store_needs_no_aiosqlite() -> None:
         "from agentctx_fast import AsyncSqlAgentStore, UserMessage\n"
         "async def main():\n"
         "    store = AsyncSqlAgentStore('sqlite://')\n"
-        "    await store.schema().initialize()\n"
+        "    await store.schema.initialize()\n"
         "    memory = store.chat_memory('c')\n"
         "    await memory.add_message_if_absent(UserMessage('hi', message_id='u1'))\n"
         "    print([m.text for m in await memory.get_messages()])\n"

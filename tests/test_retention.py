@@ -241,7 +241,7 @@ def test_initialize_adds_written_at_to_tables_made_before_it(
         with store.engine.begin() as connection:  # as an earlier version made them
             for table in ("messages", "turns"):
                 connection.execute(sa.text(f"ALTER TABLE {prefix}{table} DROP COLUMN written_at"))
-        store.schema().initialize()
+        store.schema.initialize()
         assert store.chat_memory("old").message_count() == 1
         store.chat_memory("new").add_message(UserMessage("hi", message_id="u1"))
         assert store.purge(time.time() + 60).conversations == 1  # "new"; "old" is undated

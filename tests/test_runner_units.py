@@ -137,7 +137,7 @@ def _sqlite_url(kind: str, tmp_path: Path) -> str:
     if url != "sqlite://":
         tmp_path.mkdir(parents=True, exist_ok=True)
         blocking = SqlAgentStore(url)
-        blocking.schema().initialize()
+        blocking.schema.initialize()
         blocking.close()
     return url
 
@@ -165,7 +165,7 @@ def _drive(
         else:
             store = AsyncSqlAgentStore(_sqlite_url(kind, tmp_path), **store_options)
             if kind == "async-sqlite":
-                await store.schema().initialize()
+                await store.schema.initialize()
         runner = AsyncAgentRunner(store, **options)
         try:
             return await body(runner, store)

@@ -1,4 +1,4 @@
-"""`schema().initialize()` run by several initializers at once (threads, processes, event
+"""`schema.initialize()` run by several initializers at once (threads, processes, event
 loops) succeeds for all of them, on SQLite and PostgreSQL, blocking and async. Barriers in
 SQLAlchemy's statement events hold each initializer at its first ``CREATE TABLE`` until all
 are there, so the race is run every time, not by luck."""
@@ -76,7 +76,7 @@ def test_threads_initialize_one_engine_at_once(kind: str, request: pytest.Fixtur
     hold_at_first_create(engine, threading.Barrier(INITIALIZERS))
     store = SqlAgentStore(engine, table_prefix=prefix)
     try:
-        assert _in_threads(store.schema().initialize) == []
+        assert _in_threads(store.schema.initialize) == []
     finally:
         engine.dispose()
     _check_works(url, prefix)
@@ -87,7 +87,7 @@ def initialize_in_a_process(url: str, prefix: str, barrier: Any) -> None:
     engine = sa.create_engine(url)
     hold_at_first_create(engine, barrier)
     try:
-        SqlAgentStore(engine, table_prefix=prefix).schema().initialize()
+        SqlAgentStore(engine, table_prefix=prefix).schema.initialize()
     finally:
         engine.dispose()
 
@@ -113,7 +113,7 @@ def test_processes_initialize_at_once(kind: str, request: pytest.FixtureRequest)
 def test_event_loops_initialize_one_async_store_at_once(
     kind: str, request: pytest.FixtureRequest
 ) -> None:
-    """Two threads each running ``asyncio.run(store.schema().initialize())`` on one store."""
+    """Two threads each running ``asyncio.run(store.schema.initialize())`` on one store."""
     url = str(store_url(kind, request))
     prefix = f"a{uuid.uuid4().hex[:10]}_"
     store = AsyncSqlAgentStore(url, table_prefix=prefix)
@@ -123,7 +123,7 @@ def test_event_loops_initialize_one_async_store_at_once(
 
     def initialize() -> None:
         start.wait(10)
-        asyncio.run(asyncio.wait_for(store.schema().initialize(), 30))
+        asyncio.run(asyncio.wait_for(store.schema.initialize(), 30))
 
     try:
         assert _in_threads(initialize) == []

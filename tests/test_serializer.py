@@ -964,7 +964,7 @@ def test_one_bad_ui_message_does_not_poison_a_stored_conversation() -> None:
     from agentctx_fast.stores.sql import SqlAgentStore
 
     store = SqlAgentStore("sqlite://")
-    store.schema().initialize()
+    store.schema.initialize()
     memory = store.chat_memory("c1")
     memory.add_message(UserMessage("hi", message_id="u1"))
     with pytest.raises(InvalidMessageTypeError, match="payload must be a dict"):
@@ -1136,7 +1136,7 @@ def custom_store(kind: str, serializer: Any, request: pytest.FixtureRequest) -> 
         from agentctx_fast.stores.sql import SqlAgentStore
 
         sql = SqlAgentStore("sqlite://", serializer=serializer)
-        sql.schema().initialize()
+        sql.schema.initialize()
         return sql
     from agentctx_fast.stores.redis import RedisAgentStore
 
@@ -1318,7 +1318,7 @@ def sqlite_store(tmp_path: Path) -> Iterator[Any]:
     from agentctx_fast.stores.sql import SqlAgentStore
 
     sql = SqlAgentStore(f"sqlite:///{tmp_path / 'corrupt.db'}", table_prefix="corrupt_")
-    sql.schema().initialize()
+    sql.schema.initialize()
     try:
         yield sql
     finally:

@@ -110,7 +110,7 @@ def test_the_pool_settings_are_the_documented_ones(database: tuple[str, str]) ->
 def test_threads_share_one_store_within_the_pool(database: tuple[str, str]) -> None:
     url, dsn = database
     store = SqlAgentStore(url)
-    store.schema().initialize()
+    store.schema.initialize()
     peak_checkouts = _peak_checkouts(store.engine)
     peak_open = _peak_open(store.engine)
     conversation_id = "shared"
@@ -154,7 +154,7 @@ def test_tasks_share_one_async_store_within_the_pool(database: tuple[str, str]) 
 
     async def main() -> tuple[CompressionState | None, int, int]:
         store = AsyncSqlAgentStore(url)
-        await store.schema().initialize()
+        await store.schema.initialize()
         peak_checkouts = _peak_checkouts(store.engine.sync_engine)
         peak_open = _peak_open(store.engine.sync_engine)
         states = store.compression_state_store()
@@ -214,7 +214,7 @@ def test_an_async_turn_checks_out_one_connection_per_unit_of_store_io(
 
     async def main() -> tuple[list[list[str]], int, list[str]]:
         store = AsyncSqlAgentStore(url)
-        await store.schema().initialize()
+        await store.schema.initialize()
         runner = AsyncAgentRunner(store)
         agent = _plain_agent()
         try:
@@ -250,7 +250,7 @@ def test_an_async_turn_cancelled_inside_a_unit_returns_its_connection(
 
     async def main() -> tuple[int, TurnStatus | None, TurnStatus]:
         store = AsyncSqlAgentStore(url)
-        await store.schema().initialize()
+        await store.schema.initialize()
         runner = AsyncAgentRunner(store)
         agent = _plain_agent()
         engine = store.engine.sync_engine
@@ -296,7 +296,7 @@ def test_a_batch_in_a_unit_is_a_transaction_on_the_units_connection(
 
     async def main() -> tuple[Any, list[list[str]], list[int], int]:
         store = AsyncSqlAgentStore(url)
-        await store.schema().initialize()
+        await store.schema.initialize()
         memory = store.chat_memory("c")
         checkouts = _statements_by_checkout(store.engine.sync_engine)
         seen: list[int] = []
@@ -347,7 +347,7 @@ def test_units_on_a_callers_single_connection_engine_run_call_by_call(
         engine = create_async_engine(url, poolclass=StaticPool)
         store = AsyncSqlAgentStore(engine)
         try:
-            await store.schema().initialize()
+            await store.schema.initialize()
             memory = store.chat_memory("c")
 
             async def in_a_unit() -> None:
@@ -436,7 +436,7 @@ def test_a_unit_cancelled_in_a_batch_checks_out_no_second_connection(
 
     async def main() -> tuple[bool, int, int, int]:
         store = AsyncSqlAgentStore(url)
-        await store.schema().initialize()
+        await store.schema.initialize()
         engine = store.engine.sync_engine
         memory = store.chat_memory("c")
         checkouts: list[int] = []

@@ -107,7 +107,7 @@ def test_schema_ddl_builds_a_working_store(
         )
         assert turn.final_message is not None and turn.final_message.text == "hello"
         assert len(store.chat_memory("conversation-1").get_messages()) == 2
-        store.schema().initialize()  # idempotent over the hand-made tables
+        store.schema.initialize()  # idempotent over the hand-made tables
     finally:
         engine.dispose()
 

@@ -37,7 +37,7 @@ BUSY_TIMEOUT = 0.3
 def path(tmp_path: Path) -> str:
     database = str(tmp_path / "busy.db")
     store = SqlAgentStore(f"sqlite:///{database}")
-    store.schema().initialize()
+    store.schema.initialize()
     store.chat_memory("c1").add_message_if_absent(UserMessage("hi", message_id="m1"))
     store.close()
     return database

@@ -138,7 +138,7 @@ def test_missing_tables_raise_schema_not_initialized(
     for error in errors:
         assert isinstance(error, SchemaNotInitializedError), repr(error)
         assert not isinstance(error, StoreUnavailableError)
-        assert "store.schema().initialize()" in str(error) and "agentctx schema" in str(error)
+        assert "store.schema.initialize()" in str(error) and "agentctx schema" in str(error)
 
 
 def _break_schema(kind: str, request: pytest.FixtureRequest, prefix: str) -> None:
@@ -146,7 +146,7 @@ def _break_schema(kind: str, request: pytest.FixtureRequest, prefix: str) -> Non
     the store writes is dropped (a permanent "no such column", which sqlite3 reports as an
     OperationalError); on PostgreSQL an index on the records makes a large one too long for
     an index row (SQLSTATE 54000, which psycopg reports as an OperationalError)."""
-    SqlAgentStore(str(store_url(kind, request)), table_prefix=prefix).schema().initialize()
+    SqlAgentStore(str(store_url(kind, request)), table_prefix=prefix).schema.initialize()
     url = str(store_url(kind, request))
     engine = sa.create_engine(url)
     try:

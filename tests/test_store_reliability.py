@@ -32,7 +32,7 @@ def _url(kind: str, request: pytest.FixtureRequest) -> str:
     )
     if kind == "postgresql":
         store = open_store(kind, server.url)  # tables exist before the children race
-        store.schema().initialize()
+        store.schema.initialize()
         store.close()
     return str(server.url)
 
@@ -112,7 +112,7 @@ def test_server_stopped_mid_run(
     kind, server = own_server
     if kind == "postgresql":
         setup = open_store(kind, server.url)
-        setup.schema().initialize()
+        setup.schema.initialize()
         setup.close()
     conversation_id = new_conversation_id()
     result: list[Any] = []

@@ -27,7 +27,7 @@ def test_the_blocking_store_opens_the_url(scheme: str, postgres_server: Postgres
     store = SqlAgentStore(_url(postgres_server, scheme), table_prefix=f"u{uuid.uuid4().hex[:8]}_")
     try:
         assert store.engine.dialect.driver == "psycopg"
-        store.schema().initialize()
+        store.schema.initialize()
         memory = store.chat_memory("c1")
         memory.add_message(UserMessage("hi", message_id="u1"))
         assert [m.message_id for m in memory.get_messages()] == ["u1"]
@@ -42,7 +42,7 @@ def test_the_async_store_opens_the_url(scheme: str, postgres_server: PostgresSer
         store = AsyncSqlAgentStore(url, table_prefix=f"u{uuid.uuid4().hex[:8]}_")
         try:
             assert store.engine.dialect.driver == "psycopg"
-            await store.schema().initialize()
+            await store.schema.initialize()
             memory = store.chat_memory("c1")
             await memory.add_message(UserMessage("hi", message_id="u1"))
             return [m.message_id for m in await memory.get_messages()]
@@ -63,7 +63,7 @@ def test_the_cli_takes_postgres_urls(
     prefix = f"u{uuid.uuid4().hex[:8]}_"
     store = SqlAgentStore(url, table_prefix=prefix)
     try:
-        store.schema().initialize()
+        store.schema.initialize()
     finally:
         store.close()
     assert main(["doctor", "--store", url, "--prefix", prefix]) == 0

@@ -17,7 +17,7 @@ def acquire_worker(kind: str, url: str, conversation_id: str, index: int) -> str
         from agentctx_fast.stores.sql import SqlAgentStore
 
         store = SqlAgentStore(url)
-        store.schema().initialize()
+        store.schema.initialize()
     try:
         turns = store.turn_store()
         # Start together: wait for the next half-second boundary, shared by every worker.

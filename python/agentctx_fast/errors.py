@@ -112,7 +112,7 @@ class StoreBusyError(StoreUnavailableError):
 
 
 class SchemaNotInitializedError(StoreError):
-    """The store's tables are missing: create them with ``store.schema().initialize()`` (or
+    """The store's tables are missing: create them with ``store.schema.initialize()`` (or
     the DDL ``agentctx schema`` prints)."""
 
 

@@ -100,7 +100,7 @@ class SQLiteSession(AgentCtxSession):
         store = SqlAgentStore(
             _sqlite_url(db_path), table_prefix=_table_prefix(sessions_table, messages_table)
         )
-        store.schema().initialize()
+        store.schema.initialize()
         super().__init__(session_id, store, window=_window(), session_settings=session_settings)
         self.db_path = db_path
         self.sessions_table = sessions_table

@@ -156,7 +156,7 @@ def _store_for(url: str) -> Any:
     from agentctx_fast.stores.sql import SqlAgentStore
 
     store = SqlAgentStore(url)
-    store.schema().initialize()
+    store.schema.initialize()
     return store
 
 

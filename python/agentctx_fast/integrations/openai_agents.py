@@ -343,7 +343,7 @@ class AgentCtxSession(SessionABC):
         if self._create_tables:
             # No lock: a session may be shared by event loops (an asyncio lock belongs to
             # one), and `initialize` is safe to run concurrently, so each first call runs it.
-            await self._store.schema().initialize()
+            await self._store.schema.initialize()
             self._create_tables = False
         if self._blocking:
             return await asyncio.to_thread(run_sync, operation(self._memory))  # type: ignore[arg-type]

@@ -109,7 +109,7 @@ def store_error(error: sa_exc.SQLAlchemyError, action: str) -> StoreError:
     if _missing_table(getattr(error, "orig", None)):
         return SchemaNotInitializedError(
             f"database tables missing while {action}: create them with "
-            f"store.schema().initialize() or the DDL `agentctx schema` prints ({error})"
+            f"store.schema.initialize() or the DDL `agentctx schema` prints ({error})"
         )
     if _waited(error):
         return StoreBusyError(f"database busy while {action}: {error}")

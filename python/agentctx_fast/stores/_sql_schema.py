@@ -135,7 +135,7 @@ class SqlSchema:
 
 
 class AsyncSqlSchema:
-    """`SqlSchema` for `AsyncSqlAgentStore`: ``await store.schema().initialize()``."""
+    """`SqlSchema` for `AsyncSqlAgentStore`: ``await store.schema.initialize()``."""
 
     def __init__(self, store: AsyncSqlAgentStore) -> None:
         self._store = store

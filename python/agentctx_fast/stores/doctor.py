@@ -19,7 +19,7 @@ violations are reported, never rewritten: a history is the record of what happen
 >>> from agentctx_fast.stores.sql import AsyncSqlAgentStore
 >>> async def check() -> list[str]:
 ...     store = AsyncSqlAgentStore("sqlite://")
-...     await store.schema().initialize()
+...     await store.schema.initialize()
 ...     report = await diagnose(store)
 ...     await store.aclose()
 ...     return [finding.line() for finding in report]

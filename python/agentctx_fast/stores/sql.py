@@ -232,8 +232,9 @@ class AsyncSqlAgentStore(_SqlStoreBase, AsyncStoreFront):
             message_cache_bytes,
         )
 
+    @property
     def schema(self) -> AsyncSqlSchema:
-        """The schema manager: ``await store.schema().initialize()`` before first use."""
+        """The schema manager: ``await store.schema.initialize()`` before first use."""
         return AsyncSqlSchema(self)
 
     def chat_memory(self, conversation_id: str) -> AsyncSqlChatMemory:
@@ -282,7 +283,7 @@ class SqlAgentStore(_SqlStoreBase, StoreFront):
     the conversation's lease row.
 
     >>> store = SqlAgentStore("sqlite://")
-    >>> store.schema().initialize()
+    >>> store.schema.initialize()
     >>> from agentctx_fast import UserMessage
     >>> store.chat_memory("c1").add_message_if_absent(UserMessage("hi", message_id="u1"))
     True
@@ -311,8 +312,9 @@ class SqlAgentStore(_SqlStoreBase, StoreFront):
             message_cache_bytes,
         )
 
+    @property
     def schema(self) -> SqlSchema:
-        """The schema manager: ``store.schema().initialize()`` before first use."""
+        """The schema manager: ``store.schema.initialize()`` before first use."""
         return SqlSchema(self)
 
     def chat_memory(self, conversation_id: str) -> SqlChatMemory:
