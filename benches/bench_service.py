@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from agentctx_fast import AiMessage, Message, ToolCall, ToolMessage, UserMessage, to_openai
-from agentctx_fast.core.window import build_window
+from agentctx_fast.core.window import WindowOptions, build_window
 from agentctx_fast.memory import AsyncChatMemory, awaitable_memory
 from agentctx_fast.runner._reads import _REACH_MARGIN, read_history
 from agentctx_fast.stores.redis import RedisAgentStore
@@ -43,6 +43,7 @@ redis_session = pytest.importorskip("agents.extensions.memory.redis_session")
 SIZES = (1_000, 10_000)
 KINDS = ("sqlite", "redis")
 ROUND_ROBIN = 100
+_DEFAULTS = WindowOptions()  # an agent's default limits
 
 
 @pytest.fixture(scope="module")
@@ -122,10 +123,8 @@ async def _assemble(memory: AsyncChatMemory, key: int = 0) -> list[dict[str, Any
     runner remembers it; no turn is appended between calls here)."""
     known = _REACH.get(key)
     history, _ = await read_history(
-        memory, max_attached_turns=10, max_attached_messages=100, compact=False,
-        keep_recent_turns=2, current_stored=True,
-        first_page=None if known is None else known + _REACH_MARGIN,
-    )  # fmt: skip
+        memory, _DEFAULTS, first_page=None if known is None else known + _REACH_MARGIN
+    )
     _REACH[key] = len(history)
     window = build_window(history, system="You are a support agent.")
     return to_openai(window.messages)

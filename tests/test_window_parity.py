@@ -11,8 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentctx_fast.core._reference import api as reference
+from agentctx_fast.core.types import WindowOptions
 from conftest import native_or_skip, select_args
-from engines import build_on
+from engines import build_on, compiled
 from strategies import histories, tool_loop_histories, tool_loop_options, window_options
 
 SETTINGS = settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -141,16 +142,26 @@ def test_whole_window_parity_with_a_tool_loop(native: Any, data: st.DataObject) 
     )
 
 
-def _reach_args(messages: list[Any], options: dict[str, Any]) -> list[Any]:
-    """`window_reach`'s arguments: ``messages`` (a history's newest) and a window's limits."""
-    return [
-        messages,
-        options.get("max_attached_turns", 10),
-        options.get("max_attached_messages", 100),
-        options.get("compact_completed_tool_turns", False),
-        options.get("compression_keep_recent_turns", 2),
-        options.get("current_turn", "last") == "last",
-    ]
+def _reach_options(options: dict[str, Any]) -> WindowOptions:
+    """The `WindowOptions` of a window's options dict (its window limits only)."""
+    return WindowOptions(
+        **{
+            name: value
+            for name, value in options.items()
+            if name not in ("system", "turn_statuses", "token_estimator")
+        }
+    )
+
+
+def _reach_args(engine: Any, messages: list[Any], options: dict[str, Any]) -> list[Any]:
+    """``engine``'s `window_reach` arguments: ``messages`` (a history's newest), a window's
+    options compiled for ``engine``, and whether the window has a current turn."""
+    window = _reach_options(options)
+    return [messages, compiled(engine, window), window.current_turn == "last"]
+
+
+class _NotOptions:
+    """Not a `CoreOptions`: both cores refuse it alike."""
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -158,12 +169,20 @@ def _reach_args(messages: list[Any], options: dict[str, Any]) -> list[Any]:
 def test_window_reach_parity(native: Any, data: st.DataObject) -> None:
     history = data.draw(histories())
     cut = data.draw(st.integers(0, len(history)))
-    args = _reach_args(history[cut:], data.draw(window_options(history)))
-    if data.draw(st.integers(0, 19)) == 0:  # a bad limit: both cores refuse it alike
-        bad = st.sampled_from([-1, 2**70, True, None, 1.0, "3", 0])
-        args[data.draw(st.integers(1, 5))] = data.draw(bad)
-    got = _outcome(lambda: native.window_reach(*args))
-    assert got == _outcome(lambda: reference.window_reach(*args))
+    options = data.draw(window_options(history))
+    native_args = _reach_args(native, history[cut:], options)
+    reference_args = _reach_args(reference, history[cut:], options)
+    if data.draw(st.integers(0, 19)) == 0:  # a wrong argument: both cores refuse it alike
+        wrong: list[Any] = [None, _reach_options(options), tuple(reference_args[1]), _NotOptions()]
+        choice = data.draw(st.integers(0, len(wrong) + 1))
+        if choice < len(wrong):
+            native_args[1] = reference_args[1] = wrong[choice]
+        elif choice == len(wrong):  # the other core's options
+            native_args[1], reference_args[1] = reference_args[1], native_args[1]
+        else:
+            native_args[2] = reference_args[2] = data.draw(st.sampled_from([0, 1, None, "last"]))
+    got = _outcome(lambda: native.window_reach(*native_args))
+    assert got == _outcome(lambda: reference.window_reach(*reference_args))
 
 
 @st.composite
@@ -217,7 +236,7 @@ def test_the_window_from_a_tail_s_reach_is_the_window_of_the_whole_history(
         options["token_estimator"] = _ThreePerMessage()
     users = [i for i, m in enumerate(history) if type(m).__name__ == "UserMessage"] or [0]
     cut = data.draw(st.one_of(st.integers(0, len(history)), st.sampled_from(users)))
-    reach = core.window_reach(*_reach_args(history[cut:], options))
+    reach = core.window_reach(*_reach_args(core, history[cut:], options))
     if reach is None:
         return
     assert 0 <= reach <= len(history) - cut

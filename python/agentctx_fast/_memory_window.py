@@ -14,6 +14,8 @@ gives (its ``dropped_turns`` counts only the turns of the tail read).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from agentctx_fast.core.messages import Message, SystemMessage, UserMessage
 from agentctx_fast.core.types import ContextWindow, WindowOptions
 from agentctx_fast.core.window import build_window
@@ -40,10 +42,7 @@ async def memory_window(
         )
     history, whole = await read_history(
         memory,
-        max_attached_turns=options.max_attached_turns + 1,
-        max_attached_messages=options.max_attached_messages,
-        compact=options.compact_completed_tool_turns,
-        keep_recent_turns=options.compression_keep_recent_turns,
+        replace(options, max_attached_turns=options.max_attached_turns + 1),
         current_stored=options.current_turn == "last",
     )
     # A tail short of the start opens with a user message (turns start with one), so it has

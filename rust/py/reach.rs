@@ -4,10 +4,11 @@ use super::errors::{invalid_argument, Failure, Where};
 use super::history::{sequence, CoreRef, Items};
 use super::library::Library;
 use super::message::core_of;
+use super::window::options as compiled;
 use crate::model::{Item, Source};
 use crate::window::WindowOptions;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyInt};
+use pyo3::types::PyBool;
 
 /// The messages as the core's `Source`. The reach reads no tokens and no statuses.
 struct Tail<'a, 'py> {
@@ -45,56 +46,23 @@ impl<'py> Source for Tail<'_, 'py> {
     }
 }
 
-/// `value` as a limit: an int >= 0 (past `usize`, its maximum: no history reaches it).
-fn limit(name: &str, value: &Bound<'_, PyAny>) -> Result<usize, Failure> {
-    if value.is_exact_instance_of::<PyInt>() && value.ge(0)? {
-        return Ok(value.extract::<usize>().unwrap_or(usize::MAX));
-    }
-    Err(bad(name, "an int >= 0", value))
-}
-
-fn flag(name: &str, value: &Bound<'_, PyAny>) -> Result<bool, Failure> {
-    match value.cast_exact::<PyBool>() {
-        Ok(flag) => Ok(flag.is_true()),
-        Err(_) => Err(bad(name, "a bool", value)),
-    }
-}
-
-fn bad(name: &str, what: &str, value: &Bound<'_, PyAny>) -> Failure {
-    match value.repr() {
-        Ok(shown) => invalid_argument(
-            value.py(),
-            format!("window_reach {name} must be {what}, got {shown}"),
-        ),
-        Err(error) => error.into(),
-    }
-}
-
-/// Where the window's reach starts in `messages`, or None if it may reach further back.
+/// Where the window's reach starts in `messages`, or None if it may reach further back:
+/// the window of `options` (a `CoreOptions`) with `has_current_turn` for its current turn.
 #[pyfunction]
 pub fn window_reach(
     py: Python<'_>,
     messages: &Bound<'_, PyAny>,
-    max_attached_turns: &Bound<'_, PyAny>,
-    max_attached_messages: &Bound<'_, PyAny>,
-    compact_completed_tool_turns: &Bound<'_, PyAny>,
-    compression_keep_recent_turns: &Bound<'_, PyAny>,
+    options: &Bound<'_, PyAny>,
     has_current_turn: &Bound<'_, PyAny>,
 ) -> PyResult<Option<usize>> {
+    let Ok(has_current_turn) = has_current_turn.cast_exact::<PyBool>() else {
+        let shown = has_current_turn.repr()?;
+        let message = format!("window_reach has_current_turn must be a bool, got {shown}");
+        return Err(invalid_argument(py, message).into());
+    };
     let options = WindowOptions {
-        max_attached_turns: limit("max_attached_turns", max_attached_turns)?,
-        max_attached_messages: limit("max_attached_messages", max_attached_messages)?,
-        compact_completed_tool_turns: flag(
-            "compact_completed_tool_turns",
-            compact_completed_tool_turns,
-        )?,
-        compression_keep_recent_turns: limit(
-            "compression_keep_recent_turns",
-            compression_keep_recent_turns,
-        )?,
-        max_attached_tokens: None,
-        has_current_turn: flag("has_current_turn", has_current_turn)?,
-        has_system: false,
+        has_current_turn: has_current_turn.is_true(),
+        ..compiled(options)?
     };
     let library = Library::get(py)?;
     let mut tail = Tail {

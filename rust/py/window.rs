@@ -137,7 +137,7 @@ impl CoreOptions {
 
 /// The core's options held by `options`, or the error both cores give for anything that is not
 /// a `CoreOptions` (e.g. a `WindowOptions` whose compiled form was replaced).
-fn options(options: &Bound<'_, PyAny>) -> Result<WindowOptions, Failure> {
+pub(super) fn options(options: &Bound<'_, PyAny>) -> Result<WindowOptions, Failure> {
     match options.cast_exact::<CoreOptions>() {
         Ok(options) => Ok(options.get().options.clone()),
         Err(_) => Err(invalid_argument(options.py(), UNCHECKED.to_owned())),

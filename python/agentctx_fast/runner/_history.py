@@ -6,7 +6,7 @@ from __future__ import annotations
 from agentctx_fast.core.messages import Message
 from agentctx_fast.errors import InvalidArgumentError, TurnNotFoundError, TurnStateError
 from agentctx_fast.memory import AsyncChatMemory
-from agentctx_fast.runner._reads import _REACH_MARGIN, read_history
+from agentctx_fast.runner._reads import _REACH_MARGIN, NEWEST_TURN, read_history
 from agentctx_fast.runner._state import Engine, check_turn_id, remember_reach
 from agentctx_fast.runner.agent import Agent
 from agentctx_fast.stores.turn_store import AgentTurnSnapshot
@@ -37,10 +37,7 @@ async def history(
     known = eng.reach.get(conversation_id)
     tail, _ = await read_history(
         memory,
-        max_attached_turns=agent.max_attached_turns,
-        max_attached_messages=agent.max_attached_messages,
-        compact=agent.compact_completed_tool_turns,
-        keep_recent_turns=agent.compression_keep_recent_turns,
+        agent.window_options,
         must_include=must_include,
         current_stored=current_stored,
         first_page=None if known is None else known + _REACH_MARGIN,
@@ -64,11 +61,8 @@ async def split_turn(
     collected = (
         await history(eng, agent, memory, snapshot.conversation_id, first)
         if agent is not None
-        else (await read_history(
-            memory, max_attached_turns=1, max_attached_messages=0, compact=False,
-            keep_recent_turns=0, must_include=first,
-        ))[0]
-    )  # fmt: skip
+        else (await read_history(memory, NEWEST_TURN, must_include=first))[0]
+    )
     start = next((i for i, msg in enumerate(collected) if msg.message_id == first), None)
     if start is None and missing_ok and all(m.turn_id != snapshot.turn_id for m in collected):
         return collected, []

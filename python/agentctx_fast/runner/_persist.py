@@ -12,7 +12,7 @@ from agentctx_fast.errors import LeaseLostError, StoreBusyError, StoreError, Tur
 from agentctx_fast.memory import AsyncChatMemory
 from agentctx_fast.observability import metrics as m
 from agentctx_fast.runner._io import AsyncTurnIO, BlockingTurnIO
-from agentctx_fast.runner._reads import read_history
+from agentctx_fast.runner._reads import NEWEST_TURN, read_history
 from agentctx_fast.runner._state import (
     Engine,
     TurnIO,
@@ -304,10 +304,7 @@ async def _recover_newest(
 ) -> None:
     """Close the newest stored turn if its record is still open (see `recover`), unless
     it is one of ``skipped`` (the turn being closed, the one being opened)."""
-    tail, _ = await read_history(
-        memory, max_attached_turns=1, max_attached_messages=0, compact=False,
-        keep_recent_turns=0,
-    )  # fmt: skip
+    tail, _ = await read_history(memory, NEWEST_TURN)
     newest = next((m.turn_id for m in reversed(tail) if m.turn_id), None)
     if newest is None or newest in skipped:
         return
@@ -340,10 +337,7 @@ async def _turn_tail(memory: AsyncChatMemory, snapshot: AgentTurnSnapshot) -> li
     """The newest turn's messages, reaching back to the snapshot's first message."""
     tail, _ = await read_history(
         memory,
-        max_attached_turns=1,
-        max_attached_messages=0,
-        compact=False,
-        keep_recent_turns=0,
+        NEWEST_TURN,
         must_include=snapshot.message_ids[0] if snapshot.message_ids else None,
     )
     return tail

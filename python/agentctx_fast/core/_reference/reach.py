@@ -16,21 +16,18 @@ from agentctx_fast.core._reference.turns import (
     turns_backward,
     visible_turn,
 )
-from agentctx_fast.core._reference.window import turn_violations
+from agentctx_fast.core._reference.window import UNCHECKED, CoreOptions, turn_violations
 from agentctx_fast.core.messages import KIND_AI
 from agentctx_fast.errors import InvalidArgumentError
 
 
 def window_reach(
-    messages: Sequence[object],
-    max_attached_turns: int,
-    max_attached_messages: int,
-    compact_completed_tool_turns: bool,
-    compression_keep_recent_turns: int,
-    has_current_turn: bool,
+    messages: Sequence[object], options: CoreOptions, has_current_turn: bool
 ) -> int | None:
-    """The index in ``messages`` (the newest messages of a history) where the window's reach
-    starts, or None when the window may read further back than ``messages`` holds.
+    """The index in ``messages`` (the newest messages of a history) where the reach of the
+    window of ``options`` (a `WindowOptions`' compiled form) starts, with ``has_current_turn``
+    for its current turn, or None when the window may read further back than ``messages``
+    holds.
 
     The window reads turns newest first, the current turn and then history turns, until a
     history turn is cut: the ``max_attached_turns + 1``-th, or the first whose view does not fit
@@ -49,11 +46,14 @@ def window_reach(
     A turn's view counts only once ``messages`` proves that the turn starts where it seems to
     (see `_starts_here`): the oldest turn of ``messages`` may begin earlier.
     """
-    max_turns = _limit("max_attached_turns", max_attached_turns)
-    max_messages = _limit("max_attached_messages", max_attached_messages)
-    compact = _flag("compact_completed_tool_turns", compact_completed_tool_turns)
-    keep_recent = _limit("compression_keep_recent_turns", compression_keep_recent_turns)
-    has_current = _flag("has_current_turn", has_current_turn)
+    if type(options) is not CoreOptions:
+        raise InvalidArgumentError(UNCHECKED)
+    if has_current_turn is not True and has_current_turn is not False:
+        raise InvalidArgumentError(
+            f"window_reach has_current_turn must be a bool, got {has_current_turn!r}"
+        )
+    max_turns, max_messages, compact, keep_recent, _, _ = options
+    has_current = has_current_turn
     history = History(messages)
     turns = turns_backward(history)
     total = 0  # the least number of messages of the views read
@@ -115,15 +115,3 @@ def _view_len(length: int, violations: list[tuple[int, int, Violation]]) -> int:
         elif kind == "missing_result":
             length += 1
     return length
-
-
-def _limit(name: str, value: object) -> int:
-    if type(value) is not int or value < 0:
-        raise InvalidArgumentError(f"window_reach {name} must be an int >= 0, got {value!r}")
-    return value
-
-
-def _flag(name: str, value: object) -> bool:
-    if value is not True and value is not False:
-        raise InvalidArgumentError(f"window_reach {name} must be a bool, got {value!r}")
-    return value
