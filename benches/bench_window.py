@@ -42,7 +42,7 @@ def test_build_window(benchmark: Any, engine: str, options: str, size: int) -> N
     if module is core:
         build = partial(build_window, **kwargs)
     else:  # the other core, with options made once as a service's are
-        build = partial(build_on, module, options_on(module, **kwargs))
+        build = partial(build_on, module, options=options_on(module, **kwargs))
     build(history)  # warm the caches a long-running service has
     window = benchmark(lambda: build(history))
     assert isinstance(window.messages[-1], Message)
