@@ -315,7 +315,7 @@ show("huge budget", lambda: build_window(history(), max_attached_tokens=2**200))
 """
 
 # A message changed behind the library's back with object.__setattr__ after a first window:
-# both cores keep what they first read.
+# both cores keep what they first read, and neither kept core has a name a caller could set.
 SCENARIOS["core_kept_after_object_setattr"] = HISTORY + """
 messages = history()
 show("before", lambda: build_window(messages, compact_completed_tool_turns=True,
@@ -327,15 +327,15 @@ object.__setattr__(messages[9], "content", "changed " * 100)
 object.__setattr__(messages[5], "model_visible", False) if False else None
 show("after", lambda: build_window(messages, compact_completed_tool_turns=True,
                                    compression_keep_recent_turns=0))
-object.__setattr__(messages[4], "_core", None)
-object.__setattr__(messages[3], "_core", {"kind": 0})
+show("clear a core", lambda: object.__setattr__(messages[4], "_core", None))
+show("clear a view", lambda: object.__setattr__(messages[3], "_view", {"kind": 0}))
 show("cleared", lambda: build_window(messages, compact_completed_tool_turns=True,
                                      compression_keep_recent_turns=0))
 """
 
 # Python code that runs after the leading system message was read (a sequence's __getitem__,
-# a later message's property) changes that message's kept core: its token count follows what
-# the message says when the count is taken, on both cores (the reference reads its view again).
+# a later message's property) makes a message say otherwise, and tries to clear what the cores
+# kept of it: both cores keep what they read (its id, its token count).
 SCENARIOS["system_core_changed_during_the_scan"] = """
 from collections.abc import Sequence
 from agentctx_fast import AiMessage, SystemMessage, UserMessage, build_window
@@ -369,29 +369,33 @@ sneaky = Sneaky("Be brief.")
 
 def clear():
     Sneaky.bad = True
-    object.__setattr__(sneaky, "_core", None)
+    for name in ("_core", "_view"):
+        try:
+            object.__setattr__(sneaky, name, None)
+        except AttributeError as error:
+            print("clear:", type(error).__name__)
 
-show("core cleared, id now bad", lambda: build_window(Seq([sneaky, *rest()], clear)))
+show("id now bad, clearing refused", lambda: build_window(Seq([sneaky, *rest()], clear)))
+show("id still kept", lambda: build_window([sneaky, *rest()]))
 
-long = SystemMessage("many words " * 200, message_id="long")
-build_window([long, UserMessage("x", message_id="x")])  # keeps long's core
 plain = SystemMessage("Be brief.", message_id="s1")
 show("before", lambda: build_window([plain, *rest()]))
 
-def swap():
-    object.__setattr__(plain, "_core", object.__getattribute__(long, "_core"))
+def lengthen():
+    object.__setattr__(plain, "text", "many words " * 200)
 
-show("core swapped by __getitem__", lambda: build_window(Seq([plain, *rest()], swap)))
+show("text changed by __getitem__", lambda: build_window(Seq([plain, *rest()], lengthen)))
 
 class Meddler(UserMessage):
     @property
     def model_visible(self):
-        object.__setattr__(other, "_core", object.__getattribute__(long, "_core"))
+        object.__setattr__(other, "text", "many words " * 200)
         return True
 
 other = SystemMessage("Be brief.", message_id="s2")
 messages = [other, *rest()[:2], Meddler("again", message_id="u2")]
-show("core swapped by a property, plain list", lambda: build_window(messages))
+show("text changed by a property, plain list", lambda: build_window(messages))
+show("and after", lambda: build_window(messages))
 """
 
 # count_turns(end=-1) and other ends (the window's dropped_turns calls it).
@@ -641,23 +645,18 @@ A.text = field
 show("after", lambda: build_window(messages, max_attached_turns=0))
 """
 
-# A property put on a library class itself in place of its `_core` slot, handing out the core
-# kept on another message (of the same kind, then of another kind, then raising): both cores
-# read it for an exact-class message as they read the attribute, and check its kind.
+# Properties named as a kept core might be (`_core`, `_view`) put on a library class: neither
+# core reads them, so the windows and token counts are the same with them and without.
 SCENARIOS["core_property_on_a_library_class"] = HISTORY + """
 from agentctx_fast import UserMessage as U
 messages = history()
-build_window(messages)  # every core kept
-slot = U.__dict__["_core"]
-for label, getter in [
-    ("same kind", lambda self: slot.__get__(messages[5], U)),
-    ("other kind", lambda self: messages[4].__class__.__dict__["_core"].__get__(messages[4])),
-    ("raises", lambda self: 1 / 0),
-]:
-    U._core = property(getter)
-    show(label, lambda: build_window(messages))
-    show(label + " tokens", lambda: build_window(messages).estimated_tokens)
-    U._core = slot
+show("before", lambda: build_window(messages))
+for name in ("_core", "_view"):
+    setattr(U, name, property(lambda self: 1 / 0))
+    show(name, lambda: build_window(messages))
+    show(name + " tokens", lambda: build_window(messages).estimated_tokens)
+    show(name + " fresh", lambda: build_window(history()))
+    delattr(U, name)
 show("after", lambda: build_window(messages))
 """
 

@@ -112,3 +112,19 @@ def test_to_openai_leaves_ui_messages_out() -> None:
     history = [UserMessage("a", message_id="u"), AgentActionMessage(message_id="x")]
     assert to_openai(history, include_ids=True) == [{"role": "user", "content": "a", "id": "u"}]
     assert to_openai(history) == [{"role": "user", "content": "a"}]
+
+
+@settings(max_examples=50, deadline=None)
+@given(histories())
+def test_messages_pickle_and_copy_at_every_protocol(history: list[object]) -> None:
+    """A message's state is its fields, whatever its base holds: it pickles at every protocol
+    (0 and 1 included) and copies to an equal message of the same class."""
+    import copy
+    import pickle
+
+    for message in history:
+        for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+            again = pickle.loads(pickle.dumps(message, protocol=protocol))
+            assert type(again) is type(message) and again == message, protocol
+        for how in (copy.copy, copy.deepcopy):
+            assert how(message) == message

@@ -4,7 +4,6 @@ the shared layer handles every other option; both agree with the reference."""
 from __future__ import annotations
 
 import copy
-import dataclasses
 import gc
 import pickle
 import sys
@@ -32,8 +31,10 @@ from agentctx_fast import (
     TurnStatus,
     UserMessage,
 )
+from agentctx_fast.core import _backend
 from agentctx_fast.core._reference import api as reference
 from agentctx_fast.core._reference.read import MessageView
+from agentctx_fast.core.messages import _VIEW
 from agentctx_fast.core.window import ContextWindow, WindowOptions
 from conftest import IntSubclass, StrSubclass, SystemSubclass, native_or_skip, window_outcome
 from engines import build_on, compiled
@@ -222,24 +223,22 @@ def test_fast_path_window_is_a_whole_context_window(native: Any) -> None:
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
-def test_cached_core_slot_is_read_only_when_it_holds_a_core(
-    native: Any, data: st.DataObject
-) -> None:
-    """The Rust core keeps a message's core in its `_core` slot; copies, pickles and a slot
-    holding anything but a core (set by a caller) are read as messages without a cache."""
+def test_copies_and_pickles_start_without_a_kept_core(native: Any, data: st.DataObject) -> None:
+    """Each core keeps what it read of a message on the message; copies, deep copies and
+    pickles start without it and are read again, the same on both cores."""
     history = data.draw(histories())
     options = data.draw(window_options(history))
-    _window(_keywords(native), history, options)  # caches a core on every message it read
+    _window(_keywords(native), history, options)  # keeps a core on every message it read
+    _window(_keywords(reference), history, _for_reference(options))
     changed: list[Any] = []
     for message in history:
-        how = data.draw(st.sampled_from(["keep", "copy", "pickle", "junk", "clear"]))
+        how = data.draw(st.sampled_from(["keep", "copy", "deepcopy", "pickle"]))
         if how == "copy":
             message = copy.copy(message)
+        elif how == "deepcopy":
+            message = copy.deepcopy(message)
         elif how == "pickle":
             message = pickle.loads(pickle.dumps(message))
-        elif how in ("junk", "clear"):
-            message = copy.deepcopy(message)
-            object.__setattr__(message, "_core", {"kind": 0} if how == "junk" else None)
         changed.append(message)
     assert _window(_keywords(native), changed, options) == _window(
         _keywords(reference), changed, _for_reference(options)
@@ -250,20 +249,33 @@ KINDS = (SystemMessage, UserMessage, AiMessage, ToolMessage, AgentActionMessage,
 
 
 class _Shouting(UserMessage):
-    """A subclass of a kind: it keeps its core in its kind's slot."""
+    """A subclass of a kind."""
 
 
-@pytest.mark.parametrize("engine", ["rust", "python"])
-def test_each_kind_keeps_the_core_in_its_own_slot(engine: str) -> None:
-    """Each kind declares `_core` as its fifth field (its own slot, so reading it from a
-    message of that exact class checks no bases); a window keeps every message's core there:
-    a `MessageCore` on the Rust core, a `MessageView` on the reference."""
-    assert "_core" not in Message.__dict__
-    for kind in KINDS:
-        assert [field.name for field in dataclasses.fields(kind)].index("_core") == 4
-        assert "_core" in kind.__dict__
-    module = native_or_skip() if engine == "rust" else reference
-    core_type = module.MessageCore if engine == "rust" else MessageView
+def test_every_message_class_derives_from_the_native_base() -> None:
+    """The Rust core keeps a message's core in the extension's `MessageBase`, which every
+    message class derives from (a caller's subclass too)."""
+    native = native_or_skip()
+    for kind in (Message, *KINDS, _Shouting):
+        assert issubclass(kind, native.MessageBase), kind
+
+
+@pytest.mark.parametrize("name", ["_core", "_view", "core", "view"])
+def test_no_caller_reaches_a_kept_core_by_name(name: str) -> None:
+    """Neither core's kept view of a message has a name a caller could set (with
+    `object.__setattr__`, past the frozen dataclass) to make the two cores disagree."""
+    message = UserMessage("hi", message_id="u1")
+    build_on(reference, [message])
+    if _backend.native is not None:
+        build_on(_backend.native, [message])
+    with pytest.raises(AttributeError):
+        object.__setattr__(message, name, None)
+    assert not hasattr(message, name)
+
+
+def test_the_reference_keeps_its_view_on_each_message() -> None:
+    """A window on the reference keeps a `MessageView` on every message it read (a caller's
+    subclass too), in the slot `messages._VIEW` holds."""
     calls = (ToolCall("c1", "lookup", "{}"),)
     history = [
         SystemMessage("Be brief.", message_id="s"),
@@ -274,11 +286,11 @@ def test_each_kind_keeps_the_core_in_its_own_slot(engine: str) -> None:
         AgentFormMessage({"field": 1}, "open", message_id="f1"),
         AiMessage("done", message_id="a2"),
     ]
-    window = build_on(module, history)
+    window = build_on(reference, history)
     assert [m.message_id for m in window.messages] == ["s", "u1", "a1", "t1", "a2"]
     for message, kind in zip(history, (0, 1, 2, 3, 4, 5, 2), strict=True):
-        slot = KINDS[kind].__dict__["_core"]
-        assert type(slot.__get__(message)) is core_type, message.message_id
+        kept = _VIEW.__get__(message)
+        assert type(kept) is MessageView and kept.kind == kind, message.message_id
 
 
 def _history_with_missing_results() -> list[Message]:

@@ -4,15 +4,18 @@
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, final
 
+from typing_extensions import disjoint_base
+
 from agentctx_fast.core.messages import Message
 from agentctx_fast.stores._schema import Record
 
 __all__ = [
     "CoreOptions",
-    "MessageCore",
+    "MessageBase",
     "__version__",
     "bpe_count_text",
     "bpe_count_texts",
+    "capture_library",
     "count_text",
     "count_texts",
     "count_turns",
@@ -27,14 +30,15 @@ __all__ = [
 
 __version__: str
 
-@final
-class MessageCore:
-    """What the core read of a message, kept in its ``_core`` slot (opaque, made only by the
-    extension)."""
+@disjoint_base
+class MessageBase:
+    """The native base of every message class: it keeps what the core read of the message
+    (out of reach of Python code)."""
 
-    def __reduce__(self) -> tuple[type[dict[Any, Any]], tuple[()]]: ...
-    def __copy__(self) -> MessageCore: ...
-    def __deepcopy__(self, memo: Any, /) -> MessageCore: ...
+    def __new__(cls, *_args: Any, **_kwargs: Any) -> MessageBase: ...
+
+def capture_library() -> None:
+    """Captures the package's classes the binding relies on (the backend switch calls it)."""
 
 @final
 class CoreOptions:

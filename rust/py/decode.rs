@@ -3,7 +3,7 @@
 //!
 //! The record format is not written here: `set_record_schema` takes the tables of
 //! `stores/_schema.py` (the serializer hands them over on import), and a record the core
-//! vouches for is built as `fast_message` builds it: `object.__new__` of the record's class,
+//! vouches for is built as `fast_message` builds it: the record's class's `__new__`,
 //! then every field set through `object.__setattr__` (the frozen dataclass's own `__init__`
 //! does the same after checks the core already made). For any other record it returns None
 //! and the caller decodes it on the checked path, which writes the error: both backends give
@@ -18,11 +18,13 @@ use std::sync::{Arc, PoisonError, RwLock};
 /// What builds the objects of one record type.
 struct Class {
     class: Py<PyType>,
+    /// The class's `__new__` (a message class's is its native base's).
+    new: Py<PyAny>,
     /// The attribute each field fills, in the order of the record type's fields.
     fields: Vec<Py<PyString>>,
     /// What an absent field reads as.
     defaults: Vec<Py<PyAny>>,
-    /// The class's other fields, with the value a decoded object gets (`_core`: None).
+    /// The class's other fields, with the value a decoded object gets.
     unstored: Vec<(Py<PyString>, Py<PyAny>)>,
 }
 
@@ -32,7 +34,6 @@ struct Decoder {
     parts: Vec<Class>,
     call: Class,
     usage: Class,
-    object_new: Py<PyAny>,
     object_setattr: Py<PyAny>,
     int: Py<PyAny>,
 }
@@ -82,8 +83,10 @@ fn record_type(record: &Bound<'_, PyAny>) -> PyResult<(RecordType, Class)> {
         fields,
         needs_one_of,
     };
+    let cls = record.getattr("cls")?.cast_into::<PyType>()?;
     let class = Class {
-        class: record.getattr("cls")?.cast_into::<PyType>()?.unbind(),
+        new: cls.getattr("__new__")?.unbind(),
+        class: cls.unbind(),
         fields: names,
         defaults,
         unstored,
@@ -136,7 +139,6 @@ pub fn set_record_schema(
         parts: part_classes,
         call: call_class,
         usage: usage_class,
-        object_new: object.getattr("__new__")?.unbind(),
         object_setattr: object.getattr("__setattr__")?.unbind(),
         int: py.import("builtins")?.getattr("int")?.unbind(),
     };
@@ -197,7 +199,7 @@ impl<'py> Builder<'py, '_> {
     /// An object of `class` holding `values` (the checked fields of a record of type `kind`).
     fn build(&self, kind: &RecordType, class: &Class, values: &[Checked<'_>]) -> Built<'py> {
         let py = self.py;
-        let object = self.decoder.object_new.bind(py).call1((&class.class,))?;
+        let object = class.new.bind(py).call1((&class.class,))?;
         let setattr = self.decoder.object_setattr.bind(py);
         let fields = kind.fields.iter().zip(&class.fields).zip(&class.defaults);
         for (((field, name), default), value) in fields.zip(values) {

@@ -33,9 +33,10 @@ impl From<CoreError> for Failure {
     }
 }
 
-fn raise(py: Python<'_>, class: Option<&Py<PyType>>, message: String) -> Failure {
-    let Some(class) = class else {
-        return Library::missing().into();
+fn raise(py: Python<'_>, class: PyResult<&Py<PyType>>, message: String) -> Failure {
+    let class = match class {
+        Ok(class) => class,
+        Err(error) => return error.into(),
     };
     match class.bind(py).call1((message,)) {
         Ok(instance) => PyErr::from_value(instance).into(),
@@ -47,18 +48,14 @@ fn raise(py: Python<'_>, class: Option<&Py<PyType>>, message: String) -> Failure
 pub fn invalid_message_type(py: Python<'_>, message: String) -> Failure {
     raise(
         py,
-        Library::get(py).ok().map(|l| &l.invalid_message_type),
+        Library::get(py).map(|l| &l.invalid_message_type),
         message,
     )
 }
 
 /// `InvalidArgumentError(message)`: a value outside its domain.
 pub fn invalid_argument(py: Python<'_>, message: String) -> Failure {
-    raise(
-        py,
-        Library::get(py).ok().map(|l| &l.invalid_argument),
-        message,
-    )
+    raise(py, Library::get(py).map(|l| &l.invalid_argument), message)
 }
 
 /// The name of `value`'s class as error messages give it (`PyType_GetName`, which a

@@ -16,6 +16,7 @@ use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 use std::borrow::Borrow;
 use std::cell::Cell;
 use std::collections::HashMap;
+use std::sync::Arc;
 use typed_arena::Arena;
 
 /// `messages`, read by index: an exact list or tuple through its own accessor, any other
@@ -69,7 +70,7 @@ pub fn sequence<'py>(
 /// A message a window read, and its core.
 pub struct Read<'py> {
     pub object: Bound<'py, PyAny>,
-    pub core: Bound<'py, MessageCore>,
+    pub core: Arc<MessageCore>,
 }
 
 /// Where a window keeps what it read: each message is held once, and the turns, the open
@@ -88,11 +89,11 @@ impl Borrow<MessageInfo> for CoreView<'_> {
 
 /// A read message as the core crate borrows it (cloning it is a reference count).
 #[derive(Clone)]
-pub struct CoreRef<'py>(pub Bound<'py, MessageCore>);
+pub struct CoreRef(pub Arc<MessageCore>);
 
-impl Borrow<MessageInfo> for CoreRef<'_> {
+impl Borrow<MessageInfo> for CoreRef {
     fn borrow(&self) -> &MessageInfo {
-        &self.0.get().info
+        &self.0.info
     }
 }
 
@@ -284,7 +285,7 @@ impl<'a, 'py> History<'a, 'py> {
             return Ok(existing.clone());
         }
         let py = self.py();
-        let info = &self.read(caller)?.core.get().info;
+        let info = &self.read(caller)?.core.info;
         let (Some(call_id), Some(name)) = (info.call_ids.get(call), info.call_names.get(call))
         else {
             return Err(invalid_message_type(
@@ -327,7 +328,7 @@ impl<'a, 'py> Source for History<'a, 'py> {
 
     #[inline(always)]
     fn get(&mut self, index: usize) -> Result<CoreView<'a>, Failure> {
-        Ok(CoreView(self.read(index)?.core.get()))
+        Ok(CoreView(&self.read(index)?.core))
     }
 
     fn tokens(&mut self, items: &[Item]) -> Result<u128, Failure> {
@@ -343,7 +344,7 @@ impl<'a, 'py> Source for History<'a, 'py> {
             total += u128::from(match item {
                 Item::Original(index) => {
                     let read = self.read(*index)?;
-                    let core = read.core.get();
+                    let core = &read.core;
                     match core.known_tokens() {
                         Some(known) => known,
                         None => tokens(self.library, &read.object, core, Where::Index(*index))?,
@@ -380,7 +381,7 @@ impl<'a, 'py> Source for History<'a, 'py> {
         Ok(u128::from(tokens(
             self.library,
             system,
-            core.get(),
+            &core,
             Where::System,
         )?))
     }

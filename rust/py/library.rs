@@ -1,5 +1,7 @@
-//! The Python classes and values the binding relies on, captured when the extension is
-//! imported and checked then; later replacing a module attribute changes nothing here (the
+//! The Python classes and values the binding relies on, captured and checked by
+//! `capture_library`, which the backend switch calls once the package is imported (the message
+//! classes derive from the extension's `MessageBase`, so they do not exist yet when the
+//! extension is imported); later replacing a module attribute changes nothing here (the
 //! pure-Python reference imports the same names once, too).
 
 use crate::model::Kind;
@@ -30,8 +32,6 @@ pub struct Library {
     pub invalid_message_type: Py<PyType>,
     pub completed: Py<PyAny>,
     pub index: Py<PyAny>,
-    /// Each kind's `_core` slot, in `KINDS` order (a message's own class defines it).
-    pub core_slots: [Member; 6],
     pub cut_names: [Py<PyString>; 3],
 }
 
@@ -63,8 +63,8 @@ fn subclass<'py>(
 }
 
 impl Library {
-    /// Imports and checks everything the binding uses; called once, by the module's init.
-    pub fn capture(py: Python<'_>) -> PyResult<()> {
+    /// Imports and checks everything the binding uses.
+    fn capture(py: Python<'_>) -> PyResult<Library> {
         let messages = py.import("agentctx_fast.core.messages")?;
         let errors = py.import("agentctx_fast.errors")?;
         let types = py.import("agentctx_fast.core.types")?;
@@ -82,13 +82,7 @@ impl Library {
                 "agentctx_fast: TurnStatus.COMPLETED is not a TurnStatus",
             ));
         }
-        let library = Library {
-            core_slots: {
-                let [a, b, c, d, e, f] = kinds
-                    .each_ref()
-                    .map(|kind| Member::capture(kind.bind(py), "_core"));
-                [a?, b?, c?, d?, e?, f?]
-            },
+        Ok(Library {
             message: message.unbind(),
             kinds,
             text_part: class(&messages, "TextPart")?.unbind(),
@@ -106,20 +100,20 @@ impl Library {
                 "max_attached_tokens",
             ]
             .map(|name| PyString::intern(py, name).unbind()),
-        };
-        // A second import (a re-created module) keeps the first capture: the classes are the
-        // same objects for the life of the interpreter.
-        let _ = LIBRARY.set(py, library);
-        Ok(())
+        })
     }
 
-    /// The captured library; an error only if the module's init did not finish.
+    /// The library, captured now if `capture_library` was not called. Capturing runs Python code (imports of modules
+    /// already imported), which may call back in: the first capture to finish is kept, never
+    /// waited for, so a nested call cannot deadlock.
     pub fn get(py: Python<'_>) -> PyResult<&Library> {
-        LIBRARY.get(py).ok_or_else(Library::missing)
-    }
-
-    pub fn missing() -> PyErr {
-        PyImportError::new_err("agentctx_fast._native did not finish its import")
+        if let Some(library) = LIBRARY.get(py) {
+            return Ok(library);
+        }
+        let _ = LIBRARY.set(py, Library::capture(py)?);
+        LIBRARY
+            .get(py)
+            .ok_or_else(|| PyImportError::new_err("agentctx_fast._native: no library"))
     }
 
     /// The kind of a library message class, by identity.
@@ -130,16 +124,6 @@ impl Library {
             .zip(KINDS)
             .find(|(known, _)| known.is(class))
             .map(|(_, (kind, _))| kind)
-    }
-
-    /// The `_core` slot of messages of `kind`.
-    #[inline]
-    pub fn core_slot(&self, kind: Kind) -> Option<&Member> {
-        KINDS
-            .iter()
-            .zip(&self.core_slots)
-            .find(|((known, _), _)| *known == kind)
-            .map(|(_, slot)| slot)
     }
 }
 
@@ -152,42 +136,8 @@ where
     int.into_any()
 }
 
-/// A slot as its class defines it (`Message._core`), read and written
-/// through its member descriptor (`Cls.name.__get__(obj)` / `__set__`), whatever a subclass or a
-/// later class attribute defines under that name.
-pub struct Member {
-    get: Py<PyAny>,
-    set: Py<PyAny>,
-}
-
-impl Member {
-    fn capture(class: &Bound<'_, PyType>, name: &str) -> PyResult<Member> {
-        let py = class.py();
-        let descriptor = class.getattr("__dict__")?.get_item(name)?;
-        let member_type = py.import("types")?.getattr("MemberDescriptorType")?;
-        if !descriptor.get_type().is(&member_type) {
-            return Err(PyImportError::new_err(format!(
-                "agentctx_fast: {}.{name} is not a slot",
-                class.name()?
-            )));
-        }
-        Ok(Member {
-            get: descriptor.getattr("__get__")?.unbind(),
-            set: descriptor.getattr("__set__")?.unbind(),
-        })
-    }
-
-    /// The slot's value on `message` (an AttributeError when unset); a TypeError for an
-    /// object of another class.
-    pub fn read<'py>(&self, message: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-        self.get
-            .bind(message.py())
-            .call1((message, message.get_type()))
-    }
-
-    /// Sets the slot on `message` (a TypeError for an object of another class).
-    pub fn write(&self, message: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.set.bind(message.py()).call1((message, value))?;
-        Ok(())
-    }
+/// Captures the classes the binding relies on, now that the package defines them.
+#[pyfunction]
+pub fn capture_library(py: Python<'_>) -> PyResult<()> {
+    Library::get(py).map(|_| ())
 }

@@ -1,45 +1,49 @@
 //! A message's core: what the rules need of it, read once through its properties (as
-//! `_reference/read.py` reads them: same order, same errors) and kept in its `_core` slot.
+//! `_reference/read.py` reads them: same order, same errors) and kept in the message's native
+//! base, `MessageBase`, which every library message class derives from.
 //!
 //! A message is what its class and properties say: its kind is the library class it derives
 //! from; `model_visible`, ids, text and tool calls are read as attributes, so a subclass that
 //! overrides one is read the same way by both cores. Messages are immutable, so the core
 //! never goes stale; one changed behind the library's back (`object.__setattr__`) keeps what
-//! was first read, on both cores.
+//! was first read, on both cores. No Python code can reach the kept core.
 
 use super::errors::{invalid_argument, invalid_message_type, type_name, Failure, Where};
-use super::library::{Library, Member, KINDS};
+use super::library::{Library, KINDS};
 use super::tokens::count_str;
 use crate::model::{Kind, MessageInfo};
 use crate::tokens::{MEDIA_PART_TOKENS, MESSAGE_OVERHEAD, TOOL_CALL_OVERHEAD};
-use pyo3::exceptions::PyAttributeError;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyString, PyType};
+use pyo3::types::{PyDict, PyString, PyTuple, PyType};
 use std::borrow::Borrow;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
-/// A message's core, kept in its `_core` slot. Frozen and opaque: Python code can neither
-/// make one nor change one, so an object of this exact type in the slot was made here.
-#[pyclass(frozen, module = "agentctx_fast._native")]
+/// The native base of every message class: it keeps the message's core, set on first use.
+/// Copies and pickles of a message start without one (it is read again on first use).
+#[pyclass(frozen, subclass, module = "agentctx_fast._native")]
+pub struct MessageBase {
+    core: OnceLock<Arc<MessageCore>>,
+}
+
+#[pymethods]
+impl MessageBase {
+    /// Takes whatever the message class's `__init__` takes; the fields are the class's own.
+    #[new]
+    #[pyo3(signature = (*_args, **_kwargs))]
+    fn new(_args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyDict>>) -> Self {
+        MessageBase {
+            core: OnceLock::new(),
+        }
+    }
+}
+
+/// What the rules need of one message, and its heuristic tokens once counted.
 pub struct MessageCore {
     pub info: MessageInfo,
     /// Heuristic tokens, `u64::MAX` until first counted.
     tokens: AtomicU64,
-}
-
-#[pymethods]
-impl MessageCore {
-    /// Pickles of a message drop the core (it is rebuilt on first use); copies share it.
-    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, ())> {
-        Ok((py.get_type::<pyo3::types::PyDict>().into_any(), ()))
-    }
-    fn __copy__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-    fn __deepcopy__(slf: Py<Self>, _memo: &Bound<'_, PyAny>) -> Py<Self> {
-        slf
-    }
 }
 
 impl MessageCore {
@@ -96,68 +100,52 @@ fn kind_of_subclass(
     ))
 }
 
-/// The core of `message`, read on first use and kept on it. A message of a library class has
-/// it as its `_core` attribute (a core of another kind found there is not taken); any other (a
-/// subclass, which may define `_core` itself) is read through the library class's slot, as the
-/// reference reads every message. Unlike the reference, a property put on a library class
-/// itself in place of `_core` is read; the binding's own message classes will end that.
+/// The core of `message`, read on first use and kept in its base. The first core kept stays
+/// (one kept by a property's nested call while this one was read wins); one of another kind
+/// (the message's class was reassigned) is not used, and a fresh one is read and not kept.
 #[inline(always)]
-pub fn core_of<'py>(
+pub fn core_of(
     library: &Library,
-    message: &Bound<'py, PyAny>,
+    message: &Bound<'_, PyAny>,
     at: Where<'_>,
-) -> Result<Bound<'py, MessageCore>, Failure> {
-    // The common case: a message of a library class, whose core is kept.
-    if let Some(kind) = library.exact_kind(&message.get_type()) {
-        if let Ok(kept) = message.getattr(intern!(message.py(), "_core")) {
-            if let Ok(core) = kept.cast_into_exact::<MessageCore>() {
-                if core.get().info.kind == kind {
-                    return Ok(core);
-                }
-            }
-        }
-    }
-    core_of_any(library, message, at)
-}
-
-/// The `_core` slot of messages of `kind` (every kind has one: checked on import).
-fn core_slot(library: &Library, kind: Kind) -> Result<&Member, Failure> {
-    library
-        .core_slot(kind)
-        .ok_or_else(|| Library::missing().into())
-}
-
-/// `core_of` for any object: a subclass, a message whose core is not kept yet, a non-message.
-#[cold]
-#[inline(never)]
-fn core_of_any<'py>(
-    library: &Library,
-    message: &Bound<'py, PyAny>,
-    at: Where<'_>,
-) -> Result<Bound<'py, MessageCore>, Failure> {
+) -> Result<Arc<MessageCore>, Failure> {
     let kind = kind_of(library, message, at)?;
-    let slot = core_slot(library, kind)?;
-    match slot.read(message) {
-        Ok(cached) => match cached.cast_into_exact::<MessageCore>() {
-            Ok(core) => Ok(core),
-            Err(_) => read_core(library, message, kind, at),
-        },
-        // Never set: a subclass's __init__ kept it from the slot.
-        Err(error) if error.is_instance_of::<PyAttributeError>(message.py()) => {
-            read_core(library, message, kind, at)
-        }
-        Err(error) => Err(error.into()),
+    let Ok(base) = message.cast::<MessageBase>() else {
+        // A message class made before the extension imported: nowhere to keep a core.
+        return Ok(Arc::new(read_core(library, message, kind, at)?));
+    };
+    let kept = &base.get().core;
+    match kept.get() {
+        Some(core) if core.info.kind == kind => Ok(core.clone()),
+        _ => keep_core(library, message, kind, kept, at),
     }
 }
 
 #[cold]
 #[inline(never)]
-fn read_core<'py>(
+fn keep_core(
     library: &Library,
-    message: &Bound<'py, PyAny>,
+    message: &Bound<'_, PyAny>,
+    kind: Kind,
+    kept: &OnceLock<Arc<MessageCore>>,
+    at: Where<'_>,
+) -> Result<Arc<MessageCore>, Failure> {
+    let core = Arc::new(read_core(library, message, kind, at)?);
+    let _ = kept.set(core.clone());
+    match kept.get() {
+        Some(first) if first.info.kind == kind => Ok(first.clone()),
+        _ => Ok(core),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn read_core(
+    library: &Library,
+    message: &Bound<'_, PyAny>,
     kind: Kind,
     at: Where<'_>,
-) -> Result<Bound<'py, MessageCore>, Failure> {
+) -> Result<MessageCore, Failure> {
     let py = message.py();
     let visible = message.getattr(intern!(py, "model_visible"))?.is_truthy()?;
     let message_id = identifier(
@@ -198,15 +186,10 @@ fn read_core<'py>(
         }
         _ => {}
     }
-    let core = Bound::new(
-        py,
-        MessageCore {
-            info,
-            tokens: AtomicU64::new(u64::MAX),
-        },
-    )?;
-    core_slot(library, kind)?.write(message, core.as_any())?;
-    Ok(core)
+    Ok(MessageCore {
+        info,
+        tokens: AtomicU64::new(u64::MAX),
+    })
 }
 
 /// `value` as a str (a str subclass's own methods never run), or `InvalidMessageTypeError`.

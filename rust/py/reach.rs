@@ -18,13 +18,13 @@ struct Tail<'a, 'py> {
 
 impl<'py> Source for Tail<'_, 'py> {
     type Error = Failure;
-    type Message = CoreRef<'py>;
+    type Message = CoreRef;
 
     fn len(&self) -> usize {
         self.items.len
     }
 
-    fn get(&mut self, index: usize) -> Result<CoreRef<'py>, Failure> {
+    fn get(&mut self, index: usize) -> Result<CoreRef, Failure> {
         let object = self.items.get(index)?;
         Ok(CoreRef(core_of(
             self.library,

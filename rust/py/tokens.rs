@@ -119,7 +119,7 @@ pub fn message_tokens<'py>(
         let message = items.get(index)?;
         let at = Where::Index(index);
         let core = core_of(library, &message, at)?;
-        counts.push(tokens(library, &message, core.get(), at)?);
+        counts.push(tokens(library, &message, &core, at)?);
     }
     PyList::new(py, counts)
 }

@@ -13,7 +13,7 @@ pub fn stream_cores<'py>(
     library: &Library,
     messages: &Bound<'py, PyAny>,
     end: Option<usize>,
-    mut sink: impl FnMut(&CoreRef<'py>),
+    mut sink: impl FnMut(&CoreRef),
 ) -> Result<(), Failure> {
     let items = sequence(library, messages)?;
     let end = end.map_or(items.len, |end| end.min(items.len));

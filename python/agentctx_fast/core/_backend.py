@@ -20,6 +20,8 @@ def _load_native() -> ModuleType | None:
         from agentctx_fast import _native
     except ImportError:
         return None
+    # The classes the binding relies on, captured when the reference imports its own.
+    _native.capture_library()
     return _native
 
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar, SupportsIndex, TypeAlias
 
 from agentctx_fast.core._ids import MAX_VERSION, check_identifier, require_str
 from agentctx_fast.errors import ContentTooLargeError, InvalidArgumentError, InvalidMessageTypeError
@@ -179,18 +180,42 @@ Part: TypeAlias = TextPart | ImagePart | AudioPart | FilePart
 _PART_TYPES = (TextPart, ImagePart, AudioPart, FilePart)
 
 
+try:
+    from agentctx_fast._native import MessageBase
+except ImportError:  # a build without the extension: the pure-Python core keeps its own view
+
+    class MessageBase:  # type: ignore[no-redef]
+        """Stands in for the extension's native base of every message."""
+
+        __slots__ = ()
+
+
+class _Kept(MessageBase):
+    """Where the pure-Python core keeps its view of a message (``core/_reference/read.py``).
+    The Rust core keeps its own in the native `MessageBase`, out of any caller's reach; so that
+    no caller can make the two cores see a message differently, the reference's slot is out of
+    reach too: its descriptor is taken here and its name removed from the class."""
+
+    __slots__ = ("_view",)
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> str | tuple[Any, ...]:
+        # A message's state is its fields (the frozen dataclass's `__getstate__`); protocols 0
+        # and 1 would look for it in the native base instead.
+        return object.__reduce_ex__(self, max(2, operator.index(protocol)))
+
+
+_VIEW = _Kept.__dict__["_view"]
+delattr(_Kept, "_view")
+
+
 @dataclass(frozen=True, slots=True, eq=True)
-class Message:
+class Message(_Kept):
     """Base of every message. Use a concrete subclass."""
 
     message_id: str = field(default_factory=new_message_id, kw_only=True)
     metadata: dict[str, Any] = field(default_factory=dict, kw_only=True, compare=True)
     version: int = field(default=0, kw_only=True)
     turn_id: str | None = field(default=None, kw_only=True)
-    # Each message kind declares `_core` first of its own fields (so it is the fifth field of
-    # every kind, as when `Message` declared it): what a core read of the message, set on
-    # first use. A slot of the message's own class is read without walking its bases.
-
     model_visible: ClassVar[bool] = True
     _kind: ClassVar[int] = -1
 
@@ -229,7 +254,6 @@ class SystemMessage(Message):
     """The agent's instructions. ``role`` is ``"system"`` or ``"developer"`` (the role newer
     OpenAI models read instructions under); ``name`` an optional participant name."""
 
-    _core: Any = field(default=None, init=False, repr=False, compare=False)
     text: str = ""
     role: str = field(default="system", kw_only=True)
     name: str | None = field(default=None, kw_only=True)
@@ -251,7 +275,6 @@ class UserMessage(Message):
     """A user's message: plain text, or a tuple of multimodal parts; ``name`` an optional
     participant name (to tell several users apart)."""
 
-    _core: Any = field(default=None, init=False, repr=False, compare=False)
     content: str | tuple[Part, ...] = ""
     name: str | None = field(default=None, kw_only=True)
     _kind: ClassVar[int] = KIND_USER
@@ -295,7 +318,6 @@ class AiMessage(Message):
     with str keys and JSON values), kept as a deep copy of plain dicts and lists.
     """
 
-    _core: Any = field(default=None, init=False, repr=False, compare=False)
     text: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     refusal: str | None = field(default=None, kw_only=True)
@@ -401,7 +423,6 @@ def _json_copy(value: Any, where: str, depth: int) -> Any:
 class ToolMessage(Message):
     """The result of the tool call ``tool_call_id``."""
 
-    _core: Any = field(default=None, init=False, repr=False, compare=False)
     tool_call_id: str = ""
     text: str = ""
     tool_name: str | None = None
@@ -425,7 +446,6 @@ class ToolMessage(Message):
 class AgentActionMessage(Message):
     """A UI action (e.g. a button the page shows). Never sent to a model."""
 
-    _core: Any = field(default=None, init=False, repr=False, compare=False)
     payload: dict[str, Any] | None = None
     model_visible: ClassVar[bool] = False
     _kind: ClassVar[int] = KIND_ACTION
@@ -439,7 +459,6 @@ class AgentActionMessage(Message):
 class AgentFormMessage(Message):
     """A UI form, e.g. an approval request. Never sent to a model."""
 
-    _core: Any = field(default=None, init=False, repr=False, compare=False)
     payload: dict[str, Any] | None = None
     status: str | None = None
     model_visible: ClassVar[bool] = False

@@ -16,7 +16,7 @@ import base64
 import binascii
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from agentctx_fast.core._ids import MAX_VERSION
 from agentctx_fast.core.messages import (
@@ -254,13 +254,14 @@ _CHECKS: dict[str, Callable[[object], object]] = {
 def _fast(record: Record) -> Callable[[object], Any]:
     """The fast path of ``record``: its object from a parsed record, or None."""
     cls = record.cls
-    new = object.__new__
+    # A message class's `__new__` is its native base's.
+    new = cast("Callable[[type], Any]", cls.__new__)
     keys = frozenset(f.key for f in record.fields) | ({"type"} if record.tag else set())
     plan = tuple(
         (f.key, _CHECKS[f.kind], f.default, f.nullable, getattr(cls, f.key).__set__)
         for f in record.fields
     )
-    # Set as the class's __init__ sets them (``_core`` to None).
+    # Set as the class's __init__ sets them.
     unstored = tuple((getattr(cls, name).__set__, value) for name, value in record.unstored)
     needs_one_of = record.needs_one_of
 

@@ -5,9 +5,9 @@ same properties in the same order and raises the same errors).
 A message is what its class and properties say: its kind is the library class it derives from,
 and ``model_visible``, ids, text and tool calls are read as attributes, so a subclass that
 overrides one of them is read the same way by both cores. The view is computed on first read
-and kept in the message's ``_core`` slot (messages are immutable); both cores keep their own
-view there, so a message changed behind the library's back with ``object.__setattr__`` keeps
-what was first read on both.
+and kept on the message (messages are immutable) in a slot no caller reaches by name (see
+``messages._Kept``), as the Rust core keeps its own in the message's native base; so a message
+changed behind the library's back with ``object.__setattr__`` keeps what was first read on both.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentctx_fast.core.messages import (
+    _VIEW,
     KIND_ACTION,
     KIND_AI,
     KIND_FORM,
@@ -47,11 +48,8 @@ MESSAGE_OVERHEAD = 4
 TOOL_CALL_OVERHEAD = 3
 MEDIA_PART_TOKENS = 85
 
-# Each kind's `_core` slot as its library class defines it, read and written whatever a
-# subclass defines, by kind code.
-_SLOTS = tuple(cls.__dict__["_core"] for cls, _ in sorted(KINDS, key=lambda entry: entry[1]))
-_slot_get: tuple[Callable[[object], object], ...] = tuple(slot.__get__ for slot in _SLOTS)
-_slot_set: tuple[Callable[[object, object], None], ...] = tuple(slot.__set__ for slot in _SLOTS)
+_kept_get: Callable[[object], object] = _VIEW.__get__
+_kept_set: Callable[[object, object], None] = _VIEW.__set__
 # A type's own name (`PyType_GetName`), which a metaclass cannot override.
 _type_name: Callable[[type], str] = type.__dict__["__name__"].__get__
 
@@ -86,16 +84,6 @@ class MessageView:
         self.tool_call_id = ""
         self.final_text = False
         self.tokens = -1  # heuristic tokens, counted on first need
-
-    # Copies of a message share the view (same fields); pickles drop it.
-    def __reduce__(self) -> tuple[type[dict[str, Any]], tuple[()]]:
-        return (dict, ())
-
-    def __copy__(self) -> MessageView:
-        return self
-
-    def __deepcopy__(self, memo: object) -> MessageView:
-        return self
 
 
 def is_str(value: object) -> bool:
@@ -143,26 +131,26 @@ def kind_of(message: object, where: str) -> int:
 _EXACT_KINDS: dict[type, int] = {cls: kind for cls, kind in KINDS}
 
 
-def view(message: object, where: str) -> MessageView:
-    """The message's view, read on first use and kept on the message. A message of a library
-    class has it as its ``_core`` attribute (a view of another kind found there, or an error
-    reading it, is passed over); any other (a subclass, which may define ``_core`` itself) is
-    read through the library class's slot. The Rust core reads its own cores the same way."""
-    exact = _EXACT_KINDS.get(type(message))
-    if exact is not None:
-        try:
-            kept = message._core  # type: ignore[attr-defined]
-        except Exception:  # a property put on the class in place of the slot may raise
-            kept = None
-        if type(kept) is MessageView and kept.kind == exact:
-            return kept
-    kind = kind_of(message, where)
+def _kept(message: object) -> MessageView | None:
+    """The view kept on ``message``, or None (never set: a new message, a copy, a pickle)."""
     try:
-        cached = _slot_get[kind](message)
-    except AttributeError:  # never set: a subclass's __init__ kept it from the slot
-        cached = None
-    if type(cached) is MessageView:
-        return cached
+        kept = _kept_get(message)
+    except AttributeError:
+        return None
+    return kept if type(kept) is MessageView else None
+
+
+def view(message: object, where: str) -> MessageView:
+    """The message's view, read on first use and kept on it. The first view kept stays (one
+    kept by a property's nested call while this one was read wins); one of another kind (the
+    message's class was reassigned) is not used, and a fresh one is read and not kept. The Rust
+    core keeps its cores the same way (`rust/py/message.rs::core_of`)."""
+    kind = _EXACT_KINDS.get(type(message))
+    if kind is None:
+        kind = kind_of(message, where)
+    kept = _kept(message)
+    if kept is not None and kept.kind == kind:
+        return kept
     result = MessageView(
         kind,
         bool(message.model_visible),  # type: ignore[attr-defined]
@@ -183,8 +171,11 @@ def view(message: object, where: str) -> MessageView:
         result.final_text = text is not None and len(text) > 0 and not ids
     elif kind == KIND_TOOL:
         result.tool_call_id = _identifier(message.tool_call_id, where, "tool_call_id")  # type: ignore[attr-defined]
-    _slot_set[kind](message, result)
-    return result
+    first = _kept(message)
+    if first is None:
+        _kept_set(message, result)
+        return result
+    return first if first.kind == kind else result
 
 
 def read(messages: Sequence[object], index: int) -> tuple[object, MessageView]:
