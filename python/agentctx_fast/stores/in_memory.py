@@ -21,7 +21,7 @@ from agentctx_fast.memory import (
 from agentctx_fast.stores._bridge import AwaitableAgentTurnStore, AwaitableCompressionStateStore
 from agentctx_fast.stores._common import check_conversation_id
 from agentctx_fast.stores._front import AsyncStoreFront, StoreFront
-from agentctx_fast.stores._lifecycle import check_delete, check_listing, page_of
+from agentctx_fast.stores.lifecycle import check_delete, check_listing, page_of
 from agentctx_fast.stores.turn_store import Fence, InMemoryAgentTurnStore, busy_error
 
 

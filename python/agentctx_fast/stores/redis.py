@@ -37,7 +37,7 @@ from typing import Any, Generic, TypeVar
 from agentctx_fast.errors import InvalidArgumentError
 from agentctx_fast.stores._common import check_conversation_id, check_key_prefix
 from agentctx_fast.stores._front import AsyncStoreFront, StoreFront
-from agentctx_fast.stores._lifecycle import check_delete, check_listing, check_ttl
+from agentctx_fast.stores.lifecycle import check_delete, check_listing, check_ttl
 from agentctx_fast.stores._loader import (
     DEFAULT_MESSAGE_CACHE_BYTES,
     DEFAULT_MESSAGE_CACHE_SIZE,

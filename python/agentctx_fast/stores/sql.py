@@ -22,7 +22,7 @@ from agentctx_fast.errors import InvalidArgumentError, MissingDependencyError
 from agentctx_fast.stores import _sql_lifecycle
 from agentctx_fast.stores._common import check_conversation_id, check_table_prefix
 from agentctx_fast.stores._front import AsyncStoreFront, StoreFront
-from agentctx_fast.stores._lifecycle import Purged, check_delete, check_listing, check_purge
+from agentctx_fast.stores.lifecycle import Purged, check_delete, check_listing, check_purge
 from agentctx_fast.stores._loader import (
     DEFAULT_MESSAGE_CACHE_BYTES,
     DEFAULT_MESSAGE_CACHE_SIZE,

@@ -41,7 +41,7 @@ from agentctx_fast.errors import (
     SerializationError,
 )
 from agentctx_fast.stores._common import check_conversation_id
-from agentctx_fast.stores._turn_types import (
+from agentctx_fast.stores.turn_types import (
     OPEN_STATUSES,
     AgentTurnSnapshot,
     ConversationLease,

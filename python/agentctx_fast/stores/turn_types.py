@@ -1,6 +1,7 @@
-"""The values of the turn stores (snapshots, leases, fences) and the argument checks every turn
-store makes: the leaf that `agentctx_fast.stores.turn_store` (where they are public) and each
-store's turn store build on."""
+"""The values of the turn stores: `AgentTurnSnapshot`, `ConversationLease`, `LeaseRenewal`,
+`Fence` and `PendingApproval` (also exported by `agentctx_fast.stores.turn_store` and the
+package root), and the argument checks every turn store makes: the leaf that
+`agentctx_fast.stores.turn_store` and each store's turn store build on."""
 
 from __future__ import annotations
 
@@ -19,6 +20,14 @@ from agentctx_fast.errors import (
     LeaseLostError,
 )
 from agentctx_fast.stores._common import check_conversation_id
+
+__all__ = [  # the checks below are the turn stores' own
+    "AgentTurnSnapshot",
+    "ConversationLease",
+    "Fence",
+    "LeaseRenewal",
+    "PendingApproval",
+]
 
 OPEN_STATUSES = frozenset({TurnStatus.RUNNING, TurnStatus.SUSPENDED})
 """Statuses of a turn that holds its conversation."""
