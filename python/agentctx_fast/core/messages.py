@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeAlias
 
-from agentctx_fast.core._ids import MAX_VERSION, check_identifier, require_str
+from agentctx_fast._ids import MAX_VERSION, check_identifier, require_str
+from agentctx_fast._ids import check_participant_name as _check_name
 from agentctx_fast.errors import ContentTooLargeError, InvalidArgumentError, InvalidMessageTypeError
 
 MAX_INLINE_BYTES = 256 * 1024
@@ -28,24 +28,10 @@ MAX_INLINE_BYTES = 256 * 1024
 KIND_SYSTEM, KIND_USER, KIND_AI, KIND_TOOL, KIND_ACTION, KIND_FORM = range(6)
 
 
-# What the OpenAI API accepts as a participant name: no whitespace and none of ``<|\\/>``.
-_PARTICIPANT_NAME = re.compile(r"[^\s<|\\/>]+")
 IMAGE_DETAILS = ("auto", "low", "high", "original")
 """The ``detail`` levels an `ImagePart` may ask for (the OpenAI image ``detail`` values)."""
 SYSTEM_ROLES = ("system", "developer")
 """The roles a `SystemMessage` may carry: ``developer`` is the newer models' ``system``."""
-
-
-def _check_name(name: object, message_id: str) -> None:
-    if name is None:
-        return
-    check_identifier(name, f"message {message_id!r} name")
-    assert isinstance(name, str)
-    if not _PARTICIPANT_NAME.fullmatch(name):
-        raise InvalidArgumentError(
-            f"message {message_id!r}: name must be non-empty, without whitespace or any of "
-            f"<|\\/>, got {name!r}"
-        )
 
 
 def not_a_message(

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentctx_fast._extras import missing_dependency
+from agentctx_fast._ids import check_participant_name
 from agentctx_fast.core.messages import (
     SYSTEM_ROLES,
     AiMessage,
@@ -35,7 +36,6 @@ from agentctx_fast.core.messages import (
     ToolMessage,
     Usage,
     UserMessage,
-    _check_name,
     not_a_message,
 )
 from agentctx_fast.errors import (
@@ -431,7 +431,7 @@ def _checked_name(message: lc.BaseMessage, kept: dict[str, Any]) -> str | None:
     if name is None:
         return None
     try:
-        _check_name(name, str(message.id))
+        check_participant_name(name, str(message.id))
     except AgentCtxError:
         kept["name"] = name
         return None

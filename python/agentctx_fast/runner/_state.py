@@ -10,9 +10,9 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from agentctx_fast._ids import check_identifier
 from agentctx_fast.compression.compressors import IncrementalCompressor
 from agentctx_fast.compression.coordinator import AsyncCompressionStateStore
-from agentctx_fast.core._ids import check_identifier
 from agentctx_fast.core.messages import AiMessage, Message, UserMessage
 from agentctx_fast.core.turns import TurnStatus
 from agentctx_fast.core.window import Compressor

@@ -6,11 +6,9 @@ import operator
 import re
 from typing import Any, TypeVar
 
-from agentctx_fast.core._ids import check_conversation_id
 from agentctx_fast.errors import InvalidArgumentError
 
 __all__ = [
-    "check_conversation_id",
     "check_key_prefix",
     "check_table_prefix",
     "shared_port",

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from agentctx_fast.core._ids import MAX_VERSION
+from agentctx_fast._ids import MAX_VERSION
+from agentctx_fast._ids import PARTICIPANT_NAME as _PARTICIPANT_NAME
 from agentctx_fast.core.messages import (
-    _PARTICIPANT_NAME,
     IMAGE_DETAILS,
     MAX_INLINE_BYTES,
     SYSTEM_ROLES,

@@ -9,11 +9,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from agentctx_fast._ids import check_conversation_id, check_identifier
 from agentctx_fast.compression.coordinator import (
     CompressionState,
     check_expected_version,
 )
-from agentctx_fast.core._ids import check_identifier
 from agentctx_fast.core.messages import Message
 from agentctx_fast.errors import (
     InvalidArgumentError,
@@ -32,7 +32,7 @@ from agentctx_fast.memory import (
 )
 from agentctx_fast.stores import _sql_lifecycle
 from agentctx_fast.stores._bridge import BlockingCompressionStateStore
-from agentctx_fast.stores._common import check_conversation_id, unit_handle
+from agentctx_fast.stores._common import unit_handle
 from agentctx_fast.stores._records import UndecodableRecord
 from agentctx_fast.stores._sql_io import SqlPort, sa
 from agentctx_fast.stores._sql_records import named_message

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from agentctx_fast.core._ids import check_conversation_id
+from agentctx_fast._ids import check_conversation_id
 from agentctx_fast.errors import InvalidArgumentError
 
 __all__ = ["Purged"]  # the checks below are the stores' own

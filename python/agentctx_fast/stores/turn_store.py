@@ -34,13 +34,13 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 
+from agentctx_fast._ids import check_conversation_id
 from agentctx_fast.core.messages import ToolCall
 from agentctx_fast.core.turns import TurnStatus
 from agentctx_fast.errors import (
     AgentConversationBusyError,  # noqa: F401 (the example above)
     SerializationError,
 )
-from agentctx_fast.stores._common import check_conversation_id
 from agentctx_fast.stores.turn_types import (
     OPEN_STATUSES,
     AgentTurnSnapshot,

@@ -11,7 +11,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from agentctx_fast.core._ids import check_expected_version, check_identifier, check_version
+from agentctx_fast._ids import (
+    check_conversation_id,
+    check_expected_version,
+    check_identifier,
+    check_version,
+)
 from agentctx_fast.core.messages import ToolCall
 from agentctx_fast.core.turns import TurnStatus
 from agentctx_fast.errors import (
@@ -19,7 +24,6 @@ from agentctx_fast.errors import (
     InvalidArgumentError,
     LeaseLostError,
 )
-from agentctx_fast.stores._common import check_conversation_id
 
 __all__ = [  # the checks below are the turn stores' own
     "AgentTurnSnapshot",
