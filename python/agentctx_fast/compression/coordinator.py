@@ -22,8 +22,7 @@ from agentctx_fast._ids import check_expected_version as check_expected_version_
 from agentctx_fast.core.messages import Message, ToolMessage
 from agentctx_fast.core.tokens import DEFAULT_ESTIMATOR, TokenEstimator
 from agentctx_fast.core.turns import segment_turns
-from agentctx_fast.core.window import Compressor
-from agentctx_fast.core.window import _compress as run_compressor
+from agentctx_fast.core.window import Compressor, run_compressor
 from agentctx_fast.errors import (
     CompressionStateConflictError,
     CoveredMessageNotFoundError,

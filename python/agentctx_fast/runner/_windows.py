@@ -19,8 +19,7 @@ from agentctx_fast.compression.coordinator import (
 from agentctx_fast.core.calibration import CalibratedTokenEstimator
 from agentctx_fast.core.messages import AiMessage, Message
 from agentctx_fast.core.turns import TurnStatus, segment_turns
-from agentctx_fast.core.window import Compressor, ContextWindow, build_window
-from agentctx_fast.core.window import _compress as run_compressor
+from agentctx_fast.core.window import Compressor, ContextWindow, build_window, run_compressor
 from agentctx_fast.errors import (
     CompressionError,
     CompressionStateConflictError,
