@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentctx_fast._ids import check_conversation_id, check_identifier
 from agentctx_fast.compression.coordinator import (
+    BlockingCompressionStateStore,
     CompressionState,
     check_expected_version,
 )
@@ -31,7 +32,6 @@ from agentctx_fast.memory import (
     first_of_each,
 )
 from agentctx_fast.stores import _sql_lifecycle
-from agentctx_fast.stores._bridge import BlockingCompressionStateStore
 from agentctx_fast.stores._common import unit_handle
 from agentctx_fast.stores._records import UndecodableRecord
 from agentctx_fast.stores._sql_io import SqlPort, sa

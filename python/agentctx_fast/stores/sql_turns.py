@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 from agentctx_fast._ids import check_conversation_id
 from agentctx_fast.core.turns import TurnStatus
 from agentctx_fast.errors import StoreError
-from agentctx_fast.stores._bridge import BlockingAgentTurnStore
 from agentctx_fast.stores._common import unit_handle
 from agentctx_fast.stores._records import decode_lease, naming
 from agentctx_fast.stores._sql_io import SqlPort, sa
 from agentctx_fast.stores.turn_store import (
     AgentTurnSnapshot,
+    BlockingAgentTurnStore,
     ConversationLease,
     Fence,
     LeaseRenewal,
