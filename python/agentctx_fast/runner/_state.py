@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentctx_fast._ids import check_identifier
 from agentctx_fast._tasks import Cancelled
+from agentctx_fast._units import shared_port
 from agentctx_fast.compression.compressors import IncrementalCompressor
 from agentctx_fast.compression.coordinator import AsyncCompressionStateStore
 from agentctx_fast.core.messages import AiMessage, Message, UserMessage
@@ -24,7 +25,6 @@ from agentctx_fast.observability.metrics import AgentMetrics
 from agentctx_fast.runner._io import AsyncTurnIO, BlockingTurnIO
 from agentctx_fast.runner._leases import HeldLease, LeaseKeeper
 from agentctx_fast.runner.agent import Agent, AgentTurn
-from agentctx_fast.stores._common import shared_port
 from agentctx_fast.stores.turn_store import (
     OPEN_STATUSES,
     AgentTurnSnapshot,

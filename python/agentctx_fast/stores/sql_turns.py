@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentctx_fast._ids import check_conversation_id
+from agentctx_fast._units import unit_handle
 from agentctx_fast.core.turns import TurnStatus
 from agentctx_fast.errors import StoreError
-from agentctx_fast.stores._common import unit_handle
 from agentctx_fast.stores._records import decode_lease, naming
 from agentctx_fast.stores._sql_io import SqlPort, sa
 from agentctx_fast.stores.turn_store import (
@@ -140,7 +140,7 @@ class AsyncSqlAgentTurnStore:
 
     @property
     def _io_port(self) -> SqlPort:
-        """The store's port (see `agentctx_fast.stores._common.shared_port`)."""
+        """The store's port (see `agentctx_fast._units.shared_port`)."""
         return self._store._port
 
     # -- snapshots --------------------------------------------------------------------------
