@@ -95,6 +95,8 @@ def window_reach(
     that). ``has_current_turn=False`` says the newest turn of ``messages`` is a history turn
     (the current turn is not stored yet, or ``options.current_turn`` is "none").
     """
+    if type(options) is not WindowOptions:
+        raise InvalidArgumentError(f"options must be a WindowOptions, got {type(options).__name__}")
     reach: int | None = core.window_reach(messages, options._compiled, has_current_turn)
     return reach
 
@@ -293,10 +295,10 @@ def _checked(estimator: TokenEstimator) -> Callable[[Sequence[Message]], int]:
 
 
 def run_compressor(compressor: Compressor, older: list[Message]) -> list[Message]:
-    """``compressor(older)``, checked as `build_window` checks it: any failure is a
-    `CompressionError` (an `AgentCtxError` other than one is wrapped), and the output is
-    `validate_compressor_output`'s. The compression coordinator and the runner call a
-    compressor through it too, so a compressor fails the same way wherever it runs."""
+    """``compressor(older)`` as `build_window` runs it: whatever the compressor raises
+    becomes a `CompressionError` (one it raises itself is kept), and its output must pass
+    `validate_compressor_output`. The compression coordinator and the runner run compressors
+    through it too, so a compressor fails the same way wherever it runs."""
     try:
         output = compressor(list(older))
     except AgentCtxError as error:
