@@ -58,7 +58,7 @@ def _imports(tree: ast.AST) -> list[tuple[int, str, str | None]]:
                     found.append((node.lineno, f"{module}.{alias.name}", None))
                 else:
                     found.append((node.lineno, module, alias.name))
-    return [item for item in found if item[1].split(".")[0] in ("agentctx_fast", "")]
+    return [item for item in found if item[1].startswith(("agentctx_fast", "."))]
 
 
 def sibling_private_imports() -> list[str]:
