@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from agentctx_fast import Message
-from agentctx_fast.core._backend import native
+from agentctx_fast._backend import native
 from agentctx_fast.stores import serializer as serializer_module
 from agentctx_fast.stores.serializer import JsonAgentStoreSerializer, load_message
 from bench_runner import tool_history

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from agentctx_fast.core._backend import native
+from agentctx_fast._backend import native
 from agentctx_fast.core._reference import api as reference
 from workload import conversation
 

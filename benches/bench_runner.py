@@ -24,9 +24,9 @@ from agentctx_fast.runner import Agent, AgentRunner
 from agentctx_fast.runner import _windows as runner_module
 from agentctx_fast.runner.tools import Tool
 from agentctx_fast.stores import InMemoryAgentStore
-from agentctx_fast.stores._bridge import awaitable_turn_store
 from agentctx_fast.stores.redis import RedisAgentStore
 from agentctx_fast.stores.sql import SqlAgentStore
+from agentctx_fast.stores.turn_store import awaitable_turn_store
 from bench_stores import bulk_load
 
 SIZES = (1_000, 10_000)

@@ -29,9 +29,9 @@ from typing import Any
 import pytest
 
 from agentctx_fast import AiMessage, Message, ToolCall, ToolMessage, UserMessage, to_openai
+from agentctx_fast._reads import REACH_MARGIN, read_history
 from agentctx_fast.core.window import WindowOptions, build_window
 from agentctx_fast.memory import AsyncChatMemory, awaitable_memory
-from agentctx_fast.runner._reads import _REACH_MARGIN, read_history
 from agentctx_fast.stores.redis import RedisAgentStore
 from agentctx_fast.stores.sql import SqlAgentStore
 from bench_runner import tool_history
@@ -123,7 +123,7 @@ async def _assemble(memory: AsyncChatMemory, key: int = 0) -> list[dict[str, Any
     runner remembers it; no turn is appended between calls here)."""
     known = _REACH.get(key)
     history, _ = await read_history(
-        memory, _DEFAULTS, first_page=None if known is None else known + _REACH_MARGIN
+        memory, _DEFAULTS, first_page=None if known is None else known + REACH_MARGIN
     )
     _REACH[key] = len(history)
     window = build_window(history, system="You are a support agent.")

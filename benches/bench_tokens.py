@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from agentctx_fast import BpeTokenEstimator, HeuristicTokenEstimator, TiktokenEstimator
-from agentctx_fast.core._backend import native
+from agentctx_fast._backend import native
 from token_corpus import corpus
 from token_references import reference
 from workload import conversation

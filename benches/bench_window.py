@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from agentctx_fast import Message, UserMessage, build_window
-from agentctx_fast.core._backend import core, native
+from agentctx_fast._backend import native
+from agentctx_fast.core._backend import core
 from agentctx_fast.core._reference import api as reference
 from engines import build_on, options_on
 from workload import conversation

@@ -931,7 +931,7 @@ def test_a_replaced_store_method_runs_call_by_call(
 
 
 def test_a_subclassed_memory_offers_no_unit(url: str) -> None:
-    from agentctx_fast.stores._common import shared_port
+    from agentctx_fast._units import shared_port
     from agentctx_fast.stores.sql import AsyncSqlChatMemory
 
     class Mine(AsyncSqlChatMemory):

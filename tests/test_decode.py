@@ -40,7 +40,7 @@ from agentctx_fast import (
     UserMessage,
     build_window,
 )
-from agentctx_fast.core._backend import backend, native
+from agentctx_fast._backend import backend, native
 from agentctx_fast.core.messages import _VIEW
 from agentctx_fast.stores import serializer as serializer_module
 from agentctx_fast.stores.serializer import JsonAgentStoreSerializer

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 import pytest
 
 from agentctx_fast import Message, ToolCall, ToolMessage
-from agentctx_fast.core._backend import native
+from agentctx_fast._backend import native
 from agentctx_fast.core.messages import IMAGE_DETAILS, MAX_INLINE_BYTES, SYSTEM_ROLES
 from agentctx_fast.stores import JsonAgentStoreSerializer
 from agentctx_fast.stores._schema import (

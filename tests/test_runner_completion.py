@@ -33,9 +33,9 @@ from agentctx_fast import (
     build_window,
     compressors,
 )
+from agentctx_fast._reads import REACH_MARGIN
 from agentctx_fast.compression.compressors import IncrementalCompressor
 from agentctx_fast.observability import metrics as m
-from agentctx_fast.runner._reads import _REACH_MARGIN
 from agentctx_fast.stores.turn_store import AgentTurnSnapshot
 from async_bridge import runner_for
 from runner_helpers import ids
@@ -373,8 +373,8 @@ def test_the_history_read_fetches_little_more_than_the_window() -> None:
     # then one page: the last read's reach (5 turns: 4 messages each, but the runner's own
     # turns hold 2), plus the 2-message turn this runner stored since, plus the margin
     reaches = [4 * (5 - own) + 2 * own for own in range(3)]
-    assert reads[1:] == [(reach + 2 + _REACH_MARGIN, 1) for reach in reaches], reads
-    assert _REACH_MARGIN <= 4
+    assert reads[1:] == [(reach + 2 + REACH_MARGIN, 1) for reach in reaches], reads
+    assert REACH_MARGIN <= 4
     before_reply = memory.get_messages()[:-1]  # what the last model call's window came from
     expected = build_window(before_reply, max_attached_turns=5, compact_completed_tool_turns=True)
     assert ids(model.calls[-1].messages) == ids(expected.messages)

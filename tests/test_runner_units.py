@@ -27,8 +27,8 @@ from agentctx_fast import (
     ToolCall,
     UserMessage,
 )
+from agentctx_fast._units import shared_port
 from agentctx_fast.observability import metrics as m
-from agentctx_fast.stores._common import shared_port
 from agentctx_fast.stores.serializer import JsonAgentStoreSerializer
 from agentctx_fast.stores.sql import AsyncSqlAgentStore, SqlAgentStore
 

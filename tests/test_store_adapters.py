@@ -14,6 +14,8 @@ import pytest
 
 from agentctx_fast.compression.coordinator import (
     AsyncCompressionStateStore,
+    AwaitableCompressionStateStore,
+    BlockingCompressionStateStore,
     CompressionStateStore,
 )
 from agentctx_fast.core.messages import UserMessage
@@ -24,13 +26,12 @@ from agentctx_fast.memory import (
     ChatMemory,
     InMemoryChatMemory,
 )
-from agentctx_fast.stores._bridge import (
+from agentctx_fast.stores.turn_store import (
+    AgentTurnStore,
+    AsyncAgentTurnStore,
     AwaitableAgentTurnStore,
-    AwaitableCompressionStateStore,
     BlockingAgentTurnStore,
-    BlockingCompressionStateStore,
 )
-from agentctx_fast.stores.turn_store import AgentTurnStore, AsyncAgentTurnStore
 
 # (adapter, the protocol it implements, the protocol of what it wraps, methods it may leave
 # to the protocol's default because they are built on the others)

@@ -30,12 +30,12 @@ from agentctx_fast import (
     ToolMessage,
     TurnStatus,
     UserMessage,
+    _backend,
 )
-from agentctx_fast.core import _backend
 from agentctx_fast.core._reference import api as reference
 from agentctx_fast.core._reference.read import MessageView
 from agentctx_fast.core.messages import _VIEW
-from agentctx_fast.core.window import ContextWindow, WindowOptions
+from agentctx_fast.core.window import ContextWindow, WindowOptions, window_reach
 from conftest import IntSubclass, StrSubclass, SystemSubclass, native_or_skip, window_outcome
 from engines import build_on, compiled
 from strategies import histories, window_options
@@ -429,3 +429,24 @@ def test_windows_built_inside_a_window_get_their_own_room(native: Any) -> None:
     for messages in windows:
         assert [m.message_id for m in messages] == expected
     assert [m.message_id for m in _selected(native, history)] == expected
+
+
+def test_window_reach_says_where_a_reader_of_the_newest_messages_may_stop() -> None:
+    """`window_reach` (public for readers that page back from the newest message, as the
+    runner and `memory.window` do): the index where the window's reach starts, None while the
+    messages do not show it, a typed error for options that are not `WindowOptions`."""
+    history = [
+        UserMessage("q1", message_id="u1"),
+        AiMessage("a1", message_id="a1"),
+        UserMessage("q2", message_id="u2"),
+        AiMessage("a2", message_id="a2"),
+        UserMessage("q3", message_id="u3"),
+    ]
+    options = WindowOptions(max_attached_turns=1)
+    assert window_reach(history, options) == 2  # the current turn and one history turn
+    whole = agentctx_fast.build_window(history, options)
+    assert agentctx_fast.build_window(history[2:], options).messages == whole.messages
+    assert window_reach(history[2:], options) is None  # no older turn read: it may reach further
+    assert window_reach(history, options, has_current_turn=False) == 4  # u3 is a history turn
+    with pytest.raises(agentctx_fast.InvalidArgumentError, match="must be a WindowOptions"):
+        window_reach(history, {"max_attached_turns": 1})  # type: ignore[arg-type]

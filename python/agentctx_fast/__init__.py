@@ -7,6 +7,7 @@ True
 
 from typing import TYPE_CHECKING
 
+from agentctx_fast._backend import backend
 from agentctx_fast._version import __version__ as __version__
 from agentctx_fast.compression import compressors
 from agentctx_fast.compression.compressors import IncrementalCompressor
@@ -19,7 +20,6 @@ from agentctx_fast.compression.coordinator import (
     CompressionTriggerInput,
     InMemoryCompressionStateStore,
 )
-from agentctx_fast.core._backend import backend
 from agentctx_fast.core.calibration import CalibratedTokenEstimator
 from agentctx_fast.core.messages import (
     MAX_INLINE_BYTES,

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from agentctx_fast._reads import read_history
 from agentctx_fast.core.messages import Message, SystemMessage, UserMessage
 from agentctx_fast.core.types import ContextWindow, WindowOptions
 from agentctx_fast.core.window import build_window
 from agentctx_fast.errors import InvalidArgumentError
 from agentctx_fast.memory import AsyncChatMemory
-from agentctx_fast.runner._reads import read_history
 
 # The first read of the head: a history starts with a user message, or a system message and
 # one; the read is made four times longer while it holds no user message.

@@ -1,4 +1,6 @@
-"""Waiting for work that must not be cut in the middle (a store write, a closing turn)."""
+"""Waiting for work that must not be cut in the middle (a store write, a closing turn), and
+`Cancelled`, how a cancelled turn stops (the runner raises it, tracing does not count it as a
+failure)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,10 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+
+class Cancelled(Exception):
+    """The turn was cancelled (here, or elsewhere through the store)."""
 
 
 def in_thread(fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:

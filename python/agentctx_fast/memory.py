@@ -31,7 +31,7 @@ from agentctx_fast._blocking import (
     implementation,
     run_sync,
 )
-from agentctx_fast.core._ids import check_expected_version, check_identifier
+from agentctx_fast._ids import check_expected_version, check_identifier
 from agentctx_fast.core.messages import Message
 from agentctx_fast.errors import (
     DuplicateMessageError,

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from agentctx_fast.core._ids import is_unicode_text
+from agentctx_fast._ids import is_unicode_text
 from agentctx_fast.core.messages import AgentActionMessage, AgentFormMessage, Message
 from agentctx_fast.errors import AgentCtxError, ContentTooLargeError, InvalidArgumentError
 from agentctx_fast.formats.openai import from_openai

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from agentctx_fast._backend import backend
 from agentctx_fast.cli._conversation_file import ConversationFileError, read_conversation
-from agentctx_fast.core._backend import backend
 from agentctx_fast.core.messages import AiMessage, Message, SystemMessage, ToolMessage
 from agentctx_fast.core.protocol import close_unanswered_calls, unanswered_calls
 from agentctx_fast.core.tokens import DEFAULT_ESTIMATOR, TokenEstimator, estimator_for_model

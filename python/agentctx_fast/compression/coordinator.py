@@ -17,13 +17,12 @@ from typing import Protocol, runtime_checkable
 
 from agentctx_fast import _blocking as _sync
 from agentctx_fast._blocking import run_sync
-from agentctx_fast.core._ids import check_conversation_id, check_identifier, check_version
-from agentctx_fast.core._ids import check_expected_version as check_expected_version_number
+from agentctx_fast._ids import check_conversation_id, check_identifier, check_version
+from agentctx_fast._ids import check_expected_version as check_expected_version_number
 from agentctx_fast.core.messages import Message, ToolMessage
 from agentctx_fast.core.tokens import DEFAULT_ESTIMATOR, TokenEstimator
 from agentctx_fast.core.turns import segment_turns
-from agentctx_fast.core.window import Compressor
-from agentctx_fast.core.window import _compress as run_compressor
+from agentctx_fast.core.window import Compressor, run_compressor
 from agentctx_fast.errors import (
     CompressionStateConflictError,
     CoveredMessageNotFoundError,

@@ -13,13 +13,17 @@ from __future__ import annotations
 import json
 import math
 import operator
-import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, SupportsIndex, TypeAlias
 
-from agentctx_fast.core._ids import MAX_VERSION, check_identifier, require_str
+from agentctx_fast._ids import (
+    MAX_VERSION,
+    check_identifier,
+    check_participant_name,
+    require_str,
+)
 from agentctx_fast.errors import ContentTooLargeError, InvalidArgumentError, InvalidMessageTypeError
 
 MAX_INLINE_BYTES = 256 * 1024
@@ -29,24 +33,10 @@ MAX_INLINE_BYTES = 256 * 1024
 KIND_SYSTEM, KIND_USER, KIND_AI, KIND_TOOL, KIND_ACTION, KIND_FORM = range(6)
 
 
-# What the OpenAI API accepts as a participant name: no whitespace and none of ``<|\\/>``.
-_PARTICIPANT_NAME = re.compile(r"[^\s<|\\/>]+")
 IMAGE_DETAILS = ("auto", "low", "high", "original")
 """The ``detail`` levels an `ImagePart` may ask for (the OpenAI image ``detail`` values)."""
 SYSTEM_ROLES = ("system", "developer")
 """The roles a `SystemMessage` may carry: ``developer`` is the newer models' ``system``."""
-
-
-def _check_name(name: object, message_id: str) -> None:
-    if name is None:
-        return
-    check_identifier(name, f"message {message_id!r} name")
-    assert isinstance(name, str)
-    if not _PARTICIPANT_NAME.fullmatch(name):
-        raise InvalidArgumentError(
-            f"message {message_id!r}: name must be non-empty, without whitespace or any of "
-            f"<|\\/>, got {name!r}"
-        )
 
 
 def not_a_message(
@@ -267,7 +257,7 @@ class SystemMessage(Message):
                 f"message {self.message_id!r}: role must be 'system' or 'developer', "
                 f"got {self.role!r}"
             )
-        _check_name(self.name, self.message_id)
+        check_participant_name(self.name, self.message_id)
 
 
 @dataclass(frozen=True, slots=True, eq=True)
@@ -281,7 +271,7 @@ class UserMessage(Message):
 
     def __post_init__(self) -> None:
         Message.__post_init__(self)
-        _check_name(self.name, self.message_id)
+        check_participant_name(self.name, self.message_id)
         if isinstance(self.content, list):
             object.__setattr__(self, "content", tuple(self.content))
         if isinstance(self.content, tuple):
@@ -341,7 +331,7 @@ class AiMessage(Message):
             object.__setattr__(self, "provider_items", ())
         if self.refusal is not None:
             require_str(self.refusal, f"message {self.message_id!r} refusal")
-        _check_name(self.name, self.message_id)
+        check_participant_name(self.name, self.message_id)
         if self.usage is not None and not isinstance(self.usage, Usage):
             raise InvalidMessageTypeError(
                 f"message {self.message_id!r}: usage must be a Usage or None, "

@@ -12,8 +12,9 @@ import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
+from agentctx_fast._backend import backend, native
 from agentctx_fast._extras import missing_dependency
-from agentctx_fast.core._backend import backend, core, native
+from agentctx_fast.core._backend import core
 from agentctx_fast.core._cache import GenerationCache
 from agentctx_fast.core._reference.message_tokens import message_tokens_one
 from agentctx_fast.core._reference.tokens import ENCODINGS as _ENCODINGS

@@ -33,7 +33,9 @@ __all__ = [
     "ContextWindow",
     "WindowOptions",
     "build_window",
+    "run_compressor",
     "validate_compressor_output",
+    "window_reach",
 ]
 
 MAX_TOKENS = 2**63 - 1
@@ -77,6 +79,26 @@ def build_window(
     elif type(options) is not WindowOptions:
         raise InvalidArgumentError(f"options must be a WindowOptions, got {type(options).__name__}")
     return _build(core, history, options, system, turn_statuses)
+
+
+def window_reach(
+    messages: Sequence[Message], options: WindowOptions, *, has_current_turn: bool = True
+) -> int | None:
+    """Where a window of ``options`` over a whole conversation starts reading, proved from
+    ``messages``, the conversation's newest messages (oldest first): the index in ``messages``
+    of the user message starting the oldest turn the window can attach, or None when
+    ``messages`` do not reach back far enough to tell (read older ones and ask again).
+
+    So a reader going back page by page from the newest message needs only
+    ``messages[reach:]``: its window attaches the turns the whole conversation's does (only a
+    cut by ``max_attached_turns`` is not seen in its ``cut_by``: ask with one turn more for
+    that). ``has_current_turn=False`` says the newest turn of ``messages`` is a history turn
+    (the current turn is not stored yet, or ``options.current_turn`` is "none").
+    """
+    if type(options) is not WindowOptions:
+        raise InvalidArgumentError(f"options must be a WindowOptions, got {type(options).__name__}")
+    reach: int | None = core.window_reach(messages, options._compiled, has_current_turn)
+    return reach
 
 
 def options_with(options: WindowOptions | None, overrides: Mapping[str, Any]) -> WindowOptions:
@@ -144,7 +166,7 @@ def _build(
     compressor = options.context_compressor
     if compressor is not None and older_count:
         start = 1 if has_system else 0
-        replacement = _compress(compressor, window[start : start + older_count])
+        replacement = run_compressor(compressor, window[start : start + older_count])
         window = [*window[:start], *replacement, *window[start + older_count :]]
         if count is None:
             tokens += sum(engine.message_tokens(replacement)) - older_tokens
@@ -272,7 +294,11 @@ def _checked(estimator: TokenEstimator) -> Callable[[Sequence[Message]], int]:
     return estimate
 
 
-def _compress(compressor: Compressor, older: list[Message]) -> list[Message]:
+def run_compressor(compressor: Compressor, older: list[Message]) -> list[Message]:
+    """``compressor(older)`` as `build_window` runs it: whatever the compressor raises
+    becomes a `CompressionError` (one it raises itself is kept), and its output must pass
+    `validate_compressor_output`. The compression coordinator and the runner run compressors
+    through it too, so a compressor fails the same way wherever it runs."""
     try:
         output = compressor(list(older))
     except AgentCtxError as error:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from agentctx_fast._wire import copy_json
 from agentctx_fast.core.messages import AiMessage
 
 ANTHROPIC_BLOCK_TYPES = frozenset(
@@ -66,15 +67,7 @@ def items_for(message: AiMessage, others: frozenset[str]) -> list[dict[str, Any]
     """The message's provider items except those of a type in ``others`` (copies: a caller
     that edits the request never changes the stored message)."""
     return [
-        _copy(item)
+        copy_json(item)
         for item in message.provider_items
         if not (isinstance(item, Mapping) and item.get("type") in others)
     ]
-
-
-def _copy(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {key: _copy(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_copy(item) for item in value]
-    return value

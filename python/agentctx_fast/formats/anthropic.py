@@ -34,6 +34,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from agentctx_fast import _wire
 from agentctx_fast.core.messages import (
     AiMessage,
     AudioPart,
@@ -49,7 +50,6 @@ from agentctx_fast.core.messages import (
     not_a_message,
 )
 from agentctx_fast.errors import AgentCtxError, ContentTooLargeError, InvalidArgumentError
-from agentctx_fast.formats import _wire
 from agentctx_fast.formats._provider import RESPONSES_ITEM_TYPES, items_for
 
 if TYPE_CHECKING:

@@ -22,6 +22,7 @@ import base64
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from agentctx_fast import _wire
 from agentctx_fast.core.messages import (
     SYSTEM_ROLES,
     AiMessage,
@@ -42,7 +43,6 @@ from agentctx_fast.errors import (
     ContentTooLargeError,
     InvalidArgumentError,
 )
-from agentctx_fast.formats import _wire
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam

@@ -50,6 +50,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from agentctx_fast import _wire
 from agentctx_fast.core.messages import (
     SYSTEM_ROLES,
     AiMessage,
@@ -66,8 +67,7 @@ from agentctx_fast.core.messages import (
     not_a_message,
 )
 from agentctx_fast.errors import AgentCtxError, ContentTooLargeError, InvalidArgumentError
-from agentctx_fast.formats import _wire
-from agentctx_fast.formats._provider import ANTHROPIC_BLOCK_TYPES, _copy, items_for
+from agentctx_fast.formats._provider import ANTHROPIC_BLOCK_TYPES, items_for
 
 if TYPE_CHECKING:
     from openai.types.responses import ResponseInputItemParam
@@ -119,7 +119,7 @@ def _extras(message: Message) -> dict[str, Any]:
     """The Responses fields ``message`` keeps, copied: the items made from them are the
     caller's to edit, and a store may hold the message itself (the in-memory one does)."""
     kept = message.metadata.get(RESPONSES_METADATA_KEY)
-    return _copy(kept) if isinstance(kept, dict) else {}
+    return _wire.copy_json(kept) if isinstance(kept, dict) else {}
 
 
 def _ai_to_responses(message: AiMessage, index: int, include_ids: bool) -> list[dict[str, Any]]:
@@ -151,7 +151,7 @@ def _said(
     api_id = message.message_id.startswith("msg_")
     several = extras.get("messages")
     if isinstance(several, list) and _said_by(several) == (text, refusal):
-        items = [_copy(item) for item in several]
+        items = [_wire.copy_json(item) for item in several]
         if api_id or include_ids:
             items[0]["id"] = message.message_id
         else:

@@ -20,7 +20,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agentctx_fast import _wire
 from agentctx_fast._extras import missing_dependency
+from agentctx_fast._ids import check_participant_name
 from agentctx_fast.core.messages import (
     SYSTEM_ROLES,
     AiMessage,
@@ -35,7 +37,6 @@ from agentctx_fast.core.messages import (
     ToolMessage,
     Usage,
     UserMessage,
-    _check_name,
     not_a_message,
 )
 from agentctx_fast.errors import (
@@ -44,8 +45,6 @@ from agentctx_fast.errors import (
     InvalidArgumentError,
     InvalidMessageTypeError,
 )
-from agentctx_fast.formats import _wire
-from agentctx_fast.formats._provider import _copy
 
 try:
     from langchain_core import messages as lc
@@ -136,7 +135,7 @@ def _ai_default_content(text: str | None, items: Sequence[dict[str, Any]]) -> An
     """The content `to_langchain` writes: the text, or the provider items then the text."""
     if not items:
         return text or ""
-    blocks = [_copy(item) for item in items]
+    blocks = [_wire.copy_json(item) for item in items]
     if text:
         blocks.append({"type": "text", "text": text})
     return blocks
@@ -191,14 +190,14 @@ def _restore(message: Message, kept: dict[str, Any], kwargs: dict[str, Any], con
     still reads as the message's own fields, so an updated message is never contradicted)."""
     for key in ("additional_kwargs", "response_metadata", "artifact"):
         if key in kept:
-            kwargs[key] = _copy(kept[key])
+            kwargs[key] = _wire.copy_json(kept[key])
     if "name" in kept and kwargs.get("name") is None:
         kwargs["name"] = kept["name"]
     usage = kept.get("usage_metadata")
     if isinstance(usage, dict) and kwargs.get("usage_metadata") == {
         k: usage.get(k) for k in _USAGE_KEYS
     }:
-        kwargs["usage_metadata"] = _copy(usage)
+        kwargs["usage_metadata"] = _wire.copy_json(usage)
     layout = kept.get("content")
     if not isinstance(layout, list):
         return content
@@ -242,10 +241,10 @@ def _filled(layout: list[Any], message: Message) -> list[Any] | None:
         if block == slot:
             if taken == len(fills):
                 return None
-            out.append(_copy(fills[taken]))
+            out.append(_wire.copy_json(fills[taken]))
             taken += 1
         else:
-            out.append(_copy(block))
+            out.append(_wire.copy_json(block))
     return out  # `_reads_as` checks that every item and part is in it
 
 
@@ -421,7 +420,7 @@ def _keep(
         if metadata:
             kept["response_metadata"] = metadata
     kept = {k: v for k, v in kept.items() if _json(v)}
-    return {LANGCHAIN_METADATA_KEY: _copy(kept)} if kept else {}
+    return {LANGCHAIN_METADATA_KEY: _wire.copy_json(kept)} if kept else {}
 
 
 def _checked_name(message: lc.BaseMessage, kept: dict[str, Any]) -> str | None:
@@ -431,7 +430,7 @@ def _checked_name(message: lc.BaseMessage, kept: dict[str, Any]) -> str | None:
     if name is None:
         return None
     try:
-        _check_name(name, str(message.id))
+        check_participant_name(name, str(message.id))
     except AgentCtxError:
         kept["name"] = name
         return None

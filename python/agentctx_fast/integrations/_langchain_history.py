@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentctx_fast._blocking import run_sync
-from agentctx_fast.core._ids import check_identifier
+from agentctx_fast._ids import check_identifier
 from agentctx_fast.core.window import WindowOptions
 from agentctx_fast.errors import InvalidArgumentError
 from agentctx_fast.integrations._langchain_convert import from_langchain, to_langchain

@@ -50,7 +50,7 @@ from typing import Any, TypeVar
 
 from agentctx_fast._blocking import run_sync
 from agentctx_fast._extras import missing_dependency
-from agentctx_fast.core._ids import check_identifier
+from agentctx_fast._ids import check_identifier
 from agentctx_fast.core.messages import AiMessage, Message, ToolMessage, UserMessage, new_message_id
 from agentctx_fast.core.types import WindowOptions
 from agentctx_fast.core.window import build_window

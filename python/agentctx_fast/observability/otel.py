@@ -22,8 +22,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from agentctx_fast._tasks import Cancelled
 from agentctx_fast.errors import MissingDependencyError
-from agentctx_fast.runner._io import Cancelled
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import Histogram, MeterProvider

@@ -19,8 +19,7 @@ from agentctx_fast.observability.metrics import AgentMetrics
 from agentctx_fast.runner._engine import Engine
 from agentctx_fast.runner._leases import LeaseKeeper
 from agentctx_fast.runner._state import check_lease_seconds
-from agentctx_fast.stores._bridge import awaitable_turn_store
-from agentctx_fast.stores.turn_store import InMemoryAgentTurnStore
+from agentctx_fast.stores.turn_store import InMemoryAgentTurnStore, awaitable_turn_store
 
 if TYPE_CHECKING:
     from agentctx_fast.observability.otel import OtelTracing

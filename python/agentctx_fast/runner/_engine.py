@@ -22,7 +22,7 @@ The engine is plain functions over a turn's state (`TurnRun`) and the runner's p
 - `_tools` and `_approvals`: a step's tool calls, and a resume's decisions;
 - `_writes` and `_persist`: the turn's messages, and its record (saving, ending, closing a
   dead process's turn);
-- `_history` and `_reads`: what a turn reads of its conversation;
+- `_history`: what a turn reads of its conversation (page by page: `agentctx_fast._reads`);
 - `_state`: the turn's state, the runner's parts, units of store I/O and the lease checks;
   `_leases`: the one lease keeper; `_observed`: spans and turn metrics; `_io`: the ports.
 

@@ -1,12 +1,13 @@
 """What a turn reads of its conversation: the history a window needs, a stored turn's own
-messages, and turn records (the page-by-page reads themselves are `_reads`)."""
+messages, and turn records (the page-by-page reads themselves are
+`agentctx_fast._reads`, shared with `ChatMemory.window`)."""
 
 from __future__ import annotations
 
+from agentctx_fast._reads import NEWEST_TURN, REACH_MARGIN, read_history
 from agentctx_fast.core.messages import Message
 from agentctx_fast.errors import InvalidArgumentError, TurnNotFoundError, TurnStateError
 from agentctx_fast.memory import AsyncChatMemory
-from agentctx_fast.runner._reads import _REACH_MARGIN, NEWEST_TURN, read_history
 from agentctx_fast.runner._state import Engine, check_turn_id, remember_reach
 from agentctx_fast.runner.agent import Agent
 from agentctx_fast.stores.turn_store import AgentTurnSnapshot
@@ -40,7 +41,7 @@ async def history(
         agent.window_options,
         must_include=must_include,
         current_stored=current_stored,
-        first_page=None if known is None else known + _REACH_MARGIN,
+        first_page=None if known is None else known + REACH_MARGIN,
     )
     remember_reach(eng, conversation_id, len(tail))
     return tail

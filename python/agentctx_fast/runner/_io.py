@@ -19,16 +19,12 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from agentctx_fast._tasks import in_thread
+from agentctx_fast._tasks import Cancelled, in_thread
 from agentctx_fast.core.messages import AiMessage, Message
 from agentctx_fast.runner.events import StreamEvent, TextDelta
 from agentctx_fast.runner.tools import Tool, ToolOutcome, is_async_callable
 
 T = TypeVar("T")
-
-
-class Cancelled(Exception):
-    """The turn was cancelled (here, or elsewhere through the store)."""
 
 
 class BlockingTurnIO:

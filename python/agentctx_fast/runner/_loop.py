@@ -8,11 +8,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 
+from agentctx_fast._tasks import Cancelled
 from agentctx_fast.core.messages import AiMessage
 from agentctx_fast.core.turns import TurnStatus
 from agentctx_fast.errors import AgentCtxError, LeaseLostError
 from agentctx_fast.runner._approvals import decide
-from agentctx_fast.runner._io import Cancelled
 from agentctx_fast.runner._observed import chat
 from agentctx_fast.runner._persist import abandon, finish, lost, release, save, suspend
 from agentctx_fast.runner._state import (

@@ -6,13 +6,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
 
+from agentctx_fast._reads import NEWEST_TURN, read_history
 from agentctx_fast.core.messages import AiMessage, Message
 from agentctx_fast.core.turns import TurnStatus
 from agentctx_fast.errors import LeaseLostError, StoreBusyError, StoreError, TurnStateError
 from agentctx_fast.memory import AsyncChatMemory
 from agentctx_fast.observability import metrics as m
 from agentctx_fast.runner._io import AsyncTurnIO, BlockingTurnIO
-from agentctx_fast.runner._reads import NEWEST_TURN, read_history
 from agentctx_fast.runner._state import (
     Engine,
     TurnIO,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 
+from agentctx_fast._ids import check_conversation_id
 from agentctx_fast.core.messages import AiMessage
 from agentctx_fast.core.turns import TurnStatus
 from agentctx_fast.errors import AgentConversationBusyError, InvalidArgumentError, TurnStateError
@@ -17,7 +18,6 @@ from agentctx_fast.runner._observed import observed
 from agentctx_fast.runner._persist import abandon, finish, recover
 from agentctx_fast.runner._state import Engine, TurnIO, TurnRun, agent_stub, fence, timed, view
 from agentctx_fast.runner.agent import Agent, AgentTurn
-from agentctx_fast.stores._common import check_conversation_id
 from agentctx_fast.stores.turn_store import OPEN_STATUSES, AgentTurnSnapshot
 
 

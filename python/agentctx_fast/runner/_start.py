@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
+from agentctx_fast._ids import check_conversation_id
 from agentctx_fast.core.messages import Message, UserMessage
 from agentctx_fast.core.turns import TurnStatus
 from agentctx_fast.errors import (
@@ -36,7 +37,6 @@ from agentctx_fast.runner._state import (
     view,
 )
 from agentctx_fast.runner.agent import Agent, AgentTurn
-from agentctx_fast.stores._common import check_conversation_id
 from agentctx_fast.stores.turn_store import AgentTurnSnapshot, dump_snapshot
 
 

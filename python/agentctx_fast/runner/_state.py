@@ -10,9 +10,11 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from agentctx_fast._ids import check_identifier
+from agentctx_fast._tasks import Cancelled
+from agentctx_fast._units import shared_port
 from agentctx_fast.compression.compressors import IncrementalCompressor
 from agentctx_fast.compression.coordinator import AsyncCompressionStateStore
-from agentctx_fast.core._ids import check_identifier
 from agentctx_fast.core.messages import AiMessage, Message, UserMessage
 from agentctx_fast.core.turns import TurnStatus
 from agentctx_fast.core.window import Compressor
@@ -20,10 +22,9 @@ from agentctx_fast.errors import InvalidArgumentError, InvalidMessageTypeError, 
 from agentctx_fast.memory import AsyncChatMemory, check_messages
 from agentctx_fast.observability import metrics as m
 from agentctx_fast.observability.metrics import AgentMetrics
-from agentctx_fast.runner._io import AsyncTurnIO, BlockingTurnIO, Cancelled
+from agentctx_fast.runner._io import AsyncTurnIO, BlockingTurnIO
 from agentctx_fast.runner._leases import HeldLease, LeaseKeeper
 from agentctx_fast.runner.agent import Agent, AgentTurn
-from agentctx_fast.stores._common import shared_port
 from agentctx_fast.stores.turn_store import (
     OPEN_STATUSES,
     AgentTurnSnapshot,

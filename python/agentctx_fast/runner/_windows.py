@@ -10,17 +10,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 
+from agentctx_fast._ids import check_identifier
 from agentctx_fast.compression.compressors import IncrementalCompressor
 from agentctx_fast.compression.coordinator import (
     CompressionCoordinator,
     CompressionState,
 )
-from agentctx_fast.core._ids import check_identifier
 from agentctx_fast.core.calibration import CalibratedTokenEstimator
 from agentctx_fast.core.messages import AiMessage, Message
 from agentctx_fast.core.turns import TurnStatus, segment_turns
-from agentctx_fast.core.window import Compressor, ContextWindow, build_window
-from agentctx_fast.core.window import _compress as run_compressor
+from agentctx_fast.core.window import Compressor, ContextWindow, build_window, run_compressor
 from agentctx_fast.errors import (
     CompressionError,
     CompressionStateConflictError,

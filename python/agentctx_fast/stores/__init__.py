@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from agentctx_fast._extras import stand_in
 from agentctx_fast.errors import MissingDependencyError
-from agentctx_fast.stores._lifecycle import Purged
 from agentctx_fast.stores.base import AgentStore, AsyncAgentStore
 from agentctx_fast.stores.in_memory import AsyncInMemoryAgentStore, InMemoryAgentStore
+from agentctx_fast.stores.lifecycle import Purged
 from agentctx_fast.stores.serializer import AgentStoreSerializer, JsonAgentStoreSerializer
 
 if TYPE_CHECKING:

@@ -18,9 +18,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, cast
 
-from agentctx_fast.core._ids import MAX_VERSION
+from agentctx_fast._ids import MAX_VERSION, PARTICIPANT_NAME
 from agentctx_fast.core.messages import (
-    _PARTICIPANT_NAME,
     IMAGE_DETAILS,
     MAX_INLINE_BYTES,
     SYSTEM_ROLES,
@@ -178,7 +177,7 @@ def _identifier(value: object) -> object:
 
 
 def _name(value: object) -> object:
-    fine = type(value) is str and "\x00" not in value and _PARTICIPANT_NAME.fullmatch(value)
+    fine = type(value) is str and "\x00" not in value and PARTICIPANT_NAME.fullmatch(value)
     return value if fine else _BAD
 
 

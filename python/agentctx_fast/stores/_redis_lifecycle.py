@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING
 
 from agentctx_fast.core.turns import TurnStatus
 from agentctx_fast.errors import SerializationError, StoreError
-from agentctx_fast.stores._lifecycle import page_of
 from agentctx_fast.stores._redis_io import (
     conversation_tag,
     glob_escaped,
     tag_conversation,
     text,
 )
+from agentctx_fast.stores.lifecycle import page_of
 from agentctx_fast.stores.turn_store import ConversationLease, busy_error
 
 if TYPE_CHECKING:

@@ -10,11 +10,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from agentctx_fast._ids import check_conversation_id, check_identifier
 from agentctx_fast.compression.coordinator import (
+    BlockingCompressionStateStore,
     CompressionState,
     check_expected_version,
 )
-from agentctx_fast.core._ids import check_identifier
 from agentctx_fast.core.messages import Message
 from agentctx_fast.errors import (
     InvalidArgumentError,
@@ -31,8 +32,6 @@ from agentctx_fast.memory import (
     check_page,
     check_version,
 )
-from agentctx_fast.stores._bridge import BlockingCompressionStateStore
-from agentctx_fast.stores._common import check_conversation_id
 from agentctx_fast.stores._records import UndecodableRecord
 from agentctx_fast.stores._redis_io import raw, write_script
 from agentctx_fast.stores._redis_records import REMOVE_RECORD, RedisRecords

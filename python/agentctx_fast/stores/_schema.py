@@ -35,7 +35,7 @@ class Kind:
 
     TEXT = "text"  # a str
     ID = "id"  # an identifier: a str without NUL
-    NAME = "name"  # a participant name (messages._PARTICIPANT_NAME)
+    NAME = "name"  # a participant name (`agentctx_fast._ids.PARTICIPANT_NAME`)
     ROLE = "role"  # one of messages.SYSTEM_ROLES
     DETAIL = "detail"  # one of messages.IMAGE_DETAILS
     VERSION = "version"  # an int from 0 to 2**63 - 1

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from agentctx_fast.core.turns import TurnStatus
 from agentctx_fast.errors import SerializationError
-from agentctx_fast.stores._lifecycle import Purged
 from agentctx_fast.stores._sql_io import sa
 from agentctx_fast.stores._sql_records import quarantine_table
+from agentctx_fast.stores.lifecycle import Purged
 from agentctx_fast.stores.turn_store import OPEN_STATUSES, ConversationLease, busy_error
 
 if TYPE_CHECKING:

@@ -9,11 +9,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from agentctx_fast._ids import check_conversation_id, check_identifier
+from agentctx_fast._units import unit_handle
 from agentctx_fast.compression.coordinator import (
+    BlockingCompressionStateStore,
     CompressionState,
     check_expected_version,
 )
-from agentctx_fast.core._ids import check_identifier
 from agentctx_fast.core.messages import Message
 from agentctx_fast.errors import (
     InvalidArgumentError,
@@ -31,8 +33,6 @@ from agentctx_fast.memory import (
     first_of_each,
 )
 from agentctx_fast.stores import _sql_lifecycle
-from agentctx_fast.stores._bridge import BlockingCompressionStateStore
-from agentctx_fast.stores._common import check_conversation_id, unit_handle
 from agentctx_fast.stores._records import UndecodableRecord
 from agentctx_fast.stores._sql_io import SqlPort, sa
 from agentctx_fast.stores._sql_records import named_message
@@ -63,7 +63,7 @@ class AsyncSqlChatMemory(AsyncChatMemory):
 
     @property
     def _io_port(self) -> SqlPort:
-        """The store's port (see `agentctx_fast.stores._common.shared_port`)."""
+        """The store's port (see `agentctx_fast._units.shared_port`)."""
         return self._store._port
 
     async def add_message_if_absent(self, message: Message) -> bool:

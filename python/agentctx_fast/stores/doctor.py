@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from agentctx_fast._ids import check_conversation_id
 from agentctx_fast.core.messages import Message
 from agentctx_fast.core.protocol import validate_tool_protocol
 from agentctx_fast.core.turns import TurnStatus
@@ -44,7 +45,6 @@ from agentctx_fast.errors import (
     SerializationError,
     TurnStateError,
 )
-from agentctx_fast.stores._common import check_conversation_id
 from agentctx_fast.stores._records import (
     QuarantinedRecord,
     StoredRecord,

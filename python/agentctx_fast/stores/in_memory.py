@@ -8,7 +8,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from agentctx_fast.compression.coordinator import InMemoryCompressionStateStore
+from agentctx_fast._ids import check_conversation_id
+from agentctx_fast.compression.coordinator import (
+    AwaitableCompressionStateStore,
+    InMemoryCompressionStateStore,
+)
 from agentctx_fast.core.messages import Message
 from agentctx_fast.core.turns import TurnStatus
 from agentctx_fast.errors import VersionConflictError
@@ -18,11 +22,14 @@ from agentctx_fast.memory import (
     ChatMemory,
     InMemoryChatMemory,
 )
-from agentctx_fast.stores._bridge import AwaitableAgentTurnStore, AwaitableCompressionStateStore
-from agentctx_fast.stores._common import check_conversation_id
 from agentctx_fast.stores._front import AsyncStoreFront, StoreFront
-from agentctx_fast.stores._lifecycle import check_delete, check_listing, page_of
-from agentctx_fast.stores.turn_store import Fence, InMemoryAgentTurnStore, busy_error
+from agentctx_fast.stores.lifecycle import check_delete, check_listing, page_of
+from agentctx_fast.stores.turn_store import (
+    AwaitableAgentTurnStore,
+    Fence,
+    InMemoryAgentTurnStore,
+    busy_error,
+)
 
 
 class StoreChatMemory(InMemoryChatMemory):

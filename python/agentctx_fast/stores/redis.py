@@ -34,10 +34,10 @@ import functools
 import time
 from typing import Any, Generic, TypeVar
 
+from agentctx_fast._ids import check_conversation_id
 from agentctx_fast.errors import InvalidArgumentError
-from agentctx_fast.stores._common import check_conversation_id, check_key_prefix
+from agentctx_fast.stores._common import check_key_prefix
 from agentctx_fast.stores._front import AsyncStoreFront, StoreFront
-from agentctx_fast.stores._lifecycle import check_delete, check_listing, check_ttl
 from agentctx_fast.stores._loader import (
     DEFAULT_MESSAGE_CACHE_BYTES,
     DEFAULT_MESSAGE_CACHE_SIZE,
@@ -70,6 +70,7 @@ from agentctx_fast.stores._redis_memory import (
     RedisChatMemory,
     RedisCompressionStateStore,
 )
+from agentctx_fast.stores.lifecycle import check_delete, check_listing, check_ttl
 from agentctx_fast.stores.redis_turns import AsyncRedisAgentTurnStore, RedisAgentTurnStore
 from agentctx_fast.stores.serializer import AgentStoreSerializer, JsonAgentStoreSerializer
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from agentctx_fast._ids import check_conversation_id
 from agentctx_fast.core.turns import TurnStatus
 from agentctx_fast.errors import SerializationError, StoreError, StoreUnavailableError
-from agentctx_fast.stores._bridge import BlockingAgentTurnStore
-from agentctx_fast.stores._common import check_conversation_id
 from agentctx_fast.stores._records import decode_lease, naming, record_error
 from agentctx_fast.stores._redis_io import raw, text, write_script
 from agentctx_fast.stores.turn_store import (
     AgentTurnSnapshot,
+    BlockingAgentTurnStore,
     ConversationLease,
     Fence,
     LeaseRenewal,

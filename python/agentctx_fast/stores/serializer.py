@@ -22,9 +22,9 @@ import re
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
+from agentctx_fast._backend import backend, native
+from agentctx_fast._ids import is_unicode_text
 from agentctx_fast.compression.coordinator import CompressionState
-from agentctx_fast.core._backend import backend, native
-from agentctx_fast.core._ids import is_unicode_text
 from agentctx_fast.core.messages import IMAGE_DETAILS, MAX_INLINE_BYTES, SYSTEM_ROLES, Message
 from agentctx_fast.errors import AgentCtxError, SerializationError
 from agentctx_fast.stores import _decode

@@ -18,11 +18,11 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from agentctx_fast._blocking import driven
+from agentctx_fast._ids import check_conversation_id
 from agentctx_fast.errors import InvalidArgumentError, MissingDependencyError
 from agentctx_fast.stores import _sql_lifecycle
-from agentctx_fast.stores._common import check_conversation_id, check_table_prefix
+from agentctx_fast.stores._common import check_table_prefix
 from agentctx_fast.stores._front import AsyncStoreFront, StoreFront
-from agentctx_fast.stores._lifecycle import Purged, check_delete, check_listing, check_purge
 from agentctx_fast.stores._loader import (
     DEFAULT_MESSAGE_CACHE_BYTES,
     DEFAULT_MESSAGE_CACHE_SIZE,
@@ -47,6 +47,7 @@ from agentctx_fast.stores._sql_memory import (
     SqlCompressionStateStore,
 )
 from agentctx_fast.stores._sql_schema import AsyncSqlSchema, SqlSchema, _Tables
+from agentctx_fast.stores.lifecycle import Purged, check_delete, check_listing, check_purge
 from agentctx_fast.stores.serializer import AgentStoreSerializer, JsonAgentStoreSerializer
 from agentctx_fast.stores.sql_turns import AsyncSqlAgentTurnStore, SqlAgentTurnStore
 

@@ -13,14 +13,15 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from agentctx_fast._ids import check_conversation_id
+from agentctx_fast._units import unit_handle
 from agentctx_fast.core.turns import TurnStatus
 from agentctx_fast.errors import StoreError
-from agentctx_fast.stores._bridge import BlockingAgentTurnStore
-from agentctx_fast.stores._common import check_conversation_id, unit_handle
 from agentctx_fast.stores._records import decode_lease, naming
 from agentctx_fast.stores._sql_io import SqlPort, sa
 from agentctx_fast.stores.turn_store import (
     AgentTurnSnapshot,
+    BlockingAgentTurnStore,
     ConversationLease,
     Fence,
     LeaseRenewal,
@@ -139,7 +140,7 @@ class AsyncSqlAgentTurnStore:
 
     @property
     def _io_port(self) -> SqlPort:
-        """The store's port (see `agentctx_fast.stores._common.shared_port`)."""
+        """The store's port (see `agentctx_fast._units.shared_port`)."""
         return self._store._port
 
     # -- snapshots --------------------------------------------------------------------------

@@ -13,6 +13,12 @@ lease operation is one atomic step on the store's server; times are wall-clock s
 in by the caller (the runner's clock), so all processes must share a clock within a fraction of
 the lease length.
 
+A database store implements the protocol once, as coroutines over its I/O port: its blocking
+turn store is that implementation driven by a blocking port (`BlockingAgentTurnStore`), and an
+in-process store, which never waits, is offered to asyncio code as it is
+(`AwaitableAgentTurnStore`), as chat memories (`agentctx_fast.memory`) and compression states
+(`agentctx_fast.compression.coordinator`) are beside their own protocols.
+
 >>> store = InMemoryAgentTurnStore()
 >>> store.acquire_conversation("c1", "t1", "owner-a", 30.0, now=100.0) is None
 True
@@ -34,14 +40,21 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 
+from agentctx_fast._blocking import (
+    AwaitableAdapter,
+    BlockingAdapter,
+    awaitable,
+    blocking,
+    implementation,
+)
+from agentctx_fast._ids import check_conversation_id
 from agentctx_fast.core.messages import ToolCall
 from agentctx_fast.core.turns import TurnStatus
 from agentctx_fast.errors import (
     AgentConversationBusyError,  # noqa: F401 (the example above)
     SerializationError,
 )
-from agentctx_fast.stores._common import check_conversation_id
-from agentctx_fast.stores._turn_types import (
+from agentctx_fast.stores.turn_types import (
     OPEN_STATUSES,
     AgentTurnSnapshot,
     ConversationLease,
@@ -60,11 +73,14 @@ __all__ = [
     "AgentTurnSnapshot",
     "AgentTurnStore",
     "AsyncAgentTurnStore",
+    "AwaitableAgentTurnStore",
+    "BlockingAgentTurnStore",
     "ConversationLease",
     "Fence",
     "InMemoryAgentTurnStore",
     "LeaseRenewal",
     "PendingApproval",
+    "awaitable_turn_store",
     "busy_error",
     "check_lease_arguments",
     "check_snapshot_save",
@@ -200,6 +216,41 @@ class AsyncAgentTurnStore(Protocol):
     ) -> bool:
         """Free the conversation."""
         ...
+
+
+class BlockingAgentTurnStore(BlockingAdapter[AsyncAgentTurnStore], AgentTurnStore):
+    """The blocking `AgentTurnStore` over a store's one implementation: a database store's
+    coroutines driven by `run_sync` over a blocking port (see `agentctx_fast._blocking`)."""
+
+    load_turn = blocking(AsyncAgentTurnStore.load_turn)
+    save_turn = blocking(AsyncAgentTurnStore.save_turn)
+    open_turn = blocking(AsyncAgentTurnStore.open_turn)
+    acquire_conversation = blocking(AsyncAgentTurnStore.acquire_conversation)
+    renew_lease = blocking(AsyncAgentTurnStore.renew_lease)
+    suspend_conversation = blocking(AsyncAgentTurnStore.suspend_conversation)
+    reacquire_conversation = blocking(AsyncAgentTurnStore.reacquire_conversation)
+    request_cancel = blocking(AsyncAgentTurnStore.request_cancel)
+    release_conversation = blocking(AsyncAgentTurnStore.release_conversation)
+
+
+class AwaitableAgentTurnStore(AwaitableAdapter[AgentTurnStore], AsyncAgentTurnStore):
+    """An `AgentTurnStore` offered to asyncio code (in-process, or any blocking one the
+    caller accepts to block on)."""
+
+    load_turn = awaitable(AgentTurnStore.load_turn)
+    save_turn = awaitable(AgentTurnStore.save_turn)
+    open_turn = awaitable(AgentTurnStore.open_turn)
+    acquire_conversation = awaitable(AgentTurnStore.acquire_conversation)
+    renew_lease = awaitable(AgentTurnStore.renew_lease)
+    suspend_conversation = awaitable(AgentTurnStore.suspend_conversation)
+    reacquire_conversation = awaitable(AgentTurnStore.reacquire_conversation)
+    request_cancel = awaitable(AgentTurnStore.request_cancel)
+    release_conversation = awaitable(AgentTurnStore.release_conversation)
+
+
+def awaitable_turn_store(store: AgentTurnStore) -> AsyncAgentTurnStore:
+    """``store`` for the library's one implementation of the turn loop."""
+    return implementation(store, AwaitableAgentTurnStore)
 
 
 def dump_snapshot(snapshot: AgentTurnSnapshot) -> bytes:

@@ -1,9 +1,10 @@
-"""What the wire formats (Chat Completions, Responses, Anthropic, LangChain) share.
+"""What the wire formats (Chat Completions, Responses, Anthropic in `agentctx_fast.formats`,
+LangChain in `agentctx_fast.integrations`) share.
 
 Each format module says how its own entries look; the facts they have in common live here
 once: how an error names a message or a part, how a field, an id and a call's arguments are
-read and refused, how inline content is written as (and read from) a base64 ``data:`` URL, and
-which image bytes say their own type.
+read and refused, how inline content is written as (and read from) a base64 ``data:`` URL,
+which image bytes say their own type, and how an item passed through is copied.
 """
 
 from __future__ import annotations
@@ -143,4 +144,14 @@ def json_string_arguments(
     """A call's ``arguments`` when they are a string (the JSON text the model wrote)."""
     if not isinstance(value, str):
         raise error(f"{at}: {what} arguments must be a JSON string, got {type(value).__name__}")
+    return value
+
+
+def copy_json(value: Any) -> Any:
+    """``value``'s dicts and lists copied all the way down (a caller that edits a request or a
+    converted message never changes the stored message)."""
+    if isinstance(value, dict):
+        return {key: copy_json(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [copy_json(item) for item in value]
     return value

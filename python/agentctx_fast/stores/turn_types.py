@@ -1,6 +1,7 @@
-"""The values of the turn stores (snapshots, leases, fences) and the argument checks every turn
-store makes: the leaf that `agentctx_fast.stores.turn_store` (where they are public) and each
-store's turn store build on."""
+"""The values of the turn stores: `AgentTurnSnapshot`, `ConversationLease`, `LeaseRenewal`,
+`Fence` and `PendingApproval` (also exported by `agentctx_fast.stores.turn_store` and the
+package root), and the argument checks every turn store makes: the leaf that
+`agentctx_fast.stores.turn_store` and each store's turn store build on."""
 
 from __future__ import annotations
 
@@ -10,7 +11,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from agentctx_fast.core._ids import check_expected_version, check_identifier, check_version
+from agentctx_fast._ids import (
+    check_conversation_id,
+    check_expected_version,
+    check_identifier,
+    check_version,
+)
 from agentctx_fast.core.messages import ToolCall
 from agentctx_fast.core.turns import TurnStatus
 from agentctx_fast.errors import (
@@ -18,7 +24,14 @@ from agentctx_fast.errors import (
     InvalidArgumentError,
     LeaseLostError,
 )
-from agentctx_fast.stores._common import check_conversation_id
+
+__all__ = [  # the checks below are the turn stores' own
+    "AgentTurnSnapshot",
+    "ConversationLease",
+    "Fence",
+    "LeaseRenewal",
+    "PendingApproval",
+]
 
 OPEN_STATUSES = frozenset({TurnStatus.RUNNING, TurnStatus.SUSPENDED})
 """Statuses of a turn that holds its conversation."""

@@ -1,7 +1,7 @@
-"""The runner's reads: history page by page, only as far back as a window can reach, and turn
-records.
+"""History read page by page, only as far back as a window can reach: the runner's reads and
+`ChatMemory.window`'s (`agentctx_fast._memory_window`).
 
-The runner reads pages from the newest message backwards until the core proves, from the
+The reader reads pages from the newest message backwards until the core proves, from the
 messages it holds, where the window's reach starts (`window_reach`: the turn at which the window
 stops reading, given its limits), or the history starts; the window it then builds from there is
 the one the whole history would give.
@@ -9,16 +9,16 @@ the one the whole history would give.
 
 from __future__ import annotations
 
-from agentctx_fast.core._backend import core
 from agentctx_fast.core.messages import Message
 from agentctx_fast.core.types import WindowOptions
+from agentctx_fast.core.window import window_reach
 from agentctx_fast.memory import AsyncChatMemory
 
 _FIRST_PAGE_MIN = 64
 # Past what a conversation's reach was when this runner last read or wrote it: the message
 # before the reach (proof that its first turn is whole) and a few more, for a turn another
 # process added or an older turn that compaction now lets in. A read that falls short reads on.
-_REACH_MARGIN = 4
+REACH_MARGIN = 4
 # The window that attaches the newest turn only: its reach is that turn's start.
 NEWEST_TURN = WindowOptions(
     max_attached_turns=1,
@@ -57,7 +57,7 @@ async def read_history(
         collected = chunk + collected
         if len(chunk) < page:
             return collected, True  # the start of the history
-        start: int | None = core.window_reach(collected, options._compiled, current_stored)
+        start = window_reach(collected, options, has_current_turn=current_stored)
         if must_include is not None and start is not None:
             found = next((i for i, m in enumerate(collected) if m.message_id == must_include), None)
             start = None if found is None else min(start, found)

@@ -1,5 +1,6 @@
-"""What every store's data-lifecycle calls share (SPEC §21): argument checks, the page of
-`list_conversations`, the result of `purge`.
+"""The stores' data lifecycle (SPEC §21): `Purged`, what `purge` reports (exported as
+``agentctx_fast.stores.Purged``), and what every store's lifecycle calls share: argument checks
+and the page of `list_conversations`.
 
 Conversation ids are listed in code-point order (UTF-8 byte order: PostgreSQL compares them
 under the ``"C"`` collation, SQLite's ``BINARY`` is that already), so ``after`` means the same
@@ -13,17 +14,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from agentctx_fast.core._ids import check_conversation_id
+from agentctx_fast._ids import check_conversation_id
 from agentctx_fast.errors import InvalidArgumentError
 
-__all__ = [
-    "Purged",
-    "check_delete",
-    "check_listing",
-    "check_purge",
-    "check_ttl",
-    "page_of",
-]
+__all__ = ["Purged"]  # the checks below are the stores' own
 
 MAX_PAGE = 10_000
 MAX_BATCH = 1_000

@@ -6,10 +6,13 @@ cannot hold NUL, and refusing it everywhere keeps every store's behaviour the sa
 most `MAX_ID_BYTES` bytes in UTF-8: a longer key is refused as an argument before any I/O, where a
 database would otherwise refuse it (PostgreSQL's index rows) or take it (Redis, SQLite), so every
 store behaves the same. Versions are kept in signed 64-bit columns, so they stay below 2**63 on
-every store.
+every store. A participant name (a message's ``name``) is an identifier that model APIs also
+accept as a name.
 """
 
 from __future__ import annotations
+
+import re
 
 from agentctx_fast.errors import InvalidArgumentError, InvalidMessageTypeError
 
@@ -45,6 +48,24 @@ def check_identifier(value: object, what: str) -> None:
         raise InvalidArgumentError(
             f"{what} must be at most {MAX_ID_BYTES} bytes in UTF-8, got {size} bytes "
             f"({value[:32]!r}…)"
+        )
+
+
+PARTICIPANT_NAME = re.compile(r"[^\s<|\\/>]+")
+"""What the OpenAI API accepts as a participant name: no whitespace and none of ``<|\\/>``."""
+
+
+def check_participant_name(name: object, message_id: str) -> None:
+    """`InvalidArgumentError` unless ``name`` (message ``message_id``'s) is None or an
+    identifier that is a `PARTICIPANT_NAME`."""
+    if name is None:
+        return
+    check_identifier(name, f"message {message_id!r} name")
+    assert isinstance(name, str)
+    if not PARTICIPANT_NAME.fullmatch(name):
+        raise InvalidArgumentError(
+            f"message {message_id!r}: name must be non-empty, without whitespace or any of "
+            f"<|\\/>, got {name!r}"
         )
 
 
