@@ -24,6 +24,7 @@ from agentctx_fast import (
     FilePart,
     ImagePart,
     InvalidArgumentError,
+    InvalidMessageTypeError,
     Message,
     ResponsesFormatError,
     SystemMessage,
@@ -35,6 +36,7 @@ from agentctx_fast import (
     from_anthropic,
     from_responses,
     to_anthropic,
+    to_openai,
     to_responses,
     validate_tool_protocol,
 )
@@ -697,3 +699,16 @@ def test_what_the_formats_read_is_stored_losslessly(store: Any) -> None:
     assert to_responses(stored[:4]) == items
     assert to_anthropic(stored[4:]) == (None, claude)
     assert json.loads(json.dumps(stored[1].metadata)) == stored[1].metadata
+
+
+@pytest.mark.parametrize("convert", [to_openai, to_responses, to_anthropic])
+@pytest.mark.parametrize("stranger", [{"role": "user", "content": "hi"}, "hi", None])
+def test_a_non_message_is_the_same_typed_error_in_every_format(
+    convert: Any, stranger: object
+) -> None:
+    """Every request format refuses a value that is not a `Message` with the one error the
+    spec names for it (`InvalidMessageTypeError`, a `TypeError`), at its index."""
+    messages = [UserMessage("hi", message_id="u1"), stranger]
+    with pytest.raises(InvalidMessageTypeError, match=r"messages\[1\] is not a Message") as caught:
+        convert(messages)
+    assert isinstance(caught.value, TypeError)

@@ -39,13 +39,9 @@ SYSTEM_ROLES = ("system", "developer")
 """The roles a `SystemMessage` may carry: ``developer`` is the newer models' ``system``."""
 
 
-def not_a_message(
-    value: object,
-    at: str,
-    error: type[InvalidArgumentError | InvalidMessageTypeError] = InvalidMessageTypeError,
-) -> InvalidArgumentError | InvalidMessageTypeError:
+def not_a_message(value: object, at: str) -> InvalidMessageTypeError:
     """The error (to raise) for ``value``, named ``at``, where a `Message` belongs."""
-    return error(f"{at} is not a Message: got {type(value).__name__}")
+    return InvalidMessageTypeError(f"{at} is not a Message: got {type(value).__name__}")
 
 
 def new_message_id() -> str:

@@ -157,7 +157,7 @@ def to_anthropic(
                 out.append({"role": "user", "content": results})
             results.append(block)
         elif not isinstance(message, Message):
-            raise not_a_message(message, _wire.locate(message, index), InvalidArgumentError)
+            raise not_a_message(message, _wire.locate(message, index))
     system: Any = None
     if len(systems) == 1:
         system = systems[0]

@@ -262,7 +262,7 @@ def _message_to_responses(message: object, index: int, include_ids: bool) -> lis
     elif isinstance(message, Message):
         return []  # UI messages have no model form
     else:
-        raise not_a_message(message, _wire.locate(message, index), InvalidArgumentError)
+        raise not_a_message(message, _wire.locate(message, index))
     if include_ids:
         item["id"] = message.message_id
     return [item]
