@@ -1,4 +1,4 @@
-//! How far back a window reaches (SPEC §5): where `window::select_in`'s backward scan stops
+//! How far back a window reaches (SPEC §5): where `window::select`'s backward scan stops
 //! reading, proved from a tail of a history. A reader that pages a history from its newest
 //! message back (the runner, a memory's window) stops once the tail it holds proves the reach,
 //! and builds the window of the tail from there: the window the whole history gives.

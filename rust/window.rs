@@ -180,50 +180,6 @@ fn repaired<M: Borrow<MessageInfo>>(
     }
 }
 
-/// The working buffers of `select_in`. A caller that builds many windows keeps one and
-/// passes it to each, so a window allocates little more than what it returns; it holds no
-/// message between windows, only room.
-#[derive(Debug, Default)]
-pub struct Buffers {
-    items: Vec<Item>,
-    /// A view in window order, for a source that counts its tokens (`items` is built newest
-    /// first).
-    forward: Vec<Item>,
-    /// Room for the turn being read: a turn's messages are borrowed for one window, so the
-    /// room is kept as plain words between windows (see `recycle`).
-    turn: Vec<(usize, usize)>,
-}
-
-/// `room`'s allocation as an empty vector of another element type: the same allocation when
-/// the two types have the same size and alignment (std collects a mapped `into_iter` in place),
-/// a new one otherwise. Lets a buffer of borrowed values outlive the borrows.
-pub fn recycle<T, U>(mut room: Vec<T>) -> Vec<U> {
-    room.clear();
-    room.into_iter().filter_map(|_| None).collect()
-}
-
-/// Buffers grown past this many entries are not kept for the next window.
-const KEPT_AT_MOST: usize = 4096;
-
-impl Buffers {
-    /// Takes back a window's `items` once the caller is done with them, as room for the next.
-    pub fn give_back(&mut self, mut items: Vec<Item>) {
-        items.clear();
-        if items.capacity() <= KEPT_AT_MOST && items.capacity() > self.items.capacity() {
-            self.items = items;
-        }
-    }
-
-    fn trim(&mut self) {
-        if self.forward.capacity() > KEPT_AT_MOST {
-            self.forward = Vec::new();
-        }
-        if self.turn.capacity() > KEPT_AT_MOST {
-            self.turn = Vec::new();
-        }
-    }
-}
-
 /// Tokens of `view`, a view of the window newest first, counted by the source in window order.
 fn counted<S: Source>(
     source: &mut S,
@@ -250,25 +206,14 @@ fn whole_tokens<S: Source>(
 }
 
 /// Apply rules 1-7 of SPEC §5 to `source`.
-pub fn select<S: Source>(source: &mut S, options: &WindowOptions) -> Result<Window, S::Error> {
-    select_in(source, options, &mut Buffers::default())
-}
-
-/// `select`, working in `buffers`.
 ///
-/// Buffers are shared by the turns (one turn, one set of open calls, the window's items), so a
+/// The turns share one buffer for the turn being read and one for the window's items, so a
 /// window allocates a handful of times whatever the number of turns it attaches. A turn comes
 /// newest first, as the backward scan reads it, and so does its view: the window's items are
 /// built newest first and put in window order once, at the end.
-pub fn select_in<S: Source>(
-    source: &mut S,
-    options: &WindowOptions,
-    buffers: &mut Buffers,
-) -> Result<Window, S::Error> {
-    buffers.trim();
+pub fn select<S: Source>(source: &mut S, options: &WindowOptions) -> Result<Window, S::Error> {
     let mut turns = TurnsBackward::new(source.len());
-    let mut turn: Turn<S::Message> = recycle(std::mem::take(&mut buffers.turn));
-    turn.reserve(16);
+    let mut turn: Turn<S::Message> = Vec::with_capacity(16);
     let current_start = if options.has_current_turn {
         let Some((current_start, _)) = turns.next_turn(source, &mut turn)? else {
             return Err(CoreError::NoUserMessage.into());
@@ -277,12 +222,9 @@ pub fn select_in<S: Source>(
     } else {
         None
     };
-    let forward = &mut buffers.forward;
-    // At most 1 KiB up front: allocators serve small blocks from per-thread caches, and a
-    // window usually holds a few dozen messages.
-    let mut items = std::mem::take(&mut buffers.items);
-    items.clear();
-    items.reserve(options.max_attached_messages.min(40));
+    let forward = &mut Vec::new();
+    // At most 1 KiB up front: a window usually holds a few dozen messages.
+    let mut items = Vec::with_capacity(options.max_attached_messages.min(40));
     // The current turn is repaired like a history turn but never left out: a call id repeated
     // inside one of its AI messages stays, unrepaired (and is not listed as a repair), and the
     // calls of its step in progress stay open.
@@ -405,7 +347,6 @@ pub fn select_in<S: Source>(
         }
     }
     items.reverse();
-    buffers.turn = recycle(turn);
     Ok(Window {
         items,
         older_count,
@@ -431,7 +372,7 @@ pub fn select_in<S: Source>(
 
 #[cfg(test)]
 mod tests {
-    use super::{recycle, select, Item, WindowOptions};
+    use super::{select, Item, WindowOptions};
     use crate::model::{Kind, MessageInfo, VecSource};
     use std::sync::Arc;
 
@@ -487,30 +428,5 @@ mod tests {
         assert!(window.items.is_empty());
         assert_eq!((window.estimated_tokens, window.unread_end), (0, 0));
         assert!(select(&mut source(&kinds), &options(true, 10)).is_err());
-    }
-
-    #[test]
-    fn recycle_keeps_the_allocation_of_a_same_layout_type() {
-        let value = 7u64;
-        let mut room: Vec<(usize, usize)> = Vec::with_capacity(16);
-        room.push((1, 2));
-        let place = room.as_ptr() as usize;
-        let mut borrowed: Vec<(usize, &u64)> = recycle(room);
-        assert!(borrowed.is_empty());
-        // std collects a mapped `into_iter` in place (not promised: if a toolchain stops,
-        // `recycle` only allocates again, and this early warning fails)
-        assert_eq!(
-            borrowed.as_ptr() as usize,
-            place,
-            "std no longer collects in place"
-        );
-        assert!(borrowed.capacity() >= 16);
-        borrowed.push((3, &value));
-        let back: Vec<(usize, usize)> = recycle(borrowed);
-        assert!(back.is_empty());
-        assert_eq!(back.as_ptr() as usize, place);
-        // Another layout: a new, empty vector.
-        let other: Vec<u8> = recycle(back);
-        assert!(other.is_empty());
     }
 }

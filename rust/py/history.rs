@@ -8,13 +8,12 @@ use super::library::Library;
 use super::message::{core_of, tokens, MessageCore};
 use crate::model::{Item, MessageInfo, Source};
 use crate::tokens::missing_result_tokens;
-use crate::window::{leading_system, missing_result_id, recycle, MISSING_RESULT_TEXT};
+use crate::window::{leading_system, missing_result_id, MISSING_RESULT_TEXT};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 use std::borrow::Borrow;
-use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::Arc;
 use typed_arena::Arena;
@@ -97,14 +96,6 @@ impl Borrow<MessageInfo> for CoreRef {
     }
 }
 
-thread_local! {
-    /// Room for the next window's `History::tail` (empty between windows; see `recycle`).
-    static TAIL_ROOM: Cell<Vec<usize>> = const { Cell::new(Vec::new()) };
-}
-
-/// A tail grown past this many entries is not kept for the next window.
-const TAIL_KEPT_AT_MOST: usize = 4096;
-
 /// Messages read from the front kept without allocating.
 const HEAD: usize = 4;
 
@@ -140,11 +131,7 @@ impl<'a, 'py> History<'a, 'py> {
             head: [None; HEAD],
             head_more: Vec::new(),
             head_len: 0,
-            tail: {
-                let mut tail = recycle(TAIL_ROOM.try_with(Cell::take).unwrap_or_default());
-                tail.reserve(64);
-                tail
-            },
+            tail: Vec::with_capacity(64),
             system: None,
             count_tokens: None,
             statuses: None,
@@ -269,10 +256,6 @@ impl<'a, 'py> History<'a, 'py> {
                 }
             };
             messages.push(message.ok_or_else(not_read)?);
-        }
-        let tail = std::mem::take(&mut self.tail);
-        if tail.capacity() <= TAIL_KEPT_AT_MOST {
-            let _ = TAIL_ROOM.try_with(|room| room.set(recycle(tail))); // none at thread exit
         }
         Ok(PyList::new(self.py(), messages)?)
     }

@@ -6,33 +6,10 @@ use super::errors::{invalid_argument, Failure};
 use super::history::{History, Reads};
 use super::library::{int, Library};
 use crate::protocol::Violation;
-use crate::window::{self as core_window, Buffers, CutBy, Window, WindowOptions};
+use crate::window::{self as core_window, CutBy, Window, WindowOptions};
 use pyo3::exceptions::PyOverflowError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyList, PyString, PyTuple};
-use std::cell::RefCell;
-
-thread_local! {
-    /// Room for the next window's selection (`Buffers` holds no message between windows).
-    /// A window built while another is (from a token estimator) finds none and makes its own.
-    static BUFFERS: RefCell<Option<Buffers>> = const { RefCell::new(None) };
-}
-
-fn take_buffers() -> Buffers {
-    BUFFERS
-        .with(|kept| kept.try_borrow_mut().ok().and_then(|mut kept| kept.take()))
-        .unwrap_or_default()
-}
-
-fn keep_buffers(buffers: Buffers) {
-    BUFFERS.with(|kept| {
-        if let Ok(mut kept) = kept.try_borrow_mut() {
-            if kept.is_none() {
-                *kept = Some(buffers);
-            }
-        }
-    });
-}
 
 /// A limit as the core holds it: an exact int >= 0; one past the core's range is `max` (no
 /// history reaches it, so the window is the exact limit's).
@@ -173,25 +150,14 @@ fn choose<'py>(
         has_system: history.system.is_some(),
         ..options
     };
-    let mut buffers = take_buffers();
-    let selected = core_window::select_in(&mut history, &options, &mut buffers);
-    let mut result = match selected {
-        Ok(result) => result,
-        Err(error) => {
-            keep_buffers(buffers);
-            return Err(error);
-        }
-    };
+    let result = core_window::select(&mut history, &options)?;
     // Every message exists before the list does: making a synthetic result runs Python code,
     // which must never see a list that is not full.
     let system = history.system.take();
     // A synthetic result closes a missing one, which is a repair.
     let synthetic = !result.repairs.is_empty();
-    let list = history.into_list(&result.items, system, synthetic);
-    buffers.give_back(std::mem::take(&mut result.items));
-    keep_buffers(buffers);
     Ok(Chosen {
-        messages: list?,
+        messages: history.into_list(&result.items, system, synthetic)?,
         has_system: options.has_system,
         window: result,
     })
