@@ -96,20 +96,14 @@ impl Borrow<MessageInfo> for CoreRef {
     }
 }
 
-/// Messages read from the front kept without allocating.
-const HEAD: usize = 4;
-
 /// The history of one window: every index read once (the leading prefix forward for the
 /// system message, the tail backwards for the turns), the caller's estimator and statuses.
 pub struct History<'a, 'py> {
     pub library: &'a Library,
     pub items: Items<'py>,
     reads: &'a Reads<'py>,
-    /// Messages read from the front, by index: the first `HEAD` here (a leading system
-    /// message and the user message after it need no allocation), the rest in `head_more`.
-    head: [Option<&'a Read<'py>>; HEAD],
-    head_more: Vec<&'a Read<'py>>,
-    head_len: usize,
+    /// Messages read from the front, by index.
+    head: Vec<&'a Read<'py>>,
     /// Messages read from the back, by distance from the end.
     tail: Vec<&'a Read<'py>>,
     pub system: Option<Bound<'py, PyAny>>,
@@ -128,9 +122,7 @@ impl<'a, 'py> History<'a, 'py> {
             library,
             items: sequence(library, messages)?,
             reads,
-            head: [None; HEAD],
-            head_more: Vec::new(),
-            head_len: 0,
+            head: Vec::new(),
             tail: Vec::with_capacity(64),
             system: None,
             count_tokens: None,
@@ -146,24 +138,14 @@ impl<'a, 'py> History<'a, 'py> {
     /// `messages[index]` and its core, read once.
     #[inline(always)]
     pub fn read(&mut self, index: usize) -> Result<&'a Read<'py>, Failure> {
-        if index < self.head_len {
-            if let Some(read) = self.head_read(index) {
-                return Ok(read);
-            }
+        if let Some(read) = self.head.get(index) {
+            return Ok(read);
         }
         let from_end = self.items.len.checked_sub(index + 1);
         if let Some(read) = from_end.and_then(|back| self.tail.get(back)) {
             return Ok(read);
         }
         self.read_new(index, from_end)
-    }
-
-    /// The message read from the front at `index` (below `head_len`).
-    fn head_read(&self, index: usize) -> Option<&'a Read<'py>> {
-        match self.head.get(index) {
-            Some(slot) => *slot,
-            None => self.head_more.get(index.checked_sub(HEAD)?).copied(),
-        }
     }
 
     #[inline(always)]
@@ -175,12 +157,8 @@ impl<'a, 'py> History<'a, 'py> {
         let object = self.items.get(index)?;
         let core = core_of(self.library, &object, Where::Index(index))?;
         let read: &'a Read<'py> = self.reads.alloc(Read { object, core });
-        if index == self.head_len {
-            match self.head.get_mut(index) {
-                Some(slot) => *slot = Some(read),
-                None => self.head_more.push(read),
-            }
-            self.head_len += 1;
+        if index == self.head.len() {
+            self.head.push(read);
         } else if from_end == Some(self.tail.len()) {
             self.tail.push(read);
         }
@@ -219,10 +197,7 @@ impl<'a, 'py> History<'a, 'py> {
         if let Some(read) = self.tail.get(from_end) {
             return Some(read);
         }
-        if index < self.head_len {
-            return self.head_read(index);
-        }
-        None
+        self.head.get(index).copied()
     }
 
     /// The window's messages as its list, `system` first then `items`: the synthetic results
