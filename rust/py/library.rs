@@ -67,7 +67,8 @@ impl Library {
     /// Imports and checks everything the binding uses.
     fn capture(py: Python<'_>) -> PyResult<Library> {
         // The classes as the reference imported them (`core/_reference/read.py`, `window.py`),
-        // so both cores know the same ones whatever `core.messages` or `core.types` bound since.
+        // so both cores know the same ones whatever `core.messages`, `core.types` or `errors`
+        // bound since.
         let messages = py.import("agentctx_fast.core._reference.read")?;
         let errors = py.import("agentctx_fast.errors")?;
         let types = py.import("agentctx_fast.core._reference.window")?;
@@ -92,8 +93,8 @@ impl Library {
             tool_call: class(&messages, "ToolCall")?.unbind(),
             tool_message,
             sequence: py.import("collections.abc")?.getattr("Sequence")?.unbind(),
-            invalid_argument: subclass(&errors, "InvalidArgumentError", &base_error)?.unbind(),
-            invalid_message_type: subclass(&errors, "InvalidMessageTypeError", &base_error)?
+            invalid_argument: subclass(&messages, "InvalidArgumentError", &base_error)?.unbind(),
+            invalid_message_type: subclass(&messages, "InvalidMessageTypeError", &base_error)?
                 .unbind(),
             completed: completed.unbind(),
             index: py.import("operator")?.getattr("index")?.unbind(),
