@@ -86,6 +86,45 @@ messages.Message = object
 show("base replaced", lambda: build_window(real))
 """
 
+# Classes of agentctx_fast.core.messages, core.types and errors rebound while the package
+# imports, after the reference imported its own and while the binding captured its own (the two
+# cores took them at different moments: the Rust core refused a real UserMessage, did not see a
+# TurnStatus.COMPLETED as completed, raised another error class): both cores know the classes
+# the reference imported.
+SCENARIOS["classes_rebound_while_the_package_imports"] = """
+import enum
+swapped = {}
+
+def rebind(frame, event, arg):
+    if getattr(arg, "__name__", None) != "capture_library":
+        return
+    messages = sys.modules["agentctx_fast.core.messages"]
+    types = sys.modules["agentctx_fast.core.types"]
+    errors = sys.modules["agentctx_fast.errors"]
+    if event == "c_call":
+        swapped["user"], swapped["status"] = messages.UserMessage, types.TurnStatus
+        swapped["error"] = errors.InvalidMessageTypeError
+        messages.UserMessage = messages.SystemMessage
+        types.TurnStatus = enum.Enum("TurnStatus", ["COMPLETED"])
+        errors.InvalidMessageTypeError = type("Impostor", (errors.AgentCtxError,), {})
+    elif event in ("c_return", "c_exception"):
+        messages.UserMessage, types.TurnStatus = swapped.pop("user"), swapped.pop("status")
+        errors.InvalidMessageTypeError = swapped.pop("error")
+
+sys.setprofile(rebind)
+import agentctx_fast
+sys.setprofile(None)
+""" + HISTORY + """
+from agentctx_fast import SystemMessage
+show("restored", lambda: UserMessage is not SystemMessage and not swapped)
+messages = history()
+show("window", lambda: build_window(messages))
+show("completed", lambda: build_window(
+    messages, compact_completed_tool_turns=True, compression_keep_recent_turns=0,
+    turn_statuses={"t1": TurnStatus.COMPLETED, "t2": TurnStatus.COMPLETED}))
+show("not a message", lambda: build_window([*messages, "hi"]))
+"""
+
 # A gc callback that builds a window while the library is imported and on its first use (it
 # deadlocked): setup happens once, on import, and never waits for itself.
 SCENARIOS["gc_callback_builds_windows_during_import"] = """

@@ -1,8 +1,9 @@
 //! The Python classes and values the binding relies on, captured and checked by
 //! `capture_library`, which the backend switch calls once the package is imported (the message
 //! classes derive from the extension's `MessageBase`, so they do not exist yet when the
-//! extension is imported); later replacing a module attribute changes nothing here (the
-//! pure-Python reference imports the same names once, too).
+//! extension is imported). The classes are taken from the reference's modules, as the reference
+//! imported them, so both cores know the same ones; later replacing a module attribute changes
+//! nothing here.
 
 use crate::model::Kind;
 use pyo3::exceptions::PyImportError;
@@ -65,9 +66,12 @@ fn subclass<'py>(
 impl Library {
     /// Imports and checks everything the binding uses.
     fn capture(py: Python<'_>) -> PyResult<Library> {
-        let messages = py.import("agentctx_fast.core.messages")?;
+        // The classes as the reference imported them (`core/_reference/read.py`, `window.py`),
+        // so both cores know the same ones whatever `core.messages`, `core.types` or `errors`
+        // bound since.
+        let messages = py.import("agentctx_fast.core._reference.read")?;
         let errors = py.import("agentctx_fast.errors")?;
-        let types = py.import("agentctx_fast.core.types")?;
+        let types = py.import("agentctx_fast.core._reference.window")?;
         let message = class(&messages, "Message")?;
         let [system, user, ai, tool, action, form] =
             KINDS.map(|(_, name)| subclass(&messages, name, &message));
@@ -89,8 +93,8 @@ impl Library {
             tool_call: class(&messages, "ToolCall")?.unbind(),
             tool_message,
             sequence: py.import("collections.abc")?.getattr("Sequence")?.unbind(),
-            invalid_argument: subclass(&errors, "InvalidArgumentError", &base_error)?.unbind(),
-            invalid_message_type: subclass(&errors, "InvalidMessageTypeError", &base_error)?
+            invalid_argument: subclass(&messages, "InvalidArgumentError", &base_error)?.unbind(),
+            invalid_message_type: subclass(&messages, "InvalidMessageTypeError", &base_error)?
                 .unbind(),
             completed: completed.unbind(),
             index: py.import("operator")?.getattr("index")?.unbind(),
