@@ -12,6 +12,7 @@ accept as a name.
 
 from __future__ import annotations
 
+import math
 import re
 
 from agentctx_fast.errors import InvalidArgumentError, InvalidMessageTypeError
@@ -109,3 +110,13 @@ def check_expected_version(expected_version: object) -> int:
             f"expected_version + 1), got {expected_version!r}"
         )
     return expected_version
+
+
+def is_positive_seconds(value: object) -> bool:
+    """Whether ``value`` is a duration a store accepts: a finite int or float > 0 (not a bool)."""
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, (int, float))
+        and math.isfinite(value)
+        and value > 0
+    )

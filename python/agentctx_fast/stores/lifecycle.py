@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from agentctx_fast._ids import check_conversation_id
+from agentctx_fast._ids import check_conversation_id, is_positive_seconds
 from agentctx_fast.errors import InvalidArgumentError
 
 __all__ = ["Purged"]  # the checks below are the stores' own
@@ -63,13 +63,9 @@ def check_ttl(ttl_seconds: object) -> int | None:
     """``ttl_seconds`` (None: no expiry) as whole milliseconds for ``PEXPIRE``."""
     if ttl_seconds is None:
         return None
-    if (
-        isinstance(ttl_seconds, bool)
-        or not isinstance(ttl_seconds, (int, float))
-        or not math.isfinite(ttl_seconds)
-        or ttl_seconds <= 0
-    ):
+    if not is_positive_seconds(ttl_seconds):
         raise InvalidArgumentError(f"ttl_seconds must be a number > 0 or None, got {ttl_seconds!r}")
+    assert isinstance(ttl_seconds, (int, float))
     return max(1, round(ttl_seconds * 1000))
 
 

@@ -5,7 +5,6 @@ package root), and the argument checks every turn store makes: the leaf that
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -16,6 +15,7 @@ from agentctx_fast._ids import (
     check_expected_version,
     check_identifier,
     check_version,
+    is_positive_seconds,
 )
 from agentctx_fast.core.messages import ToolCall
 from agentctx_fast.core.turns import TurnStatus
@@ -150,12 +150,7 @@ def check_lease_arguments(
     """Shared argument checks of the lease operations."""
     check_turn_ids(conversation_id, turn_id)
     _check_id(owner, "owner")
-    if (
-        isinstance(lease_seconds, bool)
-        or not isinstance(lease_seconds, (int, float))
-        or not math.isfinite(lease_seconds)
-        or lease_seconds <= 0
-    ):
+    if not is_positive_seconds(lease_seconds):
         raise InvalidArgumentError(f"lease_seconds must be a number > 0, got {lease_seconds!r}")
 
 
