@@ -12,18 +12,15 @@ import pytest
 
 from agentctx_fast import Message, ToolCall, ToolMessage
 from agentctx_fast._backend import native
-from agentctx_fast.core.messages import IMAGE_DETAILS, MAX_INLINE_BYTES, SYSTEM_ROLES
 from agentctx_fast.stores import JsonAgentStoreSerializer
 from agentctx_fast.stores._schema import (
     BY_CLASS,
-    CALL_RECORD,
     MESSAGE_RECORDS,
-    PART_RECORDS,
-    USAGE_RECORD,
     Field,
     Kind,
     Record,
 )
+from agentctx_fast.stores.serializer import _hand_schema_to_native
 from test_serializer import BASE
 
 SERIALIZER = JsonAgentStoreSerializer()
@@ -58,27 +55,11 @@ def test_a_record_leaving_out_a_field_its_class_needs_is_refused() -> None:
 @contextmanager
 def native_schema(messages: tuple[Record, ...]) -> Iterator[None]:
     assert native is not None
-    native.set_record_schema(
-        messages,
-        PART_RECORDS,
-        CALL_RECORD,
-        USAGE_RECORD,
-        MAX_INLINE_BYTES,
-        SYSTEM_ROLES,
-        IMAGE_DETAILS,
-    )
+    _hand_schema_to_native(messages)
     try:
         yield
     finally:
-        native.set_record_schema(
-            MESSAGE_RECORDS,
-            PART_RECORDS,
-            CALL_RECORD,
-            USAGE_RECORD,
-            MAX_INLINE_BYTES,
-            SYSTEM_ROLES,
-            IMAGE_DETAILS,
-        )
+        _hand_schema_to_native()
 
 
 @needs_native

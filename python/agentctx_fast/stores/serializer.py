@@ -36,6 +36,7 @@ from agentctx_fast.stores._schema import (
     PART_RECORDS,
     STATE_RECORD,
     USAGE_RECORD,
+    Record,
 )
 
 
@@ -151,17 +152,25 @@ class JsonAgentStoreSerializer:
 _fast_message = _decode.fast_message
 _load_message = _decode.load_message
 _load_state = _decode.load_state
+
+
+def _hand_schema_to_native(messages: tuple[Record, ...] = MESSAGE_RECORDS) -> None:
+    """Hands the record tables to the Rust fast path (``messages`` in place of the message
+    records, for a test of the native decoder on another schema)."""
+    if native is not None:
+        native.set_record_schema(
+            messages,
+            PART_RECORDS,
+            CALL_RECORD,
+            USAGE_RECORD,
+            MAX_INLINE_BYTES,
+            SYSTEM_ROLES,
+            IMAGE_DETAILS,
+        )
+
+
 # The Rust fast path reads the same tables (set on the Python backend too: its tests compare it).
-if native is not None:
-    native.set_record_schema(
-        MESSAGE_RECORDS,
-        PART_RECORDS,
-        CALL_RECORD,
-        USAGE_RECORD,
-        MAX_INLINE_BYTES,
-        SYSTEM_ROLES,
-        IMAGE_DETAILS,
-    )
+_hand_schema_to_native()
 _decode_message: Callable[[bytes], Message | None] | None = (
     native.decode_message if backend == "rust" and native is not None else None
 )
