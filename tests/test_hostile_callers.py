@@ -318,7 +318,6 @@ messages = [
 ]
 show("window", lambda: build_window(messages, system=Sly("Be \\ud800 brief.")))
 show("count_text", lambda: core.count_text(Sly("\\ud800 abc 订单")))
-show("count_texts", lambda: core.count_texts([Sly("\\ud800"), Sly("abc")]))
 show("message_tokens", lambda: core.message_tokens(messages))
 
 class SlyId(UserMessage):

@@ -86,8 +86,8 @@ def test_parity_with_lone_surrogates(text: str) -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_MIXED, max_size=20))
-def test_count_texts_matches_count_text(texts: list[str]) -> None:
-    counts = _native.count_texts(texts)
+def test_count_text_matches_reference(texts: list[str]) -> None:
+    counts = [_native.count_text(t) for t in texts]
     assert counts == [count_text(t) for t in texts]
     assert all(type(count) is int for count in counts)
 
@@ -141,16 +141,13 @@ def test_exact_values(text: str, expected: int) -> None:
 def test_exact_values_o200k(text: str, expected: int) -> None:
     assert count_text(text, "o200k_base") == expected
     assert _native.count_text(text, "o200k_base") == expected
-    assert _native.count_texts([text], "o200k_base") == [expected]
 
 
 @settings(max_examples=1000, deadline=None)
 @given(_MIXED, st.sampled_from(["o200k_base", "cl100k_base"]))
 def test_parity_by_encoding(text: str, encoding: str) -> None:
     assert _native.count_text(text, encoding) == count_text(text, encoding)
-    assert _native.count_texts([text, text[:7]], encoding) == reference_api.count_texts(
-        [text, text[:7]], encoding
-    )
+    assert _native.count_text(text[:7], encoding) == reference_api.count_text(text[:7], encoding)
 
 
 class _Str(str):
@@ -185,10 +182,8 @@ def test_bad_encodings_are_the_same_typed_error(
     calls = [
         lambda: count_text("x", encoding),  # type: ignore[arg-type]
         lambda: _native.count_text("x", encoding),
-        lambda: reference_api.count_texts(["x"], encoding),  # type: ignore[arg-type]
-        lambda: _native.count_texts(["x"], encoding),
+        lambda: reference_api.count_text("x", encoding),  # type: ignore[arg-type]
         lambda: _native.bpe_count_text(encoding, "x"),
-        lambda: _native.bpe_count_texts(encoding, ["x"]),
     ]
     for call in calls:
         with pytest.raises(error) as caught:
@@ -205,15 +200,14 @@ def test_str_subclass_encoding_is_read_as_its_text() -> None:
 def test_large_inputs() -> None:
     text = "The order ORD-2024-001 shipped. 订单已发货。" * 50_000
     assert _native.count_text(text) == count_text(text)
-    counts = _native.count_texts([text, "", text[:1000]])
-    assert counts == [count_text(text), 0, count_text(text[:1000])]
+    assert _native.count_text(text[:1000]) == count_text(text[:1000])
 
 
 def test_type_errors() -> None:
     with pytest.raises(TypeError):
         _native.count_text(b"bytes")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        _native.count_texts(["ok", 3])  # type: ignore[list-item]
+        _native.bpe_count_text("o200k_base", 3)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -452,7 +446,7 @@ def test_heuristic_close_to_cl100k() -> None:
     corpus = mixed_corpus()
     totals = {"heuristic": 0, "cl100k": 0}
     for name, texts in corpus.items():
-        heuristic = sum(_native.count_texts(texts))
+        heuristic = sum(_native.count_text(t) for t in texts)
         assert heuristic == sum(count_text(t) for t in texts)
         reference = sum(len(encoding.encode_ordinary(t)) for t in texts)
         assert abs(heuristic / reference - 1) <= 0.20, (name, heuristic, reference)

@@ -14,10 +14,8 @@ __all__ = [
     "MessageBase",
     "__version__",
     "bpe_count_text",
-    "bpe_count_texts",
     "capture_library",
     "count_text",
-    "count_texts",
     "count_turns",
     "decode_message",
     "message_tokens",
@@ -85,7 +83,6 @@ def window_reach(
 ) -> int | None: ...
 def validate(messages: Sequence[object]) -> list[tuple[str, str, str]]: ...
 def count_text(text: str, encoding: str | None = None) -> int: ...
-def count_texts(texts: Iterable[str], encoding: str | None = None) -> list[int]: ...
 def message_tokens(messages: Sequence[object]) -> list[int]: ...
 def decode_message(data: bytes, /) -> Message | None:
     """The message a stored record holds when it is well formed, else None (the caller decodes
@@ -105,4 +102,3 @@ def set_record_schema(
     content parts, tool calls and usage, and the values the message classes allow."""
 
 def bpe_count_text(encoding: str, text: str) -> int: ...
-def bpe_count_texts(encoding: str, texts: Iterable[str]) -> list[int]: ...

@@ -7,24 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyType;
 use std::fmt;
 
-/// An error on its way to Python. Boxed: every read of the history returns a `Result`, and
-/// one a pointer wide (a `PyErr` is several words) is returned in registers.
-pub struct Failure(Box<PyErr>);
-
-impl From<PyErr> for Failure {
-    #[cold]
-    fn from(error: PyErr) -> Self {
-        Failure(Box::new(error))
-    }
-}
-
-impl From<Failure> for PyErr {
-    fn from(failure: Failure) -> Self {
-        *failure.0
-    }
-}
-
-impl From<CoreError> for Failure {
+impl From<CoreError> for PyErr {
     fn from(error: CoreError) -> Self {
         Python::attach(|py| match &error {
             CoreError::NotAMessage { .. } => invalid_message_type(py, error.to_string()),
@@ -33,19 +16,15 @@ impl From<CoreError> for Failure {
     }
 }
 
-fn raise(py: Python<'_>, class: PyResult<&Py<PyType>>, message: String) -> Failure {
-    let class = match class {
-        Ok(class) => class,
-        Err(error) => return error.into(),
-    };
-    match class.bind(py).call1((message,)) {
-        Ok(instance) => PyErr::from_value(instance).into(),
-        Err(error) => error.into(),
+fn raise(py: Python<'_>, class: PyResult<&Py<PyType>>, message: String) -> PyErr {
+    match class.and_then(|class| class.bind(py).call1((message,))) {
+        Ok(instance) => PyErr::from_value(instance),
+        Err(error) => error,
     }
 }
 
 /// `InvalidMessageTypeError(message)`: a value that should be a message (or a str) is not.
-pub fn invalid_message_type(py: Python<'_>, message: String) -> Failure {
+pub fn invalid_message_type(py: Python<'_>, message: String) -> PyErr {
     raise(
         py,
         Library::get(py).map(|l| &l.invalid_message_type),
@@ -54,7 +33,7 @@ pub fn invalid_message_type(py: Python<'_>, message: String) -> Failure {
 }
 
 /// `InvalidArgumentError(message)`: a value outside its domain.
-pub fn invalid_argument(py: Python<'_>, message: String) -> Failure {
+pub fn invalid_argument(py: Python<'_>, message: String) -> PyErr {
     raise(py, Library::get(py).map(|l| &l.invalid_argument), message)
 }
 

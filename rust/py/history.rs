@@ -3,7 +3,7 @@
 //! estimator) does to the list meanwhile. `_reference/turns.py::History` reads the same way;
 //! the window's list is made of the messages read, never sliced from the caller's list.
 
-use super::errors::{invalid_message_type, type_name, Failure, Where};
+use super::errors::{invalid_message_type, type_name, Where};
 use super::library::Library;
 use super::message::{core_of, tokens, MessageCore};
 use crate::model::{Item, MessageInfo, Source};
@@ -41,10 +41,7 @@ impl<'py> Items<'py> {
 }
 
 /// `messages` as a sequence, or the reference's error for anything else.
-pub fn sequence<'py>(
-    library: &Library,
-    messages: &Bound<'py, PyAny>,
-) -> Result<Items<'py>, Failure> {
+pub fn sequence<'py>(library: &Library, messages: &Bound<'py, PyAny>) -> PyResult<Items<'py>> {
     let py = messages.py();
     let list = messages.cast_exact::<PyList>().ok().cloned();
     let tuple = messages.cast_exact::<PyTuple>().ok().cloned();
@@ -117,7 +114,7 @@ impl<'a, 'py> History<'a, 'py> {
         library: &'a Library,
         messages: &Bound<'py, PyAny>,
         reads: &'a Reads<'py>,
-    ) -> Result<Self, Failure> {
+    ) -> PyResult<Self> {
         Ok(History {
             library,
             items: sequence(library, messages)?,
@@ -137,7 +134,7 @@ impl<'a, 'py> History<'a, 'py> {
 
     /// `messages[index]` and its core, read once.
     #[inline(always)]
-    pub fn read(&mut self, index: usize) -> Result<&'a Read<'py>, Failure> {
+    pub fn read(&mut self, index: usize) -> PyResult<&'a Read<'py>> {
         if let Some(read) = self.head.get(index) {
             return Ok(read);
         }
@@ -149,11 +146,7 @@ impl<'a, 'py> History<'a, 'py> {
     }
 
     #[inline(always)]
-    fn read_new(
-        &mut self,
-        index: usize,
-        from_end: Option<usize>,
-    ) -> Result<&'a Read<'py>, Failure> {
+    fn read_new(&mut self, index: usize, from_end: Option<usize>) -> PyResult<&'a Read<'py>> {
         let object = self.items.get(index)?;
         let core = core_of(self.library, &object, Where::Index(index))?;
         let read: &'a Read<'py> = self.reads.alloc(Read { object, core });
@@ -168,7 +161,7 @@ impl<'a, 'py> History<'a, 'py> {
     /// Makes the history's leading system message (if any) the window's `system`, taken from
     /// its read: it comes before the first user message, so before every turn, and is never
     /// an item of the window.
-    pub fn take_leading_system(&mut self) -> Result<(), Failure> {
+    pub fn take_leading_system(&mut self) -> PyResult<()> {
         self.system = None;
         if let Some(index) = leading_system(self)? {
             let read = self.read(index)?;
@@ -178,12 +171,12 @@ impl<'a, 'py> History<'a, 'py> {
     }
 
     /// The message `messages[index]` held, read once.
-    pub fn object(&mut self, index: usize) -> Result<Bound<'py, PyAny>, Failure> {
+    pub fn object(&mut self, index: usize) -> PyResult<Bound<'py, PyAny>> {
         Ok(self.read(index)?.object.clone())
     }
 
     /// The message for one item of the window: an original or a synthetic result.
-    pub fn materialize(&mut self, item: Item) -> Result<Bound<'py, PyAny>, Failure> {
+    pub fn materialize(&mut self, item: Item) -> PyResult<Bound<'py, PyAny>> {
         match item {
             Item::Original(index) => self.object(index),
             Item::MissingResult { caller, call } => self.missing_result(caller, call),
@@ -213,7 +206,7 @@ impl<'a, 'py> History<'a, 'py> {
         items: &[Item],
         system: Option<Bound<'py, PyAny>>,
         synthetic: bool,
-    ) -> Result<Bound<'py, PyList>, Failure> {
+    ) -> PyResult<Bound<'py, PyList>> {
         if synthetic {
             for item in items {
                 if let Item::MissingResult { caller, call } = *item {
@@ -232,13 +225,13 @@ impl<'a, 'py> History<'a, 'py> {
             };
             messages.push(message.ok_or_else(not_read)?);
         }
-        Ok(PyList::new(self.py(), messages)?)
+        PyList::new(self.py(), messages)
     }
 
     /// The synthetic result closing call `call` of the AI message at `caller`, made once,
     /// from the caller's core (never from the list again).
     #[cold]
-    fn missing_result(&mut self, caller: usize, call: usize) -> Result<Bound<'py, PyAny>, Failure> {
+    fn missing_result(&mut self, caller: usize, call: usize) -> PyResult<Bound<'py, PyAny>> {
         if let Some(existing) = self.synthetic.get(&(caller, call)) {
             return Ok(existing.clone());
         }
@@ -269,7 +262,7 @@ impl<'a, 'py> History<'a, 'py> {
         &self,
         estimator: &Bound<'py, PyAny>,
         objects: Vec<Bound<'py, PyAny>>,
-    ) -> Result<u128, Failure> {
+    ) -> PyResult<u128> {
         let list = PyList::new(self.py(), objects)?;
         // The shared layer checked the count: an int from 0 to 2**63 - 1.
         Ok(u128::from(estimator.call1((list,))?.extract::<u64>()?))
@@ -277,7 +270,7 @@ impl<'a, 'py> History<'a, 'py> {
 }
 
 impl<'a, 'py> Source for History<'a, 'py> {
-    type Error = Failure;
+    type Error = PyErr;
     type Message = CoreView<'a>;
 
     fn len(&self) -> usize {
@@ -285,11 +278,11 @@ impl<'a, 'py> Source for History<'a, 'py> {
     }
 
     #[inline(always)]
-    fn get(&mut self, index: usize) -> Result<CoreView<'a>, Failure> {
+    fn get(&mut self, index: usize) -> PyResult<CoreView<'a>> {
         Ok(CoreView(&self.read(index)?.core))
     }
 
-    fn tokens(&mut self, items: &[Item]) -> Result<u128, Failure> {
+    fn tokens(&mut self, items: &[Item]) -> PyResult<u128> {
         if let Some(estimator) = self.count_tokens.clone() {
             let mut objects = Vec::with_capacity(items.len());
             for item in items {
@@ -326,7 +319,7 @@ impl<'a, 'py> Source for History<'a, 'py> {
         Some(total)
     }
 
-    fn system_tokens(&mut self) -> Result<u128, Failure> {
+    fn system_tokens(&mut self) -> PyResult<u128> {
         let Some(system) = &self.system else {
             return Ok(0);
         };
@@ -344,7 +337,7 @@ impl<'a, 'py> Source for History<'a, 'py> {
         )?))
     }
 
-    fn recorded_completed(&mut self, turn_id: &str) -> Result<Option<bool>, Failure> {
+    fn recorded_completed(&mut self, turn_id: &str) -> PyResult<Option<bool>> {
         let Some(statuses) = self.statuses.clone() else {
             return Ok(None);
         };
@@ -360,6 +353,6 @@ impl<'a, 'py> Source for History<'a, 'py> {
 
 /// A message the window chose but did not read (a bug of this file).
 #[cold]
-fn not_read() -> Failure {
-    PyRuntimeError::new_err("agentctx_fast: a window's message was not read").into()
+fn not_read() -> PyErr {
+    PyRuntimeError::new_err("agentctx_fast: a window's message was not read")
 }

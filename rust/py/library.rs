@@ -9,7 +9,7 @@ use crate::model::Kind;
 use pyo3::exceptions::PyImportError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyInt, PyModule, PyString, PyType};
+use pyo3::types::{PyInt, PyModule, PyType};
 use std::convert::Infallible;
 
 /// The library's message classes by kind, in the order a subclass is matched.
@@ -33,7 +33,6 @@ pub struct Library {
     pub invalid_message_type: Py<PyType>,
     pub completed: Py<PyAny>,
     pub index: Py<PyAny>,
-    pub cut_names: [Py<PyString>; 3],
 }
 
 static LIBRARY: PyOnceLock<Library> = PyOnceLock::new();
@@ -98,12 +97,6 @@ impl Library {
                 .unbind(),
             completed: completed.unbind(),
             index: py.import("operator")?.getattr("index")?.unbind(),
-            cut_names: [
-                "max_attached_turns",
-                "max_attached_messages",
-                "max_attached_tokens",
-            ]
-            .map(|name| PyString::intern(py, name).unbind()),
         })
     }
 

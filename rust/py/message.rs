@@ -8,7 +8,7 @@
 //! never goes stale; one changed behind the library's back (`object.__setattr__`) keeps what
 //! was first read, on both cores. No Python code can reach the kept core.
 
-use super::errors::{invalid_argument, invalid_message_type, type_name, Failure, Where};
+use super::errors::{invalid_argument, invalid_message_type, type_name, Where};
 use super::library::{Library, KINDS};
 use super::tokens::count_str;
 use crate::model::{Kind, MessageInfo};
@@ -63,11 +63,7 @@ impl Borrow<MessageInfo> for MessageCore {
 
 /// The kind of `message`, or `InvalidMessageTypeError` naming `at`.
 #[inline]
-pub fn kind_of(
-    library: &Library,
-    message: &Bound<'_, PyAny>,
-    at: Where<'_>,
-) -> Result<Kind, Failure> {
+pub fn kind_of(library: &Library, message: &Bound<'_, PyAny>, at: Where<'_>) -> PyResult<Kind> {
     let class = message.get_type();
     match library.exact_kind(&class) {
         Some(kind) => Ok(kind),
@@ -76,11 +72,7 @@ pub fn kind_of(
 }
 
 #[cold]
-fn kind_of_subclass(
-    library: &Library,
-    class: &Bound<'_, PyType>,
-    at: Where<'_>,
-) -> Result<Kind, Failure> {
+fn kind_of_subclass(library: &Library, class: &Bound<'_, PyType>, at: Where<'_>) -> PyResult<Kind> {
     let py = class.py();
     let name = || class.name().map(|n| n.to_string()).unwrap_or_default();
     if !class.is_subclass(library.message.bind(py))? {
@@ -108,7 +100,7 @@ pub fn core_of(
     library: &Library,
     message: &Bound<'_, PyAny>,
     at: Where<'_>,
-) -> Result<Arc<MessageCore>, Failure> {
+) -> PyResult<Arc<MessageCore>> {
     let kind = kind_of(library, message, at)?;
     let Ok(base) = message.cast::<MessageBase>() else {
         // A message class made before the extension imported: nowhere to keep a core.
@@ -129,7 +121,7 @@ fn keep_core(
     kind: Kind,
     kept: &OnceLock<Arc<MessageCore>>,
     at: Where<'_>,
-) -> Result<Arc<MessageCore>, Failure> {
+) -> PyResult<Arc<MessageCore>> {
     let core = Arc::new(read_core(library, message, kind, at)?);
     let _ = kept.set(core.clone());
     match kept.get() {
@@ -145,7 +137,7 @@ fn read_core(
     message: &Bound<'_, PyAny>,
     kind: Kind,
     at: Where<'_>,
-) -> Result<MessageCore, Failure> {
+) -> PyResult<MessageCore> {
     let py = message.py();
     let visible = message.getattr(intern!(py, "model_visible"))?.is_truthy()?;
     let message_id = identifier(
@@ -197,7 +189,7 @@ pub fn text<'a, 'py>(
     value: &'a Bound<'py, PyAny>,
     at: Where<'_>,
     field: &str,
-) -> Result<&'a Bound<'py, PyString>, Failure> {
+) -> PyResult<&'a Bound<'py, PyString>> {
     value.cast::<PyString>().map_err(|_| {
         invalid_message_type(
             value.py(),
@@ -210,7 +202,7 @@ fn optional_text<'py>(
     value: &Bound<'py, PyAny>,
     at: Where<'_>,
     field: &str,
-) -> Result<Option<Bound<'py, PyString>>, Failure> {
+) -> PyResult<Option<Bound<'py, PyString>>> {
     if value.is_none() {
         return Ok(None);
     }
@@ -219,7 +211,7 @@ fn optional_text<'py>(
 
 /// An identifier: a str of valid Unicode (ids are compared exactly, as the reference's dict
 /// keys are).
-fn identifier(value: &Bound<'_, PyAny>, at: Where<'_>, field: &str) -> Result<String, Failure> {
+fn identifier(value: &Bound<'_, PyAny>, at: Where<'_>, field: &str) -> PyResult<String> {
     let string = text(value, at, field)?;
     match string.to_str() {
         Ok(s) => Ok(s.to_owned()),
@@ -242,8 +234,8 @@ fn each_tool_call<'py>(
     library: &Library,
     message: &Bound<'py, PyAny>,
     at: Where<'_>,
-    mut visit: impl FnMut(&Bound<'py, PyAny>, Where<'_>) -> Result<(), Failure>,
-) -> Result<(), Failure> {
+    mut visit: impl FnMut(&Bound<'py, PyAny>, Where<'_>) -> PyResult<()>,
+) -> PyResult<()> {
     let py = message.py();
     for (index, call) in message
         .getattr(intern!(py, "tool_calls"))?
@@ -263,7 +255,7 @@ fn tool_call<'a, 'py>(
     call: &'a Bound<'py, PyAny>,
     at: Where<'_>,
     index: usize,
-) -> Result<&'a Bound<'py, PyAny>, Failure> {
+) -> PyResult<&'a Bound<'py, PyAny>> {
     let py = call.py();
     if call.get_type().is_subclass(library.tool_call.bind(py))? {
         Ok(call)
@@ -285,7 +277,7 @@ pub fn tokens(
     message: &Bound<'_, PyAny>,
     core: &MessageCore,
     at: Where<'_>,
-) -> Result<u64, Failure> {
+) -> PyResult<u64> {
     let known = core.tokens.load(Ordering::Relaxed);
     if known != u64::MAX {
         return Ok(known);
@@ -300,7 +292,7 @@ fn count_and_keep(
     message: &Bound<'_, PyAny>,
     core: &MessageCore,
     at: Where<'_>,
-) -> Result<u64, Failure> {
+) -> PyResult<u64> {
     let counted = count_message(library, message, core.info.kind, at)?;
     core.tokens.store(counted, Ordering::Relaxed);
     Ok(counted)
@@ -312,7 +304,7 @@ fn count_message(
     message: &Bound<'_, PyAny>,
     kind: Kind,
     at: Where<'_>,
-) -> Result<u64, Failure> {
+) -> PyResult<u64> {
     let py = message.py();
     let text_attr = intern!(py, "text");
     Ok(match kind {

@@ -43,11 +43,9 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(turns::count_turns, module)?)?;
     module.add_function(wrap_pyfunction!(protocol::validate, module)?)?;
     module.add_function(wrap_pyfunction!(tokens::count_text, module)?)?;
-    module.add_function(wrap_pyfunction!(tokens::count_texts, module)?)?;
     module.add_function(wrap_pyfunction!(tokens::message_tokens, module)?)?;
     module.add_function(wrap_pyfunction!(decode::decode_message, module)?)?;
     module.add_function(wrap_pyfunction!(decode::set_record_schema, module)?)?;
     module.add_function(wrap_pyfunction!(tokens::bpe_count_text, module)?)?;
-    module.add_function(wrap_pyfunction!(tokens::bpe_count_texts, module)?)?;
     Ok(())
 }

@@ -2,7 +2,7 @@
 
 use super::library::Library;
 use super::turns::stream_cores;
-use crate::protocol;
+use crate::protocol::{self, Violation};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
@@ -15,19 +15,20 @@ pub fn validate<'py>(
     let library = Library::get(py)?;
     let mut validator = protocol::Validator::new();
     stream_cores(library, messages, None, |core| validator.push(core))?;
-    let violations = validator.finish();
-    let tuples: PyResult<Vec<_>> = violations
-        .iter()
-        .map(|v| {
-            PyTuple::new(
-                py,
-                [
-                    v.kind.name(),
-                    v.message_id.as_str(),
-                    v.tool_call_id.as_str(),
-                ],
-            )
-        })
-        .collect();
-    PyList::new(py, tuples?)
+    violations(py, &validator.finish())
+}
+
+/// Violations as the reference gives them: a list of `(kind, message_id, tool_call_id)`.
+pub fn violations<'py>(py: Python<'py>, found: &[Violation]) -> PyResult<Bound<'py, PyList>> {
+    let tuples = found.iter().map(|v| {
+        PyTuple::new(
+            py,
+            [
+                v.kind.name(),
+                v.message_id.as_str(),
+                v.tool_call_id.as_str(),
+            ],
+        )
+    });
+    PyList::new(py, tuples.collect::<PyResult<Vec<_>>>()?)
 }

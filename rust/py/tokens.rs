@@ -84,26 +84,8 @@ pub fn count_text(
         Err(_) => Err(invalid_message_type(
             py,
             format!("count_text needs a str, got {}", type_name(text)),
-        )
-        .into()),
+        )),
     }
-}
-
-/// Estimated tokens of every text.
-#[pyfunction]
-#[pyo3(signature = (texts, encoding=None))]
-pub fn count_texts<'py>(
-    py: Python<'py>,
-    texts: &Bound<'py, PyAny>,
-    encoding: Option<&Bound<'py, PyAny>>,
-) -> PyResult<Bound<'py, PyList>> {
-    let heuristic = heuristic_of(encoding)?;
-    let strings = str_items(py, texts)?;
-    let mut counts = Vec::with_capacity(strings.len());
-    for text in &strings {
-        counts.push(count_str_with(heuristic, text)?);
-    }
-    PyList::new(py, counts)
 }
 
 /// Heuristic tokens of every message.
@@ -130,7 +112,7 @@ fn encoding_of(encoding: &Bound<'_, PyAny>) -> PyResult<Encoding> {
     let py = encoding.py();
     let Ok(name) = encoding.cast::<PyString>() else {
         let message = format!("encoding must be a str, got {}", type_name(encoding));
-        return Err(invalid_argument(py, message).into());
+        return Err(invalid_argument(py, message));
     };
     if let Some(found) = name.to_str().ok().and_then(Encoding::from_name) {
         return Ok(found);
@@ -146,7 +128,7 @@ fn encoding_of(encoding: &Bound<'_, PyAny>) -> PyResult<Encoding> {
         "encoding must be 'o200k_base' or 'cl100k_base', got {}",
         copy.repr()?.to_string_lossy()
     );
-    Err(invalid_argument(py, message).into())
+    Err(invalid_argument(py, message))
 }
 
 /// Exact tokens of a Python str; lone surrogates are read as tiktoken reads them.
@@ -179,46 +161,6 @@ pub fn bpe_count_text(encoding: &Bound<'_, PyAny>, text: &Bound<'_, PyAny>) -> P
         Err(_) => Err(invalid_message_type(
             text.py(),
             format!("count_text needs a str, got {}", type_name(text)),
-        )
-        .into()),
+        )),
     }
-}
-
-/// Exact tokens of every text in `encoding`.
-#[pyfunction]
-pub fn bpe_count_texts<'py>(
-    encoding: &Bound<'py, PyAny>,
-    texts: &Bound<'py, PyAny>,
-) -> PyResult<Bound<'py, PyList>> {
-    let py = texts.py();
-    let encoding = encoding_of(encoding)?;
-    let strings = str_items(py, texts)?;
-    let bpe = Bpe::get(encoding);
-    let mut counts = Vec::with_capacity(strings.len());
-    for text in &strings {
-        counts.push(bpe_count_str(bpe, text)?);
-    }
-    PyList::new(py, counts)
-}
-
-/// The items of `texts`, all read before any is counted; a non-`str` item is refused.
-fn str_items<'py>(
-    py: Python<'py>,
-    texts: &Bound<'py, PyAny>,
-) -> PyResult<Vec<Bound<'py, PyString>>> {
-    let mut strings = Vec::new();
-    for text in texts.try_iter()? {
-        let text = text?;
-        match text.cast_into::<PyString>() {
-            Ok(text) => strings.push(text),
-            Err(error) => {
-                let message = format!(
-                    "count_texts needs str items, got {}",
-                    type_name(error.into_inner().as_any())
-                );
-                return Err(invalid_message_type(py, message).into());
-            }
-        }
-    }
-    Ok(strings)
 }

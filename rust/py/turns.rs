@@ -1,6 +1,6 @@
 //! Turn segmentation (SPEC §4) over a Python history.
 
-use super::errors::{invalid_argument, Failure, Where};
+use super::errors::{invalid_argument, Where};
 use super::history::{sequence, CoreRef};
 use super::library::Library;
 use super::message::core_of;
@@ -14,7 +14,7 @@ pub fn stream_cores<'py>(
     messages: &Bound<'py, PyAny>,
     end: Option<usize>,
     mut sink: impl FnMut(&CoreRef),
-) -> Result<(), Failure> {
+) -> PyResult<()> {
     let items = sequence(library, messages)?;
     let end = end.map_or(items.len, |end| end.min(items.len));
     for index in 0..end {
@@ -58,12 +58,12 @@ pub fn count_turns(
         )
     };
     if end.is_instance_of::<PyBool>() || !end.is_instance_of::<PyInt>() {
-        return Err(bad().into());
+        return Err(bad());
     }
     // The int's value, whatever its class's own comparisons say.
     let plain = library.index.bind(py).call1((end,))?;
     if plain.lt(0)? {
-        return Err(bad().into());
+        return Err(bad());
     }
     let end = plain.extract::<usize>().unwrap_or(usize::MAX);
     let mut starts = turns::TurnStarts::new();

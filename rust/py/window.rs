@@ -2,10 +2,10 @@
 //! core's options, and the core's selection handed back as plain values (`window.py` makes the
 //! `ContextWindow`).
 
-use super::errors::{invalid_argument, Failure};
+use super::errors::invalid_argument;
 use super::history::{History, Reads};
 use super::library::{int, Library};
-use crate::protocol::Violation;
+use super::protocol::violations;
 use crate::window::{self as core_window, CutBy, Window, WindowOptions};
 use pyo3::exceptions::PyOverflowError;
 use pyo3::prelude::*;
@@ -84,7 +84,7 @@ impl CoreOptions {
         let py = current_turn.py();
         match read() {
             Some(options) => Ok(CoreOptions { options }),
-            None => Err(invalid_argument(py, UNCHECKED.to_owned()).into()),
+            None => Err(invalid_argument(py, UNCHECKED.to_owned())),
         }
     }
 
@@ -114,7 +114,7 @@ impl CoreOptions {
 
 /// The core's options held by `options`, or the error both cores give for anything that is not
 /// a `CoreOptions` (e.g. a `WindowOptions` whose compiled form was replaced).
-pub(super) fn options(options: &Bound<'_, PyAny>) -> Result<WindowOptions, Failure> {
+pub(super) fn options(options: &Bound<'_, PyAny>) -> PyResult<WindowOptions> {
     match options.cast_exact::<CoreOptions>() {
         Ok(options) => Ok(options.get().options.clone()),
         Err(_) => Err(invalid_argument(options.py(), UNCHECKED.to_owned())),
@@ -136,7 +136,7 @@ fn choose<'py>(
     options: WindowOptions,
     count_tokens: Option<Bound<'py, PyAny>>,
     turn_statuses: Option<Bound<'py, PyAny>>,
-) -> Result<Chosen<'py>, Failure> {
+) -> PyResult<Chosen<'py>> {
     // A default window reads about fifty messages.
     let reads = Reads::with_capacity(64);
     let mut history = History::new(library, messages, &reads)?;
@@ -163,30 +163,13 @@ fn choose<'py>(
     })
 }
 
-fn violation_tuple<'py>(py: Python<'py>, v: &Violation) -> PyResult<Bound<'py, PyTuple>> {
-    PyTuple::new(
-        py,
-        [
-            v.kind.name(),
-            v.message_id.as_str(),
-            v.tool_call_id.as_str(),
-        ],
-    )
-}
-
-fn cut_by_name<'py>(
-    py: Python<'py>,
-    library: &Library,
-    cut_by: Option<CutBy>,
-) -> Bound<'py, PyAny> {
-    let [turns, messages, tokens] = &library.cut_names;
-    let name = match cut_by {
-        Some(CutBy::Turns) => turns,
-        Some(CutBy::Messages) => messages,
-        Some(CutBy::Tokens) => tokens,
-        None => return py.None().into_bound(py),
-    };
-    name.bind(py).clone().into_any()
+/// The option that cut the window, by name (None: nothing cut it).
+fn cut_by_name(cut_by: Option<CutBy>) -> Option<&'static str> {
+    Some(match cut_by? {
+        CutBy::Turns => "max_attached_turns",
+        CutBy::Messages => "max_attached_messages",
+        CutBy::Tokens => "max_attached_tokens",
+    })
 }
 
 /// Rules 1-7 of SPEC §5, as plain values for `window.py` to finish (compressor, the window
@@ -217,11 +200,6 @@ pub fn select<'py>(
         count_tokens,
         turn_statuses,
     )?;
-    let repairs: PyResult<Vec<_>> = result
-        .repairs
-        .iter()
-        .map(|v| violation_tuple(py, v))
-        .collect();
     let values: [Bound<'py, PyAny>; 11] = [
         messages.into_any(),
         has_system.into_pyobject(py)?.to_owned().into_any(),
@@ -230,8 +208,8 @@ pub fn select<'py>(
         int(py, result.estimated_tokens),
         int(py, result.attached_turns),
         int(py, result.compacted_turns),
-        cut_by_name(py, library, result.cut_by),
-        PyList::new(py, repairs?)?.into_any(),
+        cut_by_name(result.cut_by).into_pyobject(py)?.into_any(),
+        violations(py, &result.repairs)?.into_any(),
         int(py, result.seen_history_turns),
         int(py, result.unread_end),
     ];

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from agentctx_fast.core._reference.protocol import validate, validate_segment
 from agentctx_fast.core._reference.reach import window_reach
 from agentctx_fast.core._reference.read import read, tokens
-from agentctx_fast.core._reference.tokens import check_encoding, count_text
+from agentctx_fast.core._reference.tokens import count_text
 from agentctx_fast.core._reference.turns import (
     Turn,
     check_sequence,
@@ -16,12 +16,10 @@ from agentctx_fast.core._reference.turns import (
     turn_starts,
 )
 from agentctx_fast.core._reference.window import CoreOptions, count_turns, select
-from agentctx_fast.errors import InvalidMessageTypeError
 
 __all__ = [
     "CoreOptions",
     "count_text",
-    "count_texts",
     "count_turns",
     "message_tokens",
     "segment",
@@ -53,15 +51,3 @@ def message_tokens(messages: Sequence[object]) -> list[int]:
         message, view = read(seq, index)
         counts.append(tokens(message, view, f"messages[{index}]", count_text))
     return counts
-
-
-def count_texts(texts: Iterable[object], encoding: str | None = None) -> list[int]:
-    """`count_text` of every text."""
-    if encoding is not None:
-        check_encoding(encoding)
-    strings = list(texts)
-    for text in strings:
-        if not issubclass(type(text), str):
-            raise InvalidMessageTypeError(f"count_texts needs str items, got {type(text).__name__}")
-    return [count_text(text, encoding) for text in strings]  # type: ignore[arg-type]
-
