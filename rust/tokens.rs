@@ -255,6 +255,11 @@ struct Masks {
 }
 
 impl Masks {
+    /// SSE2 on x86_64: measured against `of_bytes` on every target (heuristic `count_text`,
+    /// cl100k, one build of each, medians): 100 KB JSON tool result 60 µs vs 492 µs, 4 KB 2.5 µs
+    /// vs 20 µs, 20 KB English 9.6 µs vs 96 µs, 20 KB Chinese 33 µs vs 69 µs; a window over
+    /// 1,000 freshly decoded tool-heavy messages 180 µs vs 354 µs. A safe 8-bytes-per-word
+    /// (SWAR) loop still cost 2.3x on ASCII text and 1.17x on that window.
     #[cfg(target_arch = "x86_64")]
     fn of(block: &[u8; BLOCK]) -> Masks {
         // SAFETY: SSE2 is part of the x86_64 baseline, enabled on every x86_64 target.
