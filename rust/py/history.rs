@@ -13,10 +13,10 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+use rustc_hash::FxHashMap;
 use std::borrow::Borrow;
-use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::Arc;
-use typed_arena::Arena;
 
 /// `messages`, read by index: an exact list or tuple through its own accessor, any other
 /// sequence through `__getitem__`. Its length is read once.
@@ -69,20 +69,6 @@ pub struct Read<'py> {
     pub core: Arc<MessageCore>,
 }
 
-/// Where a window keeps what it read: each message is held once, and the turns, the open
-/// calls and the output borrow it (no reference counting per use).
-pub type Reads<'py> = Arena<Read<'py>>;
-
-/// A read message's core as the core crate borrows it: copying it costs nothing.
-#[derive(Clone, Copy)]
-pub struct CoreView<'a>(pub &'a MessageCore);
-
-impl Borrow<MessageInfo> for CoreView<'_> {
-    fn borrow(&self) -> &MessageInfo {
-        &self.0.info
-    }
-}
-
 /// A read message as the core crate borrows it (cloning it is a reference count).
 #[derive(Clone)]
 pub struct CoreRef(pub Arc<MessageCore>);
@@ -93,38 +79,29 @@ impl Borrow<MessageInfo> for CoreRef {
     }
 }
 
-/// The history of one window: every index read once (the leading prefix forward for the
-/// system message, the tail backwards for the turns), the caller's estimator and statuses.
+/// The history of one window: every index read once (a dict of the reads, as
+/// `_reference/turns.py::History` keeps), the caller's estimator and statuses.
 pub struct History<'a, 'py> {
     pub library: &'a Library,
     pub items: Items<'py>,
-    reads: &'a Reads<'py>,
-    /// Messages read from the front, by index.
-    head: Vec<&'a Read<'py>>,
-    /// Messages read from the back, by distance from the end.
-    tail: Vec<&'a Read<'py>>,
+    reads: FxHashMap<usize, Read<'py>>,
     pub system: Option<Bound<'py, PyAny>>,
     pub count_tokens: Option<Bound<'py, PyAny>>,
     pub statuses: Option<Bound<'py, PyAny>>,
-    synthetic: HashMap<(usize, usize), Bound<'py, PyAny>>,
+    synthetic: FxHashMap<(usize, usize), Bound<'py, PyAny>>,
 }
 
 impl<'a, 'py> History<'a, 'py> {
-    pub fn new(
-        library: &'a Library,
-        messages: &Bound<'py, PyAny>,
-        reads: &'a Reads<'py>,
-    ) -> PyResult<Self> {
+    pub fn new(library: &'a Library, messages: &Bound<'py, PyAny>) -> PyResult<Self> {
         Ok(History {
             library,
             items: sequence(library, messages)?,
-            reads,
-            head: Vec::new(),
-            tail: Vec::with_capacity(64),
+            // A default window reads about fifty messages.
+            reads: FxHashMap::with_capacity_and_hasher(64, Default::default()),
             system: None,
             count_tokens: None,
             statuses: None,
-            synthetic: HashMap::new(),
+            synthetic: FxHashMap::default(),
         })
     }
 
@@ -133,29 +110,15 @@ impl<'a, 'py> History<'a, 'py> {
     }
 
     /// `messages[index]` and its core, read once.
-    #[inline(always)]
-    pub fn read(&mut self, index: usize) -> PyResult<&'a Read<'py>> {
-        if let Some(read) = self.head.get(index) {
-            return Ok(read);
+    pub fn read(&mut self, index: usize) -> PyResult<&Read<'py>> {
+        match self.reads.entry(index) {
+            Entry::Occupied(read) => Ok(read.into_mut()),
+            Entry::Vacant(slot) => {
+                let object = self.items.get(index)?;
+                let core = core_of(self.library, &object, Where::Index(index))?;
+                Ok(slot.insert(Read { object, core }))
+            }
         }
-        let from_end = self.items.len.checked_sub(index + 1);
-        if let Some(read) = from_end.and_then(|back| self.tail.get(back)) {
-            return Ok(read);
-        }
-        self.read_new(index, from_end)
-    }
-
-    #[inline(always)]
-    fn read_new(&mut self, index: usize, from_end: Option<usize>) -> PyResult<&'a Read<'py>> {
-        let object = self.items.get(index)?;
-        let core = core_of(self.library, &object, Where::Index(index))?;
-        let read: &'a Read<'py> = self.reads.alloc(Read { object, core });
-        if index == self.head.len() {
-            self.head.push(read);
-        } else if from_end == Some(self.tail.len()) {
-            self.tail.push(read);
-        }
-        Ok(read)
     }
 
     /// Makes the history's leading system message (if any) the window's `system`, taken from
@@ -183,24 +146,11 @@ impl<'a, 'py> History<'a, 'py> {
         }
     }
 
-    /// The read message at `index` if the window read it (no read: no Python code runs).
-    #[inline(always)]
-    fn cached(&self, index: usize) -> Option<&'a Read<'py>> {
-        let from_end = self.items.len.checked_sub(index + 1)?;
-        if let Some(read) = self.tail.get(from_end) {
-            return Some(read);
-        }
-        self.head.get(index).copied()
-    }
-
     /// The window's messages as its list, `system` first then `items`: the synthetic results
     /// are made first (that runs Python code; `synthetic` false says `items` holds none), then
     /// the list is made of the messages read.
-    ///
-    /// Every original item was read, and is kept by the reads: the backward scan reads from the
-    /// end without a gap (so into `tail`), the leading system scan from the front without a gap
-    /// (so into `head`), and every other read (a caller's core, a token count) is of a message
-    /// that scan read. Were that broken, the window fails with `not_read` (a bug of this file).
+    /// Every original item was read (were one not, the window fails with `not_read`, a bug of
+    /// this file).
     pub fn into_list(
         mut self,
         items: &[Item],
@@ -218,7 +168,7 @@ impl<'a, 'py> History<'a, 'py> {
         messages.extend(system);
         for item in items {
             let message = match *item {
-                Item::Original(index) => self.cached(index).map(|read| read.object.clone()),
+                Item::Original(index) => self.reads.get(&index).map(|read| read.object.clone()),
                 Item::MissingResult { caller, call } => {
                     self.synthetic.get(&(caller, call)).cloned()
                 }
@@ -235,7 +185,7 @@ impl<'a, 'py> History<'a, 'py> {
         if let Some(existing) = self.synthetic.get(&(caller, call)) {
             return Ok(existing.clone());
         }
-        let py = self.py();
+        let (py, library) = (self.py(), self.library);
         let info = &self.read(caller)?.core.info;
         let (Some(call_id), Some(name)) = (info.call_ids.get(call), info.call_names.get(call))
         else {
@@ -249,8 +199,7 @@ impl<'a, 'py> History<'a, 'py> {
         kwargs.set_item(intern!(py, "is_error"), true)?;
         kwargs.set_item(intern!(py, "message_id"), missing_result_id(call_id))?;
         kwargs.set_item(intern!(py, "turn_id"), info.turn_id.as_deref())?;
-        let message = self
-            .library
+        let message = library
             .tool_message
             .bind(py)
             .call((call_id, MISSING_RESULT_TEXT), Some(&kwargs))?;
@@ -269,17 +218,16 @@ impl<'a, 'py> History<'a, 'py> {
     }
 }
 
-impl<'a, 'py> Source for History<'a, 'py> {
+impl Source for History<'_, '_> {
     type Error = PyErr;
-    type Message = CoreView<'a>;
+    type Message = CoreRef;
 
     fn len(&self) -> usize {
         self.items.len
     }
 
-    #[inline(always)]
-    fn get(&mut self, index: usize) -> PyResult<CoreView<'a>> {
-        Ok(CoreView(&self.read(index)?.core))
+    fn get(&mut self, index: usize) -> PyResult<CoreRef> {
+        Ok(CoreRef(self.read(index)?.core.clone()))
     }
 
     fn tokens(&mut self, items: &[Item]) -> PyResult<u128> {
@@ -294,12 +242,9 @@ impl<'a, 'py> Source for History<'a, 'py> {
         for item in items {
             total += u128::from(match item {
                 Item::Original(index) => {
+                    let library = self.library;
                     let read = self.read(*index)?;
-                    let core = &read.core;
-                    match core.known_tokens() {
-                        Some(known) => known,
-                        None => tokens(self.library, &read.object, core, Where::Index(*index))?,
-                    }
+                    tokens(library, &read.object, &read.core, Where::Index(*index))?
                 }
                 Item::MissingResult { .. } => missing_result_tokens(),
             });
@@ -307,7 +252,7 @@ impl<'a, 'py> Source for History<'a, 'py> {
         Ok(total)
     }
 
-    fn known_tokens(&mut self, turn: &[(usize, CoreView<'a>)]) -> Option<u128> {
+    fn known_tokens(&mut self, turn: &[(usize, CoreRef)]) -> Option<u128> {
         if self.count_tokens.is_some() {
             return None;
         }

@@ -1,7 +1,7 @@
 //! How far back a window reaches (`crate::reach`) in the newest messages of a Python history.
 
 use super::errors::invalid_argument;
-use super::history::{History, Reads};
+use super::history::History;
 use super::library::Library;
 use super::window::options as compiled;
 use crate::window::WindowOptions;
@@ -26,7 +26,6 @@ pub fn window_reach(
         has_current_turn: has_current_turn.is_true(),
         ..compiled(options)?
     };
-    let reads = Reads::new();
-    let mut history = History::new(Library::get(py)?, messages, &reads)?;
+    let mut history = History::new(Library::get(py)?, messages)?;
     crate::reach::reach(&mut history, &options)
 }

@@ -3,7 +3,7 @@
 //! `ContextWindow`).
 
 use super::errors::invalid_argument;
-use super::history::{History, Reads};
+use super::history::History;
 use super::library::{int, Library};
 use super::protocol::violations;
 use crate::window::{self as core_window, CutBy, Window, WindowOptions};
@@ -137,9 +137,7 @@ fn choose<'py>(
     count_tokens: Option<Bound<'py, PyAny>>,
     turn_statuses: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Chosen<'py>> {
-    // A default window reads about fifty messages.
-    let reads = Reads::with_capacity(64);
-    let mut history = History::new(library, messages, &reads)?;
+    let mut history = History::new(library, messages)?;
     history.system = system;
     if use_leading_system {
         history.take_leading_system()?;
