@@ -209,6 +209,14 @@ impl Bpe {
         self.ranks.get(bytes)
     }
 
+    /// Tokens of a Python str from its WTF-8 bytes (see `from_wtf8_lossy`).
+    pub fn count_wtf8(&self, bytes: &[u8]) -> u64 {
+        match std::str::from_utf8(bytes) {
+            Ok(text) => self.count(text),
+            Err(_) => self.count(&from_wtf8_lossy(bytes)),
+        }
+    }
+
     /// Tokens of `text`: `len(encode_ordinary(text))`.
     pub fn count(&self, text: &str) -> u64 {
         let bytes = text.as_bytes();

@@ -5,11 +5,12 @@ use super::errors::{invalid_argument, invalid_message_type, type_name, Where};
 use super::history::sequence;
 use super::library::Library;
 use super::message::{core_of, tokens};
-use crate::bpe::{from_wtf8_lossy, Bpe, Encoding};
+use crate::bpe::{Bpe, Encoding};
 use crate::tokens::{count_utf8_bytes_with, Heuristic, CL100K, O200K};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
+use std::borrow::Cow;
 
 /// Inputs at least this large are counted with the GIL released (below it, detaching costs
 /// more than it lets other threads gain).
@@ -17,32 +18,27 @@ const DETACH_BYTES: usize = 64 * 1024;
 
 /// The UTF-8 bytes of a str; one with lone surrogates is encoded with `surrogatepass`
 /// (WTF-8), which the core counts as the reference does. No method of a str subclass runs.
-enum Utf8<'a, 'py> {
-    Str(&'a str),
-    Wtf8(Bound<'py, PyBytes>),
+fn wtf8<'a>(text: &'a Bound<'_, PyString>) -> PyResult<Cow<'a, [u8]>> {
+    if let Ok(text) = text.to_str() {
+        return Ok(Cow::Borrowed(text.as_bytes()));
+    }
+    // `str.encode` itself: a str subclass's own `encode` never runs.
+    let py = text.py();
+    let encoded = py
+        .get_type::<PyString>()
+        .getattr(intern!(py, "encode"))?
+        .call1((text, intern!(py, "utf-8"), intern!(py, "surrogatepass")))?;
+    Ok(Cow::Owned(
+        encoded.cast_into::<PyBytes>()?.as_bytes().to_vec(),
+    ))
 }
 
-impl<'a, 'py> Utf8<'a, 'py> {
-    fn new(text: &'a Bound<'py, PyString>) -> PyResult<Self> {
-        match text.to_str() {
-            Ok(s) => Ok(Utf8::Str(s)),
-            Err(_) => {
-                // `str.encode` itself: a str subclass's own `encode` never runs.
-                let py = text.py();
-                let encoded = py
-                    .get_type::<PyString>()
-                    .getattr(intern!(py, "encode"))?
-                    .call1((text, intern!(py, "utf-8"), intern!(py, "surrogatepass")))?;
-                Ok(Utf8::Wtf8(encoded.cast_into::<PyBytes>()?))
-            }
-        }
-    }
-
-    fn bytes(&self) -> &[u8] {
-        match self {
-            Utf8::Str(s) => s.as_bytes(),
-            Utf8::Wtf8(b) => b.as_bytes(),
-        }
+/// `count` of `bytes`, with the GIL released when they are large.
+fn counted(py: Python<'_>, bytes: &[u8], count: impl Fn(&[u8]) -> u64 + Sync) -> u64 {
+    if bytes.len() >= DETACH_BYTES {
+        py.detach(|| count(bytes))
+    } else {
+        count(bytes)
     }
 }
 
@@ -53,13 +49,10 @@ pub fn count_str(text: &Bound<'_, PyString>) -> PyResult<u64> {
 
 /// Heuristic tokens of a Python str.
 fn count_str_with(heuristic: &Heuristic, text: &Bound<'_, PyString>) -> PyResult<u64> {
-    let utf8 = Utf8::new(text)?;
-    let bytes = utf8.bytes();
-    if bytes.len() >= DETACH_BYTES {
-        Ok(text.py().detach(|| count_utf8_bytes_with(heuristic, bytes)))
-    } else {
-        Ok(count_utf8_bytes_with(heuristic, bytes))
-    }
+    let bytes = wtf8(text)?;
+    Ok(counted(text.py(), &bytes, |bytes| {
+        count_utf8_bytes_with(heuristic, bytes)
+    }))
 }
 
 /// The heuristic of `encoding` (None: cl100k_base).
@@ -119,8 +112,7 @@ fn encoding_of(encoding: &Bound<'_, PyAny>) -> PyResult<Encoding> {
     }
     // The repr of an exact str copy (made by the str type from the bytes): no method of a str
     // subclass runs.
-    let utf8 = Utf8::new(name)?;
-    let bytes = PyBytes::new(py, utf8.bytes());
+    let bytes = PyBytes::new(py, &wtf8(name)?);
     let copy = py
         .get_type::<PyString>()
         .call1((bytes, "utf-8", "surrogatepass"))?;
@@ -133,23 +125,8 @@ fn encoding_of(encoding: &Bound<'_, PyAny>) -> PyResult<Encoding> {
 
 /// Exact tokens of a Python str; lone surrogates are read as tiktoken reads them.
 fn bpe_count_str(bpe: &Bpe, text: &Bound<'_, PyString>) -> PyResult<u64> {
-    let py = text.py();
-    let owned;
-    let text: &str = match text.to_str() {
-        Ok(s) => s,
-        Err(_) => {
-            let Utf8::Wtf8(bytes) = Utf8::new(text)? else {
-                unreachable!("a str that is not UTF-8 is encoded with surrogatepass")
-            };
-            owned = from_wtf8_lossy(bytes.as_bytes());
-            &owned
-        }
-    };
-    if text.len() >= DETACH_BYTES {
-        Ok(py.detach(|| bpe.count(text)))
-    } else {
-        Ok(bpe.count(text))
-    }
+    let bytes = wtf8(text)?;
+    Ok(counted(text.py(), &bytes, |bytes| bpe.count_wtf8(bytes)))
 }
 
 /// Exact tokens of `text` in `encoding` (`len(encode_ordinary(text))`).

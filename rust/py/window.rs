@@ -9,7 +9,7 @@ use super::protocol::violations;
 use crate::window::{self as core_window, CutBy, Window, WindowOptions};
 use pyo3::exceptions::PyOverflowError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyInt, PyList, PyString, PyTuple, PyType};
 
 /// A limit as the core holds it: an exact int >= 0; one past the core's range is `max` (no
 /// history reaches it, so the window is the exact limit's).
@@ -47,6 +47,8 @@ const UNCHECKED: &str = "options were not checked: make them with WindowOptions(
 #[pyclass(frozen, module = "agentctx_fast._native")]
 pub struct CoreOptions {
     options: WindowOptions,
+    /// The arguments, which make these options again (`__reduce__`).
+    args: Py<PyTuple>,
 }
 
 #[pymethods]
@@ -82,33 +84,23 @@ impl CoreOptions {
             })
         };
         let py = current_turn.py();
-        match read() {
-            Some(options) => Ok(CoreOptions { options }),
-            None => Err(invalid_argument(py, UNCHECKED.to_owned())),
-        }
+        let Some(options) = read() else {
+            return Err(invalid_argument(py, UNCHECKED.to_owned()));
+        };
+        let args = [
+            max_attached_turns,
+            max_attached_messages,
+            compact_completed_tool_turns,
+            compression_keep_recent_turns,
+            max_attached_tokens,
+            current_turn,
+        ];
+        let args = PyTuple::new(py, args)?.unbind();
+        Ok(CoreOptions { options, args })
     }
 
-    /// The arguments that make these options again (a limit past the core's range reads as
-    /// the range's maximum, which gives the same windows).
-    fn __reduce__<'py>(
-        slf: &Bound<'py, Self>,
-    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
-        let py = slf.py();
-        let o = &slf.get().options;
-        let args: [Bound<'py, PyAny>; 6] = [
-            int(py, o.max_attached_turns),
-            int(py, o.max_attached_messages),
-            PyBool::new(py, o.compact_completed_tool_turns)
-                .to_owned()
-                .into_any(),
-            int(py, o.compression_keep_recent_turns),
-            match o.max_attached_tokens {
-                Some(tokens) => int(py, tokens),
-                None => py.None().into_bound(py),
-            },
-            PyString::new(py, if o.has_current_turn { "last" } else { "none" }).into_any(),
-        ];
-        Ok((slf.get_type().into_any(), PyTuple::new(py, args)?))
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> (Bound<'py, PyType>, Bound<'py, PyTuple>) {
+        (slf.get_type(), slf.get().args.bind(slf.py()).clone())
     }
 }
 
