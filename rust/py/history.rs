@@ -133,15 +133,10 @@ impl<'a, 'py> History<'a, 'py> {
         Ok(())
     }
 
-    /// The message `messages[index]` held, read once.
-    pub fn object(&mut self, index: usize) -> PyResult<Bound<'py, PyAny>> {
-        Ok(self.read(index)?.object.clone())
-    }
-
-    /// The message for one item of the window: an original or a synthetic result.
-    pub fn materialize(&mut self, item: Item) -> PyResult<Bound<'py, PyAny>> {
+    /// The message for one item of the window: an original (read once) or a synthetic result.
+    fn materialize(&mut self, item: Item) -> PyResult<Bound<'py, PyAny>> {
         match item {
-            Item::Original(index) => self.object(index),
+            Item::Original(index) => Ok(self.read(index)?.object.clone()),
             Item::MissingResult { caller, call } => self.missing_result(caller, call),
         }
     }

@@ -9,8 +9,7 @@ use crate::model::Kind;
 use pyo3::exceptions::PyImportError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyInt, PyModule, PyType};
-use std::convert::Infallible;
+use pyo3::types::{PyModule, PyType};
 
 /// The library's message classes by kind, in the order a subclass is matched.
 pub const KINDS: [(Kind, &str); 6] = [
@@ -122,15 +121,6 @@ impl Library {
             .find(|(known, _)| known.is(class))
             .map(|(_, (kind, _))| kind)
     }
-}
-
-/// A count or a token sum as a Python int.
-pub fn int<'py, T>(py: Python<'py>, value: T) -> Bound<'py, PyAny>
-where
-    T: IntoPyObject<'py, Output = Bound<'py, PyInt>, Error = Infallible>,
-{
-    let Ok(int) = value.into_pyobject(py);
-    int.into_any()
 }
 
 /// Captures the classes the binding relies on, now that the package defines them.

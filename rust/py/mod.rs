@@ -22,7 +22,6 @@ mod history;
 mod library;
 mod message;
 mod protocol;
-mod reach;
 mod tokens;
 mod turns;
 mod window;
@@ -39,7 +38,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<window::CoreOptions>()?;
     module.add_function(wrap_pyfunction!(window::select, module)?)?;
     module.add_function(wrap_pyfunction!(turns::segment, module)?)?;
-    module.add_function(wrap_pyfunction!(reach::window_reach, module)?)?;
+    module.add_function(wrap_pyfunction!(window::window_reach, module)?)?;
     module.add_function(wrap_pyfunction!(turns::count_turns, module)?)?;
     module.add_function(wrap_pyfunction!(protocol::validate, module)?)?;
     module.add_function(wrap_pyfunction!(tokens::count_text, module)?)?;

@@ -1,15 +1,16 @@
-//! `CoreOptions` and `select` (SPEC §5): the limits of a `WindowOptions` compiled once into the
-//! core's options, and the core's selection handed back as plain values (`window.py` makes the
-//! `ContextWindow`).
+//! `CoreOptions`, `select` and `window_reach` (SPEC §5): the limits of a `WindowOptions`
+//! compiled once into the core's options, the core's selection handed back as plain values
+//! (`window.py` makes the `ContextWindow`), and how far back a window reaches
+//! (`crate::reach`).
 
 use super::errors::invalid_argument;
 use super::history::History;
-use super::library::{int, Library};
+use super::library::Library;
 use super::protocol::violations;
-use crate::window::{self as core_window, CutBy, Window, WindowOptions};
+use crate::window::{self as core_window, CutBy, WindowOptions};
 use pyo3::exceptions::PyOverflowError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyInt, PyList, PyString, PyTuple, PyType};
+use pyo3::types::{PyBool, PyInt, PyString, PyTuple, PyType};
 
 /// A limit as the core holds it: an exact int >= 0; one past the core's range is `max` (no
 /// history reaches it, so the window is the exact limit's).
@@ -113,46 +114,6 @@ pub(super) fn options(options: &Bound<'_, PyAny>) -> PyResult<WindowOptions> {
     }
 }
 
-/// The window's messages (system first) and how they were chosen.
-struct Chosen<'py> {
-    messages: Bound<'py, PyList>,
-    has_system: bool,
-    window: Window,
-}
-
-fn choose<'py>(
-    library: &Library,
-    messages: &Bound<'py, PyAny>,
-    system: Option<Bound<'py, PyAny>>,
-    use_leading_system: bool,
-    options: WindowOptions,
-    count_tokens: Option<Bound<'py, PyAny>>,
-    turn_statuses: Option<Bound<'py, PyAny>>,
-) -> PyResult<Chosen<'py>> {
-    let mut history = History::new(library, messages)?;
-    history.system = system;
-    if use_leading_system {
-        history.take_leading_system()?;
-    }
-    history.count_tokens = count_tokens;
-    history.statuses = turn_statuses;
-    let options = WindowOptions {
-        has_system: history.system.is_some(),
-        ..options
-    };
-    let result = core_window::select(&mut history, &options)?;
-    // Every message exists before the list does: making a synthetic result runs Python code,
-    // which must never see a list that is not full.
-    let system = history.system.take();
-    // A synthetic result closes a missing one, which is a repair.
-    let synthetic = !result.repairs.is_empty();
-    Ok(Chosen {
-        messages: history.into_list(&result.items, system, synthetic)?,
-        has_system: options.has_system,
-        window: result,
-    })
-}
-
 /// The option that cut the window, by name (None: nothing cut it).
 fn cut_by_name(cut_by: Option<CutBy>) -> Option<&'static str> {
     Some(match cut_by? {
@@ -175,33 +136,58 @@ pub fn select<'py>(
     count_tokens: Option<Bound<'py, PyAny>>,
     turn_statuses: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let library = Library::get(py)?;
-    let options = self::options(options)?;
-    let Chosen {
+    let mut history = History::new(Library::get(py)?, messages)?;
+    history.system = system;
+    if use_leading_system {
+        history.take_leading_system()?;
+    }
+    history.count_tokens = count_tokens;
+    history.statuses = turn_statuses;
+    let options = WindowOptions {
+        has_system: history.system.is_some(),
+        ..self::options(options)?
+    };
+    let window = core_window::select(&mut history, &options)?;
+    // Every message exists before the list does: making a synthetic result runs Python code,
+    // which must never see a list that is not full. A synthetic result closes a missing one,
+    // which is a repair.
+    let system = history.system.take();
+    let synthetic = !window.repairs.is_empty();
+    let messages = history.into_list(&window.items, system, synthetic)?;
+    let values = (
         messages,
-        has_system,
-        window: result,
-    } = choose(
-        library,
-        messages,
-        system,
-        use_leading_system,
-        options,
-        count_tokens,
-        turn_statuses,
-    )?;
-    let values: [Bound<'py, PyAny>; 11] = [
-        messages.into_any(),
-        has_system.into_pyobject(py)?.to_owned().into_any(),
-        int(py, result.older_count),
-        int(py, result.older_tokens),
-        int(py, result.estimated_tokens),
-        int(py, result.attached_turns),
-        int(py, result.compacted_turns),
-        cut_by_name(result.cut_by).into_pyobject(py)?.into_any(),
-        violations(py, &result.repairs)?.into_any(),
-        int(py, result.seen_history_turns),
-        int(py, result.unread_end),
-    ];
-    PyTuple::new(py, values)
+        options.has_system,
+        window.older_count,
+        window.older_tokens,
+        window.estimated_tokens,
+        window.attached_turns,
+        window.compacted_turns,
+        cut_by_name(window.cut_by),
+        violations(py, &window.repairs)?,
+        window.seen_history_turns,
+        window.unread_end,
+    );
+    values.into_pyobject(py)
+}
+
+/// Where the window's reach starts in `messages`, or None if it may reach further back:
+/// the window of `options` (a `CoreOptions`) with `has_current_turn` for its current turn.
+#[pyfunction]
+pub fn window_reach(
+    py: Python<'_>,
+    messages: &Bound<'_, PyAny>,
+    options: &Bound<'_, PyAny>,
+    has_current_turn: &Bound<'_, PyAny>,
+) -> PyResult<Option<usize>> {
+    let Ok(has_current_turn) = has_current_turn.cast_exact::<PyBool>() else {
+        let shown = has_current_turn.repr()?;
+        let message = format!("window_reach has_current_turn must be a bool, got {shown}");
+        return Err(invalid_argument(py, message));
+    };
+    let options = WindowOptions {
+        has_current_turn: has_current_turn.is_true(),
+        ..self::options(options)?
+    };
+    let mut history = History::new(Library::get(py)?, messages)?;
+    crate::reach::reach(&mut history, &options)
 }
