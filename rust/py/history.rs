@@ -6,7 +6,7 @@
 use super::errors::{invalid_message_type, type_name, Where};
 use super::library::Library;
 use super::message::{core_of, tokens, MessageCore};
-use crate::model::{Item, MessageInfo, Source};
+use crate::model::{Item, Source};
 use crate::tokens::missing_result_tokens;
 use crate::window::{leading_system, missing_result_id, MISSING_RESULT_TEXT};
 use pyo3::exceptions::PyRuntimeError;
@@ -14,9 +14,9 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 use rustc_hash::FxHashMap;
-use std::borrow::Borrow;
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
+use typed_arena::Arena;
 
 /// `messages`, read by index: an exact list or tuple through its own accessor, any other
 /// sequence through `__getitem__`. Its length is read once.
@@ -69,22 +69,16 @@ pub struct Read<'py> {
     pub core: Arc<MessageCore>,
 }
 
-/// A read message as the core crate borrows it (cloning it is a reference count).
-#[derive(Clone)]
-pub struct CoreRef(pub Arc<MessageCore>);
-
-impl Borrow<MessageInfo> for CoreRef {
-    fn borrow(&self) -> &MessageInfo {
-        &self.0.info
-    }
-}
+/// Where a window keeps what it read, each message once: the map and the turns borrow it.
+pub type Reads<'py> = Arena<Read<'py>>;
 
 /// The history of one window: every index read once (a dict of the reads, as
 /// `_reference/turns.py::History` keeps), the caller's estimator and statuses.
 pub struct History<'a, 'py> {
     pub library: &'a Library,
     pub items: Items<'py>,
-    reads: FxHashMap<usize, Read<'py>>,
+    arena: &'a Reads<'py>,
+    reads: FxHashMap<usize, &'a Read<'py>>,
     pub system: Option<Bound<'py, PyAny>>,
     pub count_tokens: Option<Bound<'py, PyAny>>,
     pub statuses: Option<Bound<'py, PyAny>>,
@@ -92,10 +86,15 @@ pub struct History<'a, 'py> {
 }
 
 impl<'a, 'py> History<'a, 'py> {
-    pub fn new(library: &'a Library, messages: &Bound<'py, PyAny>) -> PyResult<Self> {
+    pub fn new(
+        library: &'a Library,
+        messages: &Bound<'py, PyAny>,
+        arena: &'a Reads<'py>,
+    ) -> PyResult<Self> {
         Ok(History {
             library,
             items: sequence(library, messages)?,
+            arena,
             // A default window reads about fifty messages.
             reads: FxHashMap::with_capacity_and_hasher(64, Default::default()),
             system: None,
@@ -110,13 +109,13 @@ impl<'a, 'py> History<'a, 'py> {
     }
 
     /// `messages[index]` and its core, read once.
-    pub fn read(&mut self, index: usize) -> PyResult<&Read<'py>> {
+    pub fn read(&mut self, index: usize) -> PyResult<&'a Read<'py>> {
         match self.reads.entry(index) {
-            Entry::Occupied(read) => Ok(read.into_mut()),
+            Entry::Occupied(read) => Ok(read.get()),
             Entry::Vacant(slot) => {
                 let object = self.items.get(index)?;
                 let core = core_of(self.library, &object, Where::Index(index))?;
-                Ok(slot.insert(Read { object, core }))
+                Ok(slot.insert(self.arena.alloc(Read { object, core })))
             }
         }
     }
@@ -213,16 +212,16 @@ impl<'a, 'py> History<'a, 'py> {
     }
 }
 
-impl Source for History<'_, '_> {
+impl<'a> Source for History<'a, '_> {
     type Error = PyErr;
-    type Message = CoreRef;
+    type Message = &'a MessageCore;
 
     fn len(&self) -> usize {
         self.items.len
     }
 
-    fn get(&mut self, index: usize) -> PyResult<CoreRef> {
-        Ok(CoreRef(self.read(index)?.core.clone()))
+    fn get(&mut self, index: usize) -> PyResult<&'a MessageCore> {
+        Ok(&self.read(index)?.core)
     }
 
     fn tokens(&mut self, items: &[Item]) -> PyResult<u128> {
@@ -247,14 +246,14 @@ impl Source for History<'_, '_> {
         Ok(total)
     }
 
-    fn known_tokens(&mut self, turn: &[(usize, CoreRef)]) -> Option<u128> {
+    fn known_tokens(&mut self, turn: &[(usize, &'a MessageCore)]) -> Option<u128> {
         if self.count_tokens.is_some() {
             return None;
         }
         let mut total = 0u128;
         for (_, message) in turn {
             // One not counted yet: every message counted as `tokens` counts them.
-            total += u128::from(message.0.known_tokens()?);
+            total += u128::from(message.known_tokens()?);
         }
         Some(total)
     }

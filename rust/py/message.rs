@@ -55,7 +55,15 @@ impl MessageCore {
     }
 }
 
-impl Borrow<MessageInfo> for MessageCore {
+/// How the core crate reads a message the binding holds: borrowed in a window, shared (kept
+/// in its `MessageBase`) when streamed.
+impl Borrow<MessageInfo> for &MessageCore {
+    fn borrow(&self) -> &MessageInfo {
+        &self.info
+    }
+}
+
+impl Borrow<MessageInfo> for Arc<MessageCore> {
     fn borrow(&self) -> &MessageInfo {
         &self.info
     }

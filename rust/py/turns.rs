@@ -1,25 +1,26 @@
 //! Turn segmentation (SPEC §4) over a Python history.
 
 use super::errors::{invalid_argument, Where};
-use super::history::{sequence, CoreRef};
+use super::history::sequence;
 use super::library::Library;
-use super::message::core_of;
+use super::message::{core_of, MessageCore};
 use crate::turns;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyList, PyTuple};
+use std::sync::Arc;
 
 /// Streams the cores of `messages[..end]` into `sink`, each message read once, in order.
 pub fn stream_cores<'py>(
     library: &Library,
     messages: &Bound<'py, PyAny>,
     end: Option<usize>,
-    mut sink: impl FnMut(&CoreRef),
+    mut sink: impl FnMut(&Arc<MessageCore>),
 ) -> PyResult<()> {
     let items = sequence(library, messages)?;
     let end = end.map_or(items.len, |end| end.min(items.len));
     for index in 0..end {
         let object = items.get(index)?;
-        sink(&CoreRef(core_of(library, &object, Where::Index(index))?));
+        sink(&core_of(library, &object, Where::Index(index))?);
     }
     Ok(())
 }

@@ -4,7 +4,7 @@
 //! (`crate::reach`).
 
 use super::errors::invalid_argument;
-use super::history::History;
+use super::history::{History, Reads};
 use super::library::Library;
 use super::protocol::violations;
 use crate::window::{self as core_window, CutBy, WindowOptions};
@@ -136,7 +136,8 @@ pub fn select<'py>(
     count_tokens: Option<Bound<'py, PyAny>>,
     turn_statuses: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let mut history = History::new(Library::get(py)?, messages)?;
+    let arena = Reads::new();
+    let mut history = History::new(Library::get(py)?, messages, &arena)?;
     history.system = system;
     if use_leading_system {
         history.take_leading_system()?;
@@ -188,6 +189,7 @@ pub fn window_reach(
         has_current_turn: has_current_turn.is_true(),
         ..self::options(options)?
     };
-    let mut history = History::new(Library::get(py)?, messages)?;
+    let arena = Reads::new();
+    let mut history = History::new(Library::get(py)?, messages, &arena)?;
     crate::reach::reach(&mut history, &options)
 }
