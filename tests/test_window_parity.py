@@ -185,6 +185,62 @@ def test_window_reach_parity(native: Any, data: st.DataObject) -> None:
     assert got == _outcome(lambda: reference.window_reach(*reference_args))
 
 
+class _Logged(list[Any]):
+    """A history that logs each index read."""
+
+    def __init__(self, items: list[Any], log: list[int]) -> None:
+        super().__init__(items)
+        self.log = log
+
+    def __getitem__(self, index: Any) -> Any:
+        self.log.append(index)
+        return super().__getitem__(index)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_window_reach_reads_each_index_once(native: Any, data: st.DataObject) -> None:
+    """`window_reach` reads each index of the caller's sequence at most once (what it saw of a
+    message stays what it saw), as `select` does, on both cores alike."""
+    history = data.draw(histories())
+    options = data.draw(window_options(history))
+    cut = data.draw(st.integers(0, len(history)))
+    outcomes = []
+    for core in (native, reference):
+        log: list[int] = []
+        args = _reach_args(core, _Logged(history[cut:], log), options)
+        outcomes.append(_outcome(lambda core=core, args=args: core.window_reach(*args)))
+        assert len(log) == len(set(log)), (core.__name__, sorted(log))
+    assert outcomes[0] == outcomes[1]
+
+
+@pytest.mark.parametrize("kind", ["not a sequence", "junk item", "read by __getitem__"])
+def test_options_are_refused_before_any_other_argument(native: Any, kind: str) -> None:
+    """Options that are not the core's `CoreOptions` are refused first, alike on both cores,
+    whatever else is wrong (the messages, ``has_current_turn``), and before a message is read."""
+    from agentctx_fast import InvalidArgumentError, UserMessage
+
+    log: list[int] = []
+    messages: Any = {
+        "not a sequence": 42,
+        "junk item": ["junk", UserMessage("hi")],
+        "read by __getitem__": _Logged([UserMessage("hi")], log),
+    }[kind]
+    for wrong in (None, _NotOptions()):
+        for name in ("select", "window_reach"):
+            args = (
+                (messages, None, True, wrong, None, None)
+                if name == "select"
+                else (messages, wrong, None)
+            )
+            got = _outcome(lambda core=native, name=name, args=args: getattr(core, name)(*args))
+            assert got == _outcome(
+                lambda core=reference, name=name, args=args: getattr(core, name)(*args)
+            ), name
+            assert got[:2] == ("error", InvalidArgumentError), (name, got)
+    assert log == []
+
+
 @st.composite
 def _continued_histories(draw: st.DrawFn) -> list[Any]:
     """`histories` with user messages that continue the turn of the message before them (its

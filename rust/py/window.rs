@@ -136,6 +136,8 @@ pub fn select<'py>(
     count_tokens: Option<Bound<'py, PyAny>>,
     turn_statuses: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyTuple>> {
+    // Checked first, as the reference does: no message is read for options it refuses.
+    let options = self::options(options)?;
     let arena = Reads::new();
     let mut history = History::new(Library::get(py)?, messages, &arena)?;
     history.system = system;
@@ -146,7 +148,7 @@ pub fn select<'py>(
     history.statuses = turn_statuses;
     let options = WindowOptions {
         has_system: history.system.is_some(),
-        ..self::options(options)?
+        ..options
     };
     let window = core_window::select(&mut history, &options)?;
     // Every message exists before the list does: making a synthetic result runs Python code,
@@ -180,6 +182,8 @@ pub fn window_reach(
     options: &Bound<'_, PyAny>,
     has_current_turn: &Bound<'_, PyAny>,
 ) -> PyResult<Option<usize>> {
+    // The options first, as the reference checks them.
+    let options = self::options(options)?;
     let Ok(has_current_turn) = has_current_turn.cast_exact::<PyBool>() else {
         let shown = has_current_turn.repr()?;
         let message = format!("window_reach has_current_turn must be a bool, got {shown}");
@@ -187,7 +191,7 @@ pub fn window_reach(
     };
     let options = WindowOptions {
         has_current_turn: has_current_turn.is_true(),
-        ..self::options(options)?
+        ..options
     };
     let arena = Reads::new();
     let mut history = History::new(Library::get(py)?, messages, &arena)?;
