@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import TypeGuard
 
 from agentctx_fast.errors import InvalidArgumentError, InvalidMessageTypeError
 
@@ -112,7 +113,7 @@ def check_expected_version(expected_version: object) -> int:
     return expected_version
 
 
-def is_positive_seconds(value: object) -> bool:
+def is_positive_seconds(value: object) -> TypeGuard[int | float]:
     """Whether ``value`` is a duration a store accepts: a finite int or float > 0 (not a bool)."""
     return (
         not isinstance(value, bool)

@@ -99,9 +99,9 @@ impl Library {
         })
     }
 
-    /// The library, captured now if `capture_library` was not called. Capturing runs Python code (imports of modules
-    /// already imported), which may call back in: the first capture to finish is kept, never
-    /// waited for, so a nested call cannot deadlock.
+    /// The library, captured now if `capture_library` was not called. Capturing runs Python
+    /// code (imports of modules already imported), which may call back in: the first capture to
+    /// finish is kept, never waited for, so a nested call cannot deadlock.
     pub fn get(py: Python<'_>) -> PyResult<&Library> {
         if let Some(library) = LIBRARY.get(py) {
             return Ok(library);

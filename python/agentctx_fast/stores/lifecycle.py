@@ -63,10 +63,9 @@ def check_ttl(ttl_seconds: object) -> int | None:
     """``ttl_seconds`` (None: no expiry) as whole milliseconds for ``PEXPIRE``."""
     if ttl_seconds is None:
         return None
-    if not is_positive_seconds(ttl_seconds):
-        raise InvalidArgumentError(f"ttl_seconds must be a number > 0 or None, got {ttl_seconds!r}")
-    assert isinstance(ttl_seconds, (int, float))
-    return max(1, round(ttl_seconds * 1000))
+    if is_positive_seconds(ttl_seconds):
+        return max(1, round(ttl_seconds * 1000))
+    raise InvalidArgumentError(f"ttl_seconds must be a number > 0 or None, got {ttl_seconds!r}")
 
 
 def check_purge(older_than: object, keep_turn_records: object, batch_size: object) -> float:
