@@ -4,6 +4,7 @@ awaited by `AsyncSqlAgentStore` and driven blocking by `SqlAgentStore`."""
 from __future__ import annotations
 
 import copy
+import hashlib
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -37,7 +38,7 @@ from agentctx_fast.stores._records import UndecodableRecord
 from agentctx_fast.stores._sql_io import SqlPort, sa
 from agentctx_fast.stores._sql_records import named_message
 from agentctx_fast.stores.serializer import dump, load_state
-from agentctx_fast.stores.sql_turns import check_fence, fence_holds, fenced_insert
+from agentctx_fast.stores.sql_turns import check_fence, fence_holds, fenced_insert, lease_held
 from agentctx_fast.stores.turn_store import Fence
 
 if TYPE_CHECKING:
@@ -69,26 +70,44 @@ class AsyncSqlChatMemory(AsyncChatMemory):
     async def add_message_if_absent(self, message: Message) -> bool:
         check_message(message)
         action = f"adding message {message.message_id!r}"
-        statement = self._store._append()
-        params = self._row(message)
-        if self._fence is not None:
-            return message.message_id in await self._fenced_append(action, [params])
-        return bool(await self._store._port.rows(action, statement, write=True, params=params))
+        return message.message_id in await self._append(action, [self._row(message)])
 
-    async def _fenced_append(self, action: str, rows: list[dict[str, Any]]) -> set[str]:
-        """The ids of ``rows`` appended under the fence (one statement), or found stored as
-        they are: a fenced append re-sent after a lost reply finds its own records (the lease
-        is its own, so no other runner wrote them)."""
-        assert self._fence is not None
-        cid, fence, table = self.conversation_id, self._fence, self._table
-        keys = ["conversation_id", "message_id"]
-        statement = fenced_insert(self._store, table, rows, keys, cid, fence)
-        port = self._store._port
-        added = await port.rows(action, statement.returning(table.c.message_id), write=True)
+    async def add_messages_if_absent(self, messages: Sequence[Message]) -> list[bool]:
+        """One atomic append (`_append`): ``INSERT … ON CONFLICT DO NOTHING … RETURNING``."""
+        batch = check_messages(messages)
+        rows = [self._row(message) for message in batch]  # every record made before writing
+        if not rows:
+            return []
+        return first_of_each(batch, await self._append(f"adding {len(rows)} messages", rows))
+
+    async def _append(self, action: str, rows: list[dict[str, Any]]) -> set[str]:
+        """The ids of ``rows`` appended, as one atomic append: its rows take consecutive
+        ``seq`` values, so another writer's messages never fall between them (SQLite runs one
+        writer at a time; PostgreSQL: `locked_append`). A fenced append re-sent after a lost
+        reply finds its own records stored as they are (the lease is its own, so no other
+        runner wrote them)."""
+        store, cid, fence, table = self._store, self.conversation_id, self._fence, self._table
+        port = store._port
+        if store._dialect == "postgresql":
+            one = len(rows) == 1
+            params: dict[str, Any] = (
+                dict(rows[0]) if one else {name: [row[name] for row in rows] for name in rows[0]}
+            )
+            params["lock"] = _lock_key(table.name, cid)
+            if fence is not None:
+                params.update(lease_conversation=cid, turn_id=fence.turn_id, owner=fence.owner)
+            statement = locked_append(store, list(rows[0]), one, fence is not None)
+            added = await port.rows(action, statement, write=True, params=params)
+        elif fence is None:
+            added = await port.many(action, store._append(), rows)
+        else:
+            keys = ["conversation_id", "message_id"]
+            statement = fenced_insert(store, table, rows, keys, cid, fence)
+            added = await port.rows(action, statement.returning(table.c.message_id), write=True)
         written = {row.message_id for row in added}
         missing = [row["message_id"] for row in rows if row["message_id"] not in written]
-        if missing:
-            await check_fence(self._store, action, cid, fence)
+        if fence is not None and missing:
+            await check_fence(store, action, cid, fence)
             query = sa.select(table.c.message_id, table.c.data).where(
                 table.c.conversation_id == cid, table.c.message_id.in_(missing)
             )
@@ -97,20 +116,6 @@ class AsyncSqlChatMemory(AsyncChatMemory):
                 row["message_id"] for row in rows if stored.get(row["message_id"]) == row["data"]
             }
         return written
-
-    async def add_messages_if_absent(self, messages: Sequence[Message]) -> list[bool]:
-        """One transaction: one ``INSERT … ON CONFLICT DO NOTHING … RETURNING`` statement,
-        built once per store and run over the rows (SQLAlchemy sends them as multi-row
-        inserts)."""
-        batch = check_messages(messages)
-        rows = [self._row(message) for message in batch]  # every record made before writing
-        if not rows:
-            return []
-        action = f"adding {len(rows)} messages"
-        if self._fence is not None:
-            return first_of_each(batch, await self._fenced_append(action, rows))
-        written = await self._store._port.many(action, self._store._append(), rows)
-        return first_of_each(batch, {row.message_id for row in written})
 
     def _row(self, message: Message) -> dict[str, Any]:
         return {
@@ -310,3 +315,51 @@ class AsyncSqlCompressionStateStore:
 
 class SqlCompressionStateStore(BlockingCompressionStateStore):
     """Compression states of a `SqlAgentStore` (blocking)."""
+
+
+def locked_append(store: _SqlStoreBase, names: list[str], one: bool, fenced: bool) -> Any:
+    """PostgreSQL's append, built once per store for one row and for several: ``INSERT …
+    SELECT`` of the row's parameters, or of one array a column unnested (``unnest(:name)``: any
+    number of rows in one statement of one shape), ``ON CONFLICT DO NOTHING RETURNING
+    message_id``, whose conditions are checked once, before any row takes its ``seq``. First
+    the conversation's append lock, an advisory lock held to the end of the statement's
+    transaction (``:lock``, `_lock_key`): appends to one conversation run one after the other
+    instead of interleaving their rows. Fenced, then that ``:turn_id`` and ``:owner`` hold the
+    lease of ``:lease_conversation`` (`sql_turns.fence_holds`)."""
+    statement = store._locked_appends.get((one, fenced))
+    if statement is None:
+        from sqlalchemy.dialects.postgresql import ARRAY, insert
+
+        table = store._tables.messages
+        lock = sa.func.pg_advisory_xact_lock(sa.bindparam("lock", type_=sa.BigInteger))
+        taken = sa.select(sa.func.count()).select_from(sa.select(lock).subquery())
+        conditions = [taken.scalar_subquery() == 1]
+        if fenced:
+            turn_id = sa.bindparam("turn_id", type_=sa.String)
+            owner = sa.bindparam("owner", type_=sa.String)
+            conversation = sa.bindparam("lease_conversation", type_=sa.String)
+            conditions.append(lease_held(store, conversation, turn_id, owner))
+        columns = [
+            sa.bindparam(name, type_=table.c[name].type).label(name)
+            if one
+            else sa.func.unnest(sa.bindparam(name, type_=ARRAY(table.c[name].type))).label(name)
+            for name in names
+        ]
+        rows = sa.select(*columns).where(*conditions)
+        statement = (
+            insert(table)
+            .from_select(names, rows)
+            .on_conflict_do_nothing(index_elements=["conversation_id", "message_id"])
+            .returning(table.c.message_id)
+        )
+        store._locked_appends[one, fenced] = statement
+    return statement
+
+
+def _lock_key(table: str, conversation_id: str) -> int:
+    """The advisory lock of appends to one conversation of ``table``: a signed 64-bit hash,
+    the same in every process (two conversations sharing one only take turns)."""
+    digest = hashlib.blake2b(
+        f"{table}\0{conversation_id}".encode("utf-8", "surrogatepass"), digest_size=8
+    ).digest()
+    return int.from_bytes(digest, "big", signed=True)

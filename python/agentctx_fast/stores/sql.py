@@ -89,6 +89,7 @@ class _SqlStoreBase:
         self._tables = _Tables(table_prefix, self._dialect)
         self._pages = _PageStatements(self._tables.messages)
         self._append_statement: Any = None
+        self._locked_appends: dict[tuple[bool, bool], Any] = {}  # PostgreSQL's
 
     def message_cache_info(self) -> MessageCacheInfo:
         """Hits, misses and entries of the decoded-record cache (its hit rate is a metric a
@@ -97,7 +98,8 @@ class _SqlStoreBase:
 
     def _append(self) -> Any:
         """The append statement, built once: ``INSERT … ON CONFLICT DO NOTHING RETURNING
-        message_id`` without values (a row, or the rows of a batch, are its parameters)."""
+        message_id`` without values (a row, or the rows of a batch, are its parameters).
+        SQLite's unfenced append (PostgreSQL's: `_sql_memory.locked_append`)."""
         if self._append_statement is None:
             table = self._tables.messages
             self._append_statement = (

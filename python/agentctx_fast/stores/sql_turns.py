@@ -47,13 +47,18 @@ def fence_holds(store: _SqlStoreBase, conversation_id: str, fence: Fence) -> Any
     a runner taking the conversation over waits for the write, or the write sees the lease
     taken; SQLite runs one writer at a time. One statement holds no lock while its client is
     away, so a paused process blocks no takeover."""
+    return lease_held(store, conversation_id, fence.turn_id, fence.owner)
+
+
+def lease_held(store: _SqlStoreBase, conversation_id: Any, turn_id: Any, owner: Any) -> Any:
+    """`fence_holds` of values or bind parameters."""
     leases = store._tables.leases
     return (
         sa.select(leases.c.owner)
         .where(
             leases.c.conversation_id == conversation_id,
-            leases.c.turn_id == fence.turn_id,
-            leases.c.owner == fence.owner,
+            leases.c.turn_id == turn_id,
+            leases.c.owner == owner,
         )
         .with_for_update(read=True)
         .exists()

@@ -1,0 +1,144 @@
+"""An append is atomic (SPEC §10: ``add_messages_if_absent`` is "one atomic write"): its
+messages are stored together, in its order, and no other writer's message falls between them,
+on every store.
+
+SQLite and Redis run one append at a time by construction (the database's write lock, a
+script). PostgreSQL runs inserts concurrently and hands out ``seq`` row by row, so there the
+test holds an append up mid-way for real: another transaction inserts, uncommitted, one of
+the batch's ids, and the batch waits on that row after taking ``seq`` for the rows before it.
+Before the append lock, another writer's messages landed in the gap.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from agentctx_fast import AiMessage, Fence, Message, UserMessage
+from store_fixtures import (
+    ASYNC_STORE_KINDS,
+    STORE_KINDS,
+    make_store,
+    new_conversation_id,
+    store_url,
+)
+
+
+@pytest.fixture(params=STORE_KINDS + ASYNC_STORE_KINDS)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def batch(prefix: str, size: int) -> list[Message]:
+    return [AiMessage(f"{prefix} step {i}", message_id=f"{prefix}-{i}") for i in range(size)]
+
+
+def assert_whole(stored: list[str], appended: list[list[Message]]) -> None:
+    """Every append's ids stand together in ``stored``, in the append's order."""
+    position = {message_id: index for index, message_id in enumerate(stored)}
+    for messages in appended:
+        places = [position[m.message_id] for m in messages]
+        assert places == list(range(places[0], places[0] + len(places))), (
+            f"{messages[0].message_id}…: stored at {places}"
+        )
+
+
+def test_concurrent_appends_stay_whole(store: Any) -> None:
+    """Eight writers append batches and single messages to one conversation at once."""
+    memory = store.chat_memory(new_conversation_id())
+    appended = [batch(f"w{writer}b{n}", 25) for writer in range(8) for n in range(4)]
+
+    def write(writer: int) -> None:
+        for n, messages in enumerate(appended[writer * 4 : writer * 4 + 4]):
+            assert memory.add_messages_if_absent(messages) == [True] * len(messages)
+            assert memory.add_message_if_absent(UserMessage("next", message_id=f"w{writer}u{n}"))
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(write, range(8)))
+    stored = [m.message_id for m in memory.get_messages()]
+    assert len(stored) == 8 * 4 * 26
+    assert_whole(stored, appended)
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "async-postgresql"])
+@pytest.mark.parametrize("fenced", [False, True], ids=["plain", "fenced"])
+def test_an_append_held_up_mid_way_stays_whole(
+    kind: str, fenced: bool, request: pytest.FixtureRequest
+) -> None:
+    """A batch of ten waits on its sixth row; a batch of three and a single message written
+    meanwhile wait for it, and are stored after it, never inside it."""
+    import sqlalchemy as sa
+
+    store = make_store(kind, request)
+    url = str(store_url("postgresql", request))
+    engine = sa.create_engine(url)
+    table = sa.Table("agent_messages", sa.MetaData(), autoload_with=engine)
+    cid = new_conversation_id()
+    memory = store.chat_memory(cid)
+    if fenced:
+        turns = store.turn_store()
+        assert turns.acquire_conversation(cid, "t1", "runner-a", 600.0, time.time()) is None
+        held_up_memory = memory.fenced(Fence("t1", "runner-a"))
+    else:
+        held_up_memory = memory
+    held_up, other = batch("held", 10), batch("other", 3)
+    single = UserMessage("meanwhile", message_id="single")
+    outcomes: dict[str, Any] = {}
+
+    def run(name: str, call: Any) -> threading.Thread:
+        def target() -> None:
+            try:
+                outcomes[name] = call()
+            except BaseException as error:  # reported below
+                outcomes[name] = error
+
+        thread = threading.Thread(target=target)
+        thread.start()
+        return thread
+
+    def waiting() -> int:
+        with engine.connect() as watcher:
+            query = sa.text(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database()"
+            )
+            return int(watcher.execute(query).scalar_one())
+
+    def until(done: Any) -> None:
+        deadline = time.monotonic() + 30
+        while not done():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+
+    try:
+        with engine.connect() as blocker:
+            holding = blocker.begin()
+            blocker.execute(
+                table.insert().values(
+                    conversation_id=cid, message_id="held-5", kind="AiMessage",
+                    model_visible=True, version=0, data=b"{}",
+                )
+            )  # fmt: skip
+            first = run("held", lambda: held_up_memory.add_messages_if_absent(held_up))
+            until(lambda: waiting() >= 1)  # the batch waits on its sixth row
+            others = [
+                run("other", lambda: memory.add_messages_if_absent(other)),
+                run("single", lambda: memory.add_message_if_absent(single)),
+            ]
+            # Each waits for the batch now; before the append lock they went straight in.
+            until(lambda: waiting() >= 3 or not any(t.is_alive() for t in others))
+            holding.rollback()
+        for thread in [first, *others]:
+            thread.join(60)
+        assert outcomes == {"held": [True] * 10, "other": [True] * 3, "single": True}
+        stored = [m.message_id for m in memory.get_messages()]
+        assert sorted(stored) == sorted(m.message_id for m in [*held_up, *other, single])
+        assert_whole(stored, [held_up, other])
+        assert stored.index("single") not in range(stored.index("held-0"), stored.index("held-9"))
+    finally:
+        store.close()
+        engine.dispose()
