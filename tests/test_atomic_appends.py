@@ -6,13 +6,15 @@ SQLite and Redis run one append at a time by construction (the database's write 
 script). PostgreSQL runs inserts concurrently and hands out ``seq`` row by row, so there the
 test holds an append up mid-way for real: another transaction inserts, uncommitted, one of
 the batch's ids, and the batch waits on that row after taking ``seq`` for the rows before it.
-Before the append lock, another writer's messages landed in the gap.
+Before the append lock, another writer's messages landed in the gap. A purge of idle
+conversations leaves alone one an append is writing at that moment.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -139,6 +141,66 @@ def test_an_append_held_up_mid_way_stays_whole(
         assert sorted(stored) == sorted(m.message_id for m in [*held_up, *other, single])
         assert_whole(stored, [held_up, other])
         assert stored.index("single") not in range(stored.index("held-0"), stored.index("held-9"))
+    finally:
+        store.close()
+        engine.dispose()
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "async-postgresql"])
+def test_a_purge_keeps_a_conversation_an_append_is_writing(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    """A conversation idle by the purge's clock gets an append, held up mid-way on the
+    server; the purge runs meanwhile. Before the purge took the append lock, it deleted the
+    conversation's stored messages under the append, and the conversation was left with the
+    appended batch alone."""
+    import sqlalchemy as sa
+
+    prefix = f"p{uuid.uuid4().hex[:10]}_"  # tables of its own: the purge sees only this test's
+    store = make_store(kind, request, table_prefix=prefix)
+    engine = sa.create_engine(str(store_url("postgresql", request)))
+    table = sa.Table(f"{prefix}messages", sa.MetaData(), autoload_with=engine)
+    cid = new_conversation_id()
+    memory = store.chat_memory(cid)
+    earlier = [UserMessage("hello", message_id="u1"), AiMessage("hi", message_id="a1")]
+    assert memory.add_messages_if_absent(earlier) == [True, True]
+    appended = batch("held", 10)
+    outcome: list[Any] = []
+
+    def append() -> None:
+        try:
+            outcome.append(memory.add_messages_if_absent(appended))
+        except BaseException as error:  # reported below
+            outcome.append(error)
+
+    try:
+        with engine.connect() as blocker, engine.connect() as watcher:
+            holding = blocker.begin()
+            blocker.execute(
+                table.insert().values(
+                    conversation_id=cid, message_id="held-5", kind="AiMessage",
+                    model_visible=True, version=0, data=b"{}",
+                )
+            )  # fmt: skip
+            writer = threading.Thread(target=append)
+            writer.start()
+            query = sa.text(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database()"
+            )
+            deadline = time.monotonic() + 30
+            while int(watcher.execute(query).scalar_one()) < 1:  # the append waits on held-5
+                watcher.commit()  # the activity view is a snapshot per transaction
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            # Every row is older than this cutoff: only the append under way can keep it.
+            purged = store.purge(time.time() + 3_600)
+            holding.rollback()
+        writer.join(60)
+        assert outcome == [[True] * 10]
+        assert purged.conversations == 0
+        stored = [m.message_id for m in memory.get_messages()]
+        assert stored == [m.message_id for m in [*earlier, *appended]]
     finally:
         store.close()
         engine.dispose()

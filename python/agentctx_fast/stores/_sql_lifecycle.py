@@ -209,6 +209,7 @@ def _purge_batch(
     t = store._tables
     _, held = _hold_leases(store, connection, batch)
     skipped = {cid for cid, lease in held.items() if _running_or_corrupt(lease, now)}
+    skipped |= _appending(store, connection, batch)
     for table in (t.messages, t.turns):
         recent = sa.select(table.c.conversation_id).where(
             table.c.conversation_id.in_(batch), table.c.written_at >= cutoff
@@ -225,6 +226,25 @@ def _purge_batch(
         )
     )
     return len(chosen)
+
+
+def _appending(store: _SqlStoreBase, connection: Connection, batch: list[str]) -> set[str]:
+    """PostgreSQL: the conversations of ``batch`` an append is writing now (their append lock
+    is held: `_Tables.append_lock`). The purge takes the others' append locks for its
+    transaction, after their lease rows: an append that comes meanwhile waits for the purge
+    and then starts the conversation anew, and one under way keeps its conversation, so no
+    append is deleted once it has answered. Never waited for: a fenced append may hold the
+    lock while it waits for a lease row the purge holds. SQLite runs one writer at a time."""
+    if store._dialect != "postgresql":
+        return set()
+    from sqlalchemy.dialects.postgresql import ARRAY
+
+    keys = sa.func.unnest(sa.bindparam("keys", type_=ARRAY(sa.BigInteger)))
+    key = keys.column_valued("key")
+    busy = sa.select(key).where(sa.not_(sa.func.pg_try_advisory_xact_lock(key)))
+    locks = {cid: store._tables.append_lock(cid) for cid in batch}
+    taken = {row.key for row in connection.execute(busy, {"keys": sorted(set(locks.values()))})}
+    return {cid for cid, lock in locks.items() if lock in taken}
 
 
 def _running_or_corrupt(lease: Any, now: float) -> bool:

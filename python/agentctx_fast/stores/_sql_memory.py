@@ -4,7 +4,6 @@ awaited by `AsyncSqlAgentStore` and driven blocking by `SqlAgentStore`."""
 from __future__ import annotations
 
 import copy
-import hashlib
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -93,7 +92,7 @@ class AsyncSqlChatMemory(AsyncChatMemory):
             params: dict[str, Any] = (
                 dict(rows[0]) if one else {name: [row[name] for row in rows] for name in rows[0]}
             )
-            params["lock"] = _lock_key(table.name, cid)
+            params["lock"] = store._tables.append_lock(cid)
             if fence is not None:
                 params.update(lease_conversation=cid, turn_id=fence.turn_id, owner=fence.owner)
             statement = locked_append(store, list(rows[0]), one, fence is not None)
@@ -323,9 +322,9 @@ def locked_append(store: _SqlStoreBase, names: list[str], one: bool, fenced: boo
     number of rows in one statement of one shape), ``ON CONFLICT DO NOTHING RETURNING
     message_id``, whose conditions are checked once, before any row takes its ``seq``. First
     the conversation's append lock, an advisory lock held to the end of the statement's
-    transaction (``:lock``, `_lock_key`): appends to one conversation run one after the other
-    instead of interleaving their rows. Fenced, then that ``:turn_id`` and ``:owner`` hold the
-    lease of ``:lease_conversation`` (`sql_turns.fence_holds`)."""
+    transaction (``:lock``, `_Tables.append_lock`): appends to one conversation run one after
+    the other instead of interleaving their rows. Fenced, then that ``:turn_id`` and
+    ``:owner`` hold the lease of ``:lease_conversation`` (`sql_turns.fence_holds`)."""
     statement = store._locked_appends.get((one, fenced))
     if statement is None:
         from sqlalchemy.dialects.postgresql import ARRAY, insert
@@ -354,12 +353,3 @@ def locked_append(store: _SqlStoreBase, names: list[str], one: bool, fenced: boo
         )
         store._locked_appends[one, fenced] = statement
     return statement
-
-
-def _lock_key(table: str, conversation_id: str) -> int:
-    """The advisory lock of appends to one conversation of ``table``: a signed 64-bit hash,
-    the same in every process (two conversations sharing one only take turns)."""
-    digest = hashlib.blake2b(
-        f"{table}\0{conversation_id}".encode("utf-8", "surrogatepass"), digest_size=8
-    ).digest()
-    return int.from_bytes(digest, "big", signed=True)

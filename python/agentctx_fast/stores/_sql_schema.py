@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 from collections.abc import Sequence
 from functools import partial
@@ -68,6 +69,13 @@ class _Tables:
             sa.Column("data", sa.LargeBinary, nullable=False),
         )
         self.turns, self.leases = turn_tables(self.metadata, prefix, sa.BigInteger)
+
+    def append_lock(self, conversation_id: str) -> int:
+        """PostgreSQL: the advisory lock of appends to one conversation of these tables
+        (`_sql_memory.locked_append`; a purge takes it too), a signed 64-bit hash that is the
+        same in every process. Two conversations sharing one only take turns."""
+        key = f"{self.messages.name}\0{conversation_id}".encode("utf-8", "surrogatepass")
+        return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big", signed=True)
 
 
 async def _initialize(store: _SqlStoreBase) -> None:
