@@ -96,7 +96,12 @@ class AsyncSqlChatMemory(AsyncChatMemory):
             if fence is not None:
                 params.update(lease_conversation=cid, turn_id=fence.turn_id, owner=fence.owner)
             statement = locked_append(store, list(rows[0]), one, fence is not None)
-            added = await port.rows(action, statement, write=True, params=params)
+            if fence is None and not one:
+                # A batch runs in a transaction of its own, so a unit cancelled while the
+                # statement runs writes none of it (the transaction is rolled back).
+                added = await port.many(action, statement, [params])
+            else:
+                added = await port.rows(action, statement, write=True, params=params)
         elif fence is None:
             added = await port.many(action, store._append(), rows)
         else:
