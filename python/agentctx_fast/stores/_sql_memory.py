@@ -95,7 +95,10 @@ class AsyncSqlChatMemory(AsyncChatMemory):
             if fence is not None:
                 params.update(lease_conversation=cid, turn_id=fence.turn_id, owner=fence.owner)
             statement = locked_append(store, list(rows[0]), one, fence is not None)
-            added = await port.rows(action, statement, write=True, params=params)
+            if one or fence is not None:
+                added = await port.rows(action, statement, write=True, params=params)
+            else:  # in a transaction, as before: a caller cancelled meanwhile writes none of it
+                added = await port.many(action, statement, [params])
         elif fence is None:
             added = await port.many(action, store._append(), rows)
         else:
