@@ -246,6 +246,18 @@ def lock_rows(connection: Any, table: Any, *where: Any) -> Any:
     return transaction
 
 
+def taken_anew(outcomes: dict[str, Any], turns: Any, conversation_id: str) -> None:
+    """``runner-b`` takes the conversation as turn ``t1``, in a thread: should the purge or
+    delete held up hold the conversation's lease row after all (a placeholder), the take
+    waits for it, and the test fails here instead of hanging."""
+
+    def take() -> Any:
+        return turns.acquire_conversation(conversation_id, "t1", "runner-b", 600.0, time.time())
+
+    started(outcomes, "take", take).join(30)
+    assert outcomes.get("take", "waiting") is None, outcomes.get("take", "waiting")
+
+
 @pytest.mark.parametrize("kind", ["postgresql", "async-postgresql"])
 def test_a_purge_leaves_alone_a_lease_taken_while_it_runs(
     kind: str, request: pytest.FixtureRequest
@@ -284,7 +296,7 @@ def test_a_purge_leaves_alone_a_lease_taken_while_it_runs(
             releaser.execute(sa.delete(leases).where(leases.c.conversation_id == taken))
             held.commit()  # the lease is gone before the purge could lock it
             until_waiting(w, f"DELETE FROM {prefix}messages", "transactionid")
-            assert turns.acquire_conversation(taken, "t1", "runner-b", 600.0, time.time()) is None
+            taken_anew(outcomes, turns, taken)
             fenced = store.chat_memory(taken).fenced(Fence("t1", "runner-b"))
             append = started(outcomes, "append", lambda: fenced.add_messages_if_absent(appended))
             until_waiting(w, f"INSERT INTO {prefix}messages", "advisory")
@@ -340,7 +352,7 @@ def test_a_fenced_batch_takes_the_append_lock_before_its_lease_row(
             releaser.execute(sa.delete(leases).where(leases.c.conversation_id == cid))
             held.commit()  # the lease is gone before the delete could lock it
             until_waiting(w, f"DELETE FROM {prefix}messages", "transactionid")
-            assert turns.acquire_conversation(cid, "t1", "runner-b", 600.0, time.time()) is None
+            taken_anew(outcomes, turns, cid)
             again = started(outcomes, "append", lambda: memory.add_message_if_absent(first))
             until_waiting(w, f"INSERT INTO {prefix}messages", "transactionid")  # on u1
             fenced = memory.fenced(Fence("t1", "runner-b"))
