@@ -206,8 +206,9 @@ async def purge(
 def _purge_batch(
     store: _SqlStoreBase, connection: Connection, batch: list[str], cutoff: float, now: float
 ) -> int:
-    """Delete ``batch`` but its conversations now running or written since ``cutoff`` (looked
-    at again with their leases held); how many were deleted."""
+    """Delete ``batch`` but its conversations now running, written since ``cutoff`` (looked
+    at again with their leases held) or whose lease row it could not hold; how many were
+    deleted."""
     t = store._tables
     _, held = _hold_leases(store, connection, batch)
     # Not held: its lease row went before the purge could lock it, and a lease taken since
