@@ -204,3 +204,169 @@ def test_a_purge_keeps_a_conversation_an_append_is_writing(
     finally:
         store.close()
         engine.dispose()
+
+
+def started(outcomes: dict[str, Any], name: str, call: Any) -> threading.Thread:
+    """A thread running ``call``, its result or error put in ``outcomes[name]``."""
+
+    def target() -> None:
+        try:
+            outcomes[name] = call()
+        except BaseException as error:  # reported by the test
+            outcomes[name] = error
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    return thread
+
+
+def until_waiting(watcher: Any, query_start: str, event: str) -> None:
+    """Until a session whose statement starts with ``query_start`` waits for a lock of
+    kind ``event`` (``transactionid``: a row; ``advisory``: the append lock)."""
+    import sqlalchemy as sa
+
+    query = sa.text(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+        "AND datname = current_database() AND query LIKE :start AND wait_event = :event"
+    )
+    deadline = time.monotonic() + 30
+    while not watcher.execute(query, {"start": query_start + "%", "event": event}).scalar():
+        watcher.commit()  # the activity view is a snapshot per transaction
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    watcher.commit()
+
+
+def lock_rows(connection: Any, table: Any, *where: Any) -> Any:
+    """A transaction on ``connection`` holding ``table``'s rows ``where`` (``FOR UPDATE``)."""
+    import sqlalchemy as sa
+
+    transaction = connection.begin()
+    connection.execute(sa.select(table).where(*where).with_for_update())
+    return transaction
+
+
+def taken_anew(outcomes: dict[str, Any], turns: Any, conversation_id: str) -> None:
+    """``runner-b`` takes the conversation as turn ``t1``, in a thread: should the purge or
+    delete held up hold the conversation's lease row after all (a placeholder), the take
+    waits for it, and the test fails here instead of hanging."""
+
+    def take() -> Any:
+        return turns.acquire_conversation(conversation_id, "t1", "runner-b", 600.0, time.time())
+
+    started(outcomes, "take", take).join(30)
+    assert outcomes.get("take", "waiting") is None, outcomes.get("take", "waiting")
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "async-postgresql"])
+def test_a_purge_leaves_alone_a_lease_taken_while_it_runs(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    """A conversation's lease row is deleted (a release) while the purge waits to lock it, and
+    a runner takes the conversation anew while the purge is still under way; the runner's
+    fenced batch holds its new lease row and waits for the append lock the purge took. The
+    purge holds no lease row of that conversation, so it leaves it alone. Before, it deleted
+    the new lease row too, a running turn's: it waited for the batch, the batch for the
+    append lock the purge took, and PostgreSQL reported a deadlock (with the batch taking the
+    append lock first, the purge deleted the lease and the batch lost it)."""
+    import sqlalchemy as sa
+
+    prefix = f"p{uuid.uuid4().hex[:10]}_"  # tables of its own: the purge sees only this test's
+    store = make_store(kind, request, table_prefix=prefix)
+    engine = sa.create_engine(str(store_url("postgresql", request)))
+    meta = sa.MetaData()
+    leases = sa.Table(f"{prefix}conversation_leases", meta, autoload_with=engine)
+    messages = sa.Table(f"{prefix}messages", meta, autoload_with=engine)
+    taken, idle = new_conversation_id(), new_conversation_id()
+    for cid in (taken, idle):
+        assert store.chat_memory(cid).add_message_if_absent(UserMessage("hi", message_id="u1"))
+    turns = store.turn_store()
+    assert turns.acquire_conversation(taken, "t0", "runner-a", 600.0, time.time()) is None
+    assert turns.suspend_conversation(taken, "t0", "runner-a")
+    appended = batch("new", 3)
+    outcomes: dict[str, Any] = {}
+
+    try:
+        with engine.connect() as releaser, engine.connect() as reader, engine.connect() as w:
+            held = lock_rows(releaser, leases, leases.c.conversation_id == taken)
+            # holds the purge up in its DELETE of the idle one's rows:
+            reading = lock_rows(reader, messages, messages.c.conversation_id == idle)
+            purge = started(outcomes, "purge", lambda: store.purge(time.time() + 3_600))
+            until_waiting(w, f"SELECT {prefix}conversation_leases", "transactionid")
+            releaser.execute(sa.delete(leases).where(leases.c.conversation_id == taken))
+            held.commit()  # the lease is gone before the purge could lock it
+            until_waiting(w, f"DELETE FROM {prefix}messages", "transactionid")
+            taken_anew(outcomes, turns, taken)
+            fenced = store.chat_memory(taken).fenced(Fence("t1", "runner-b"))
+            append = started(outcomes, "append", lambda: fenced.add_messages_if_absent(appended))
+            until_waiting(w, f"INSERT INTO {prefix}messages", "advisory")
+            reading.rollback()
+            purge.join(60)
+            append.join(60)
+        assert outcomes["append"] == [True] * 3
+        assert outcomes["purge"].conversations == 1  # the idle one
+        lease = turns.open_turn(taken)
+        assert lease is not None and (lease.turn_id, lease.owner) == ("t1", "runner-b")
+        stored = [m.message_id for m in store.chat_memory(taken).get_messages()]
+        assert stored[-3:] == [m.message_id for m in appended]
+    finally:
+        store.close()
+        engine.dispose()
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "async-postgresql"])
+def test_a_fenced_batch_takes_the_append_lock_before_its_lease_row(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    """A fenced batch waits for the append lock without holding its lease row, as a single
+    fenced append does (PostgreSQL orders an ``AND``'s terms by cost, so the batch's
+    statement locked the lease row first). Here the batch waits for an append that waits for
+    ``delete_conversation``, which deletes the lease row (taken after the delete looked for
+    one) last: holding that row, the batch deadlocked the three."""
+    import sqlalchemy as sa
+
+    from agentctx_fast.errors import StoreUnavailableError
+
+    prefix = f"p{uuid.uuid4().hex[:10]}_"
+    store = make_store(kind, request, table_prefix=prefix)
+    engine = sa.create_engine(str(store_url("postgresql", request)))
+    meta = sa.MetaData()
+    leases = sa.Table(f"{prefix}conversation_leases", meta, autoload_with=engine)
+    messages = sa.Table(f"{prefix}messages", meta, autoload_with=engine)
+    cid = new_conversation_id()
+    memory = store.chat_memory(cid)
+    first, second = UserMessage("hello", message_id="u1"), UserMessage("again", message_id="u2")
+    assert memory.add_messages_if_absent([first, second]) == [True, True]
+    turns = store.turn_store()
+    assert turns.acquire_conversation(cid, "t0", "runner-a", 600.0, time.time()) is None
+    assert turns.suspend_conversation(cid, "t0", "runner-a")
+    outcomes: dict[str, Any] = {}
+
+    try:
+        with engine.connect() as releaser, engine.connect() as reader, engine.connect() as w:
+            held = lock_rows(releaser, leases, leases.c.conversation_id == cid)
+            # holds the delete up after it deleted u1:
+            reading = lock_rows(reader, messages, messages.c.message_id == "u2")
+            delete = started(outcomes, "delete", lambda: store.delete_conversation(cid))
+            until_waiting(w, f"SELECT {prefix}conversation_leases", "transactionid")
+            releaser.execute(sa.delete(leases).where(leases.c.conversation_id == cid))
+            held.commit()  # the lease is gone before the delete could lock it
+            until_waiting(w, f"DELETE FROM {prefix}messages", "transactionid")
+            taken_anew(outcomes, turns, cid)
+            again = started(outcomes, "append", lambda: memory.add_message_if_absent(first))
+            until_waiting(w, f"INSERT INTO {prefix}messages", "transactionid")  # on u1
+            fenced = memory.fenced(Fence("t1", "runner-b"))
+            appended = batch("new", 3)
+            fenced_batch = started(
+                outcomes, "batch", lambda: fenced.add_messages_if_absent(appended)
+            )
+            until_waiting(w, f"INSERT INTO {prefix}messages", "advisory")
+            reading.rollback()
+            for thread in (delete, again, fenced_batch):
+                thread.join(60)
+        assert outcomes["delete"] is True
+        assert outcomes["append"] is True
+        assert not isinstance(outcomes["batch"], StoreUnavailableError), outcomes["batch"]
+    finally:
+        store.close()
+        engine.dispose()

@@ -46,7 +46,9 @@ def _hold_leases(
     store: _SqlStoreBase, connection: Connection, conversation_ids: Sequence[str]
 ) -> tuple[int, dict[str, Any]]:
     """Lock the lease rows of ``conversation_ids`` for the transaction, a placeholder where
-    there is none; the placeholders inserted and the real leases found."""
+    there is none; the placeholders inserted and the rows locked, by conversation (a
+    placeholder's status is ``_HELD``). A conversation whose lease row was deleted between
+    the two statements has none: it is not held."""
     leases = store._tables.leases
     rows = [
         {"conversation_id": cid, "turn_id": "", "status": _HELD, "owner": None,
@@ -65,7 +67,7 @@ def _hold_leases(
         .where(leases.c.conversation_id.in_(conversation_ids))
         .with_for_update()
     )
-    held = {row.conversation_id: row for row in connection.execute(query) if row.status != _HELD}
+    held = {row.conversation_id: row for row in connection.execute(query)}
     return inserted, held
 
 
@@ -204,11 +206,15 @@ async def purge(
 def _purge_batch(
     store: _SqlStoreBase, connection: Connection, batch: list[str], cutoff: float, now: float
 ) -> int:
-    """Delete ``batch`` but its conversations now running or written since ``cutoff`` (looked
-    at again with their leases held); how many were deleted."""
+    """Delete ``batch`` but its conversations now running, written since ``cutoff`` (looked
+    at again with their leases held) or whose lease row it could not hold; how many were
+    deleted."""
     t = store._tables
     _, held = _hold_leases(store, connection, batch)
-    skipped = {cid for cid, lease in held.items() if _running_or_corrupt(lease, now)}
+    # Not held: its lease row went before the purge could lock it, and a lease taken since
+    # is not the purge's to delete (it would wait for the lease's writes, they for the append
+    # lock it takes below).
+    skipped = {cid for cid in batch if cid not in held or _running_or_corrupt(held[cid], now)}
     skipped |= _appending(store, connection, batch)
     for table in (t.messages, t.turns):
         recent = sa.select(table.c.conversation_id).where(

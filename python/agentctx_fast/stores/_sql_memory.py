@@ -80,11 +80,10 @@ class AsyncSqlChatMemory(AsyncChatMemory):
         return first_of_each(batch, await self._append(f"adding {len(rows)} messages", rows))
 
     async def _append(self, action: str, rows: list[dict[str, Any]]) -> set[str]:
-        """The ids of ``rows`` appended, as one atomic append: its rows take consecutive
-        ``seq`` values, so another writer's messages never fall between them (SQLite runs one
-        writer at a time; PostgreSQL: `locked_append`). A fenced append re-sent after a lost
-        reply finds its own records stored as they are (the lease is its own, so no other
-        runner wrote them)."""
+        """The ids of ``rows`` appended, as one atomic append: no other writer's message of the
+        conversation takes a ``seq`` between theirs (SQLite runs one writer at a time;
+        PostgreSQL: `locked_append`). A fenced append re-sent after a lost reply finds its own
+        records stored as they are (the lease is its own, so no other runner wrote them)."""
         store, cid, fence, table = self._store, self.conversation_id, self._fence, self._table
         port = store._port
         if store._dialect == "postgresql":
@@ -328,8 +327,9 @@ def locked_append(store: _SqlStoreBase, names: list[str], one: bool, fenced: boo
     message_id``, whose conditions are checked once, before any row takes its ``seq``. First
     the conversation's append lock, an advisory lock held to the end of the statement's
     transaction (``:lock``, `_Tables.append_lock`): appends to one conversation run one after
-    the other instead of interleaving their rows. Fenced, then that ``:turn_id`` and
-    ``:owner`` hold the lease of ``:lease_conversation`` (`sql_turns.fence_holds`)."""
+    the other instead of interleaving their rows. Fenced, then (only then: a ``CASE``) that
+    ``:turn_id`` and ``:owner`` hold the lease of ``:lease_conversation``
+    (`sql_turns.fence_holds`), so no append waits for the lock holding a lease row."""
     statement = store._locked_appends.get((one, fenced))
     if statement is None:
         from sqlalchemy.dialects.postgresql import ARRAY, insert
@@ -337,19 +337,23 @@ def locked_append(store: _SqlStoreBase, names: list[str], one: bool, fenced: boo
         table = store._tables.messages
         lock = sa.func.pg_advisory_xact_lock(sa.bindparam("lock", type_=sa.BigInteger))
         taken = sa.select(sa.func.count()).select_from(sa.select(lock).subquery())
-        conditions = [taken.scalar_subquery() == 1]
+        condition: Any = taken.scalar_subquery() == 1
         if fenced:
             turn_id = sa.bindparam("turn_id", type_=sa.String)
             owner = sa.bindparam("owner", type_=sa.String)
             conversation = sa.bindparam("lease_conversation", type_=sa.String)
-            conditions.append(lease_held(store, conversation, turn_id, owner))
+            held = lease_held(store, conversation, turn_id, owner)
+            # CASE, not AND: PostgreSQL orders AND's terms by cost (a batch's statement put the
+            # lease first), and an append holding its lease row while it waits for the lock
+            # deadlocks with whatever the lock's holder waits for that waits for that row.
+            condition = sa.case((condition, held), else_=sa.false())
         columns = [
             sa.bindparam(name, type_=table.c[name].type).label(name)
             if one
             else sa.func.unnest(sa.bindparam(name, type_=ARRAY(table.c[name].type))).label(name)
             for name in names
         ]
-        rows = sa.select(*columns).where(*conditions)
+        rows = sa.select(*columns).where(condition)
         statement = (
             insert(table)
             .from_select(names, rows)
