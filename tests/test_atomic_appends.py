@@ -66,6 +66,82 @@ def test_concurrent_appends_stay_whole(store: Any) -> None:
     assert_whole(stored, appended)
 
 
+def started(outcomes: dict[str, Any], name: str, call: Any) -> threading.Thread:
+    """A thread running ``call``, its result or error put in ``outcomes[name]``."""
+
+    def target() -> None:
+        try:
+            outcomes[name] = call()
+        except BaseException as error:  # reported by the test
+            outcomes[name] = error
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    return thread
+
+
+def waiting(watcher: Any, query_start: str, event: str) -> int:
+    """How many sessions whose statement starts with ``query_start`` wait for a lock of kind
+    ``event`` (``transactionid``: a row; ``advisory``: the append lock)."""
+    import sqlalchemy as sa
+
+    query = sa.text(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+        "AND datname = current_database() AND query LIKE :start AND wait_event = :event"
+    )
+    count = int(watcher.execute(query, {"start": query_start + "%", "event": event}).scalar())
+    watcher.commit()  # the activity view is a snapshot per transaction
+    return count
+
+
+def until(condition: Any) -> None:
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def until_waiting(watcher: Any, query_start: str, event: str) -> None:
+    """Until a session whose statement starts with ``query_start`` waits for a lock of kind
+    ``event``."""
+    until(lambda: waiting(watcher, query_start, event) > 0)
+
+
+def held_row(connection: Any, table: Any, conversation_id: str, message_id: str) -> Any:
+    """A transaction on ``connection`` that has inserted, uncommitted, the message row
+    ``message_id``: an append of that id waits on it, after its rows before it took their
+    ``seq``."""
+    transaction = connection.begin()
+    connection.execute(
+        table.insert().values(
+            conversation_id=conversation_id, message_id=message_id, kind="AiMessage",
+            model_visible=True, version=0, data=b"{}",
+        )
+    )  # fmt: skip
+    return transaction
+
+
+def lock_rows(connection: Any, table: Any, *where: Any) -> Any:
+    """A transaction on ``connection`` holding ``table``'s rows ``where`` (``FOR UPDATE``)."""
+    import sqlalchemy as sa
+
+    transaction = connection.begin()
+    connection.execute(sa.select(table).where(*where).with_for_update())
+    return transaction
+
+
+def taken_anew(outcomes: dict[str, Any], turns: Any, conversation_id: str) -> None:
+    """``runner-b`` takes the conversation as turn ``t1``, in a thread: should the purge or
+    delete held up hold the conversation's lease row after all (a placeholder), the take
+    waits for it, and the test fails here instead of hanging."""
+
+    def take() -> Any:
+        return turns.acquire_conversation(conversation_id, "t1", "runner-b", 600.0, time.time())
+
+    started(outcomes, "take", take).join(30)
+    assert outcomes.get("take", "waiting") is None, outcomes.get("take", "waiting")
+
+
 @pytest.mark.parametrize("kind", ["postgresql", "async-postgresql"])
 @pytest.mark.parametrize("fenced", [False, True], ids=["plain", "fenced"])
 def test_an_append_held_up_mid_way_stays_whole(
@@ -76,70 +152,44 @@ def test_an_append_held_up_mid_way_stays_whole(
     import sqlalchemy as sa
 
     store = make_store(kind, request)
-    url = str(store_url("postgresql", request))
-    engine = sa.create_engine(url)
+    engine = sa.create_engine(str(store_url("postgresql", request)))
     table = sa.Table("agent_messages", sa.MetaData(), autoload_with=engine)
     cid = new_conversation_id()
     memory = store.chat_memory(cid)
     if fenced:
         turns = store.turn_store()
         assert turns.acquire_conversation(cid, "t1", "runner-a", 600.0, time.time()) is None
-        held_up_memory = memory.fenced(Fence("t1", "runner-a"))
+        held_up = memory.fenced(Fence("t1", "runner-a"))
     else:
-        held_up_memory = memory
-    held_up, other = batch("held", 10), batch("other", 3)
+        held_up = memory
+    held, other = batch("held", 10), batch("other", 3)
     single = UserMessage("meanwhile", message_id="single")
     outcomes: dict[str, Any] = {}
-
-    def run(name: str, call: Any) -> threading.Thread:
-        def target() -> None:
-            try:
-                outcomes[name] = call()
-            except BaseException as error:  # reported below
-                outcomes[name] = error
-
-        thread = threading.Thread(target=target)
-        thread.start()
-        return thread
-
-    def waiting() -> int:
-        with engine.connect() as watcher:
-            query = sa.text(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND datname = current_database()"
-            )
-            return int(watcher.execute(query).scalar_one())
-
-    def until(done: Any) -> None:
-        deadline = time.monotonic() + 30
-        while not done():
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+    insert = f"INSERT INTO {table.name}"
 
     try:
-        with engine.connect() as blocker:
-            holding = blocker.begin()
-            blocker.execute(
-                table.insert().values(
-                    conversation_id=cid, message_id="held-5", kind="AiMessage",
-                    model_visible=True, version=0, data=b"{}",
-                )
-            )  # fmt: skip
-            first = run("held", lambda: held_up_memory.add_messages_if_absent(held_up))
-            until(lambda: waiting() >= 1)  # the batch waits on its sixth row
+        with engine.connect() as blocker, engine.connect() as watcher:
+            holding = held_row(blocker, table, cid, "held-5")
+            first = started(outcomes, "held", lambda: held_up.add_messages_if_absent(held))
+            until_waiting(watcher, insert, "transactionid")  # the batch waits on its sixth row
             others = [
-                run("other", lambda: memory.add_messages_if_absent(other)),
-                run("single", lambda: memory.add_message_if_absent(single)),
+                started(outcomes, "other", lambda: memory.add_messages_if_absent(other)),
+                started(outcomes, "single", lambda: memory.add_message_if_absent(single)),
             ]
             # Each waits for the batch now; before the append lock they went straight in.
-            until(lambda: waiting() >= 3 or not any(t.is_alive() for t in others))
+            until(
+                lambda: (
+                    waiting(watcher, insert, "advisory") == 2
+                    or not any(thread.is_alive() for thread in others)
+                )
+            )
             holding.rollback()
         for thread in [first, *others]:
             thread.join(60)
         assert outcomes == {"held": [True] * 10, "other": [True] * 3, "single": True}
         stored = [m.message_id for m in memory.get_messages()]
-        assert sorted(stored) == sorted(m.message_id for m in [*held_up, *other, single])
-        assert_whole(stored, [held_up, other])
+        assert sorted(stored) == sorted(m.message_id for m in [*held, *other, single])
+        assert_whole(stored, [held, other])
         assert stored.index("single") not in range(stored.index("held-0"), stored.index("held-9"))
     finally:
         store.close()
@@ -165,97 +215,24 @@ def test_a_purge_keeps_a_conversation_an_append_is_writing(
     earlier = [UserMessage("hello", message_id="u1"), AiMessage("hi", message_id="a1")]
     assert memory.add_messages_if_absent(earlier) == [True, True]
     appended = batch("held", 10)
-    outcome: list[Any] = []
-
-    def append() -> None:
-        try:
-            outcome.append(memory.add_messages_if_absent(appended))
-        except BaseException as error:  # reported below
-            outcome.append(error)
+    outcomes: dict[str, Any] = {}
 
     try:
         with engine.connect() as blocker, engine.connect() as watcher:
-            holding = blocker.begin()
-            blocker.execute(
-                table.insert().values(
-                    conversation_id=cid, message_id="held-5", kind="AiMessage",
-                    model_visible=True, version=0, data=b"{}",
-                )
-            )  # fmt: skip
-            writer = threading.Thread(target=append)
-            writer.start()
-            query = sa.text(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND datname = current_database()"
-            )
-            deadline = time.monotonic() + 30
-            while int(watcher.execute(query).scalar_one()) < 1:  # the append waits on held-5
-                watcher.commit()  # the activity view is a snapshot per transaction
-                assert time.monotonic() < deadline
-                time.sleep(0.01)
+            holding = held_row(blocker, table, cid, "held-5")
+            append = started(outcomes, "append", lambda: memory.add_messages_if_absent(appended))
+            until_waiting(watcher, f"INSERT INTO {table.name}", "transactionid")  # on held-5
             # Every row is older than this cutoff: only the append under way can keep it.
             purged = store.purge(time.time() + 3_600)
             holding.rollback()
-        writer.join(60)
-        assert outcome == [[True] * 10]
+        append.join(60)
+        assert outcomes == {"append": [True] * 10}
         assert purged.conversations == 0
         stored = [m.message_id for m in memory.get_messages()]
         assert stored == [m.message_id for m in [*earlier, *appended]]
     finally:
         store.close()
         engine.dispose()
-
-
-def started(outcomes: dict[str, Any], name: str, call: Any) -> threading.Thread:
-    """A thread running ``call``, its result or error put in ``outcomes[name]``."""
-
-    def target() -> None:
-        try:
-            outcomes[name] = call()
-        except BaseException as error:  # reported by the test
-            outcomes[name] = error
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    return thread
-
-
-def until_waiting(watcher: Any, query_start: str, event: str) -> None:
-    """Until a session whose statement starts with ``query_start`` waits for a lock of
-    kind ``event`` (``transactionid``: a row; ``advisory``: the append lock)."""
-    import sqlalchemy as sa
-
-    query = sa.text(
-        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-        "AND datname = current_database() AND query LIKE :start AND wait_event = :event"
-    )
-    deadline = time.monotonic() + 30
-    while not watcher.execute(query, {"start": query_start + "%", "event": event}).scalar():
-        watcher.commit()  # the activity view is a snapshot per transaction
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    watcher.commit()
-
-
-def lock_rows(connection: Any, table: Any, *where: Any) -> Any:
-    """A transaction on ``connection`` holding ``table``'s rows ``where`` (``FOR UPDATE``)."""
-    import sqlalchemy as sa
-
-    transaction = connection.begin()
-    connection.execute(sa.select(table).where(*where).with_for_update())
-    return transaction
-
-
-def taken_anew(outcomes: dict[str, Any], turns: Any, conversation_id: str) -> None:
-    """``runner-b`` takes the conversation as turn ``t1``, in a thread: should the purge or
-    delete held up hold the conversation's lease row after all (a placeholder), the take
-    waits for it, and the test fails here instead of hanging."""
-
-    def take() -> Any:
-        return turns.acquire_conversation(conversation_id, "t1", "runner-b", 600.0, time.time())
-
-    started(outcomes, "take", take).join(30)
-    assert outcomes.get("take", "waiting") is None, outcomes.get("take", "waiting")
 
 
 @pytest.mark.parametrize("kind", ["postgresql", "async-postgresql"])
