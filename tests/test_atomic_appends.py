@@ -15,7 +15,9 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -64,6 +66,36 @@ def test_concurrent_appends_stay_whole(store: Any) -> None:
     stored = [m.message_id for m in memory.get_messages()]
     assert len(stored) == 8 * 4 * 26
     assert_whole(stored, appended)
+
+
+@dataclass
+class Postgres:
+    """A PostgreSQL store (blocking, or async behind the bridge) on tables of its own (a purge
+    sees only this test's conversations), and an engine of the test's own on its database, to
+    hold rows and watch who waits."""
+
+    store: Any
+    engine: Any
+    prefix: str
+
+    def table(self, name: str) -> Any:
+        import sqlalchemy as sa
+
+        return sa.Table(f"{self.prefix}{name}", sa.MetaData(), autoload_with=self.engine)
+
+
+@pytest.fixture(params=["postgresql", "async-postgresql"])
+def postgres(request: pytest.FixtureRequest) -> Iterator[Postgres]:
+    import sqlalchemy as sa
+
+    prefix = f"p{uuid.uuid4().hex[:10]}_"
+    store = make_store(str(request.param), request, table_prefix=prefix)
+    engine = sa.create_engine(str(store_url("postgresql", request)))
+    try:
+        yield Postgres(store, engine, prefix)
+    finally:
+        store.close()
+        engine.dispose()
 
 
 def started(outcomes: dict[str, Any], name: str, call: Any) -> threading.Thread:
@@ -142,18 +174,12 @@ def taken_anew(outcomes: dict[str, Any], turns: Any, conversation_id: str) -> No
     assert outcomes.get("take", "waiting") is None, outcomes.get("take", "waiting")
 
 
-@pytest.mark.parametrize("kind", ["postgresql", "async-postgresql"])
 @pytest.mark.parametrize("fenced", [False, True], ids=["plain", "fenced"])
-def test_an_append_held_up_mid_way_stays_whole(
-    kind: str, fenced: bool, request: pytest.FixtureRequest
-) -> None:
+def test_an_append_held_up_mid_way_stays_whole(postgres: Postgres, fenced: bool) -> None:
     """A batch of ten waits on its sixth row; a batch of three and a single message written
     meanwhile wait for it, and are stored after it, never inside it."""
-    import sqlalchemy as sa
-
-    store = make_store(kind, request)
-    engine = sa.create_engine(str(store_url("postgresql", request)))
-    table = sa.Table("agent_messages", sa.MetaData(), autoload_with=engine)
+    store, engine = postgres.store, postgres.engine
+    table = postgres.table("messages")
     cid = new_conversation_id()
     memory = store.chat_memory(cid)
     if fenced:
@@ -167,49 +193,38 @@ def test_an_append_held_up_mid_way_stays_whole(
     outcomes: dict[str, Any] = {}
     insert = f"INSERT INTO {table.name}"
 
-    try:
-        with engine.connect() as blocker, engine.connect() as watcher:
-            holding = held_row(blocker, table, cid, "held-5")
-            first = started(outcomes, "held", lambda: held_up.add_messages_if_absent(held))
-            until_waiting(watcher, insert, "transactionid")  # the batch waits on its sixth row
-            others = [
-                started(outcomes, "other", lambda: memory.add_messages_if_absent(other)),
-                started(outcomes, "single", lambda: memory.add_message_if_absent(single)),
-            ]
-            # Each waits for the batch now; before the append lock they went straight in.
-            until(
-                lambda: (
-                    waiting(watcher, insert, "advisory") == 2
-                    or not any(thread.is_alive() for thread in others)
-                )
+    with engine.connect() as blocker, engine.connect() as watcher:
+        holding = held_row(blocker, table, cid, "held-5")
+        first = started(outcomes, "held", lambda: held_up.add_messages_if_absent(held))
+        until_waiting(watcher, insert, "transactionid")  # the batch waits on its sixth row
+        others = [
+            started(outcomes, "other", lambda: memory.add_messages_if_absent(other)),
+            started(outcomes, "single", lambda: memory.add_message_if_absent(single)),
+        ]
+        # Each waits for the batch now; before the append lock they went straight in.
+        until(
+            lambda: (
+                waiting(watcher, insert, "advisory") == 2
+                or not any(thread.is_alive() for thread in others)
             )
-            holding.rollback()
-        for thread in [first, *others]:
-            thread.join(60)
-        assert outcomes == {"held": [True] * 10, "other": [True] * 3, "single": True}
-        stored = [m.message_id for m in memory.get_messages()]
-        assert sorted(stored) == sorted(m.message_id for m in [*held, *other, single])
-        assert_whole(stored, [held, other])
-        assert stored.index("single") not in range(stored.index("held-0"), stored.index("held-9"))
-    finally:
-        store.close()
-        engine.dispose()
+        )
+        holding.rollback()
+    for thread in [first, *others]:
+        thread.join(60)
+    assert outcomes == {"held": [True] * 10, "other": [True] * 3, "single": True}
+    stored = [m.message_id for m in memory.get_messages()]
+    assert sorted(stored) == sorted(m.message_id for m in [*held, *other, single])
+    assert_whole(stored, [held, other])
+    assert stored.index("single") not in range(stored.index("held-0"), stored.index("held-9"))
 
 
-@pytest.mark.parametrize("kind", ["postgresql", "async-postgresql"])
-def test_a_purge_keeps_a_conversation_an_append_is_writing(
-    kind: str, request: pytest.FixtureRequest
-) -> None:
+def test_a_purge_keeps_a_conversation_an_append_is_writing(postgres: Postgres) -> None:
     """A conversation idle by the purge's clock gets an append, held up mid-way on the
     server; the purge runs meanwhile. Before the purge took the append lock, it deleted the
     conversation's stored messages under the append, and the conversation was left with the
     appended batch alone."""
-    import sqlalchemy as sa
-
-    prefix = f"p{uuid.uuid4().hex[:10]}_"  # tables of its own: the purge sees only this test's
-    store = make_store(kind, request, table_prefix=prefix)
-    engine = sa.create_engine(str(store_url("postgresql", request)))
-    table = sa.Table(f"{prefix}messages", sa.MetaData(), autoload_with=engine)
+    store, engine = postgres.store, postgres.engine
+    table = postgres.table("messages")
     cid = new_conversation_id()
     memory = store.chat_memory(cid)
     earlier = [UserMessage("hello", message_id="u1"), AiMessage("hi", message_id="a1")]
@@ -217,28 +232,21 @@ def test_a_purge_keeps_a_conversation_an_append_is_writing(
     appended = batch("held", 10)
     outcomes: dict[str, Any] = {}
 
-    try:
-        with engine.connect() as blocker, engine.connect() as watcher:
-            holding = held_row(blocker, table, cid, "held-5")
-            append = started(outcomes, "append", lambda: memory.add_messages_if_absent(appended))
-            until_waiting(watcher, f"INSERT INTO {table.name}", "transactionid")  # on held-5
-            # Every row is older than this cutoff: only the append under way can keep it.
-            purged = store.purge(time.time() + 3_600)
-            holding.rollback()
-        append.join(60)
-        assert outcomes == {"append": [True] * 10}
-        assert purged.conversations == 0
-        stored = [m.message_id for m in memory.get_messages()]
-        assert stored == [m.message_id for m in [*earlier, *appended]]
-    finally:
-        store.close()
-        engine.dispose()
+    with engine.connect() as blocker, engine.connect() as watcher:
+        holding = held_row(blocker, table, cid, "held-5")
+        append = started(outcomes, "append", lambda: memory.add_messages_if_absent(appended))
+        until_waiting(watcher, f"INSERT INTO {table.name}", "transactionid")  # on held-5
+        # Every row is older than this cutoff: only the append under way can keep it.
+        purged = store.purge(time.time() + 3_600)
+        holding.rollback()
+    append.join(60)
+    assert outcomes == {"append": [True] * 10}
+    assert purged.conversations == 0
+    stored = [m.message_id for m in memory.get_messages()]
+    assert stored == [m.message_id for m in [*earlier, *appended]]
 
 
-@pytest.mark.parametrize("kind", ["postgresql", "async-postgresql"])
-def test_a_purge_leaves_alone_a_lease_taken_while_it_runs(
-    kind: str, request: pytest.FixtureRequest
-) -> None:
+def test_a_purge_leaves_alone_a_lease_taken_while_it_runs(postgres: Postgres) -> None:
     """A conversation's lease row is deleted (a release) while the purge waits to lock it, and
     a runner takes the conversation anew while the purge is still under way; the runner's
     fenced batch holds its new lease row and waits for the append lock the purge took. The
@@ -248,12 +256,9 @@ def test_a_purge_leaves_alone_a_lease_taken_while_it_runs(
     append lock first, the purge deleted the lease and the batch lost it)."""
     import sqlalchemy as sa
 
-    prefix = f"p{uuid.uuid4().hex[:10]}_"  # tables of its own: the purge sees only this test's
-    store = make_store(kind, request, table_prefix=prefix)
-    engine = sa.create_engine(str(store_url("postgresql", request)))
-    meta = sa.MetaData()
-    leases = sa.Table(f"{prefix}conversation_leases", meta, autoload_with=engine)
-    messages = sa.Table(f"{prefix}messages", meta, autoload_with=engine)
+    store, engine = postgres.store, postgres.engine
+    leases = postgres.table("conversation_leases")
+    messages = postgres.table("messages")
     taken, idle = new_conversation_id(), new_conversation_id()
     for cid in (taken, idle):
         assert store.chat_memory(cid).add_message_if_absent(UserMessage("hi", message_id="u1"))
@@ -263,38 +268,31 @@ def test_a_purge_leaves_alone_a_lease_taken_while_it_runs(
     appended = batch("new", 3)
     outcomes: dict[str, Any] = {}
 
-    try:
-        with engine.connect() as releaser, engine.connect() as reader, engine.connect() as w:
-            held = lock_rows(releaser, leases, leases.c.conversation_id == taken)
-            # holds the purge up in its DELETE of the idle one's rows:
-            reading = lock_rows(reader, messages, messages.c.conversation_id == idle)
-            purge = started(outcomes, "purge", lambda: store.purge(time.time() + 3_600))
-            until_waiting(w, f"SELECT {prefix}conversation_leases", "transactionid")
-            releaser.execute(sa.delete(leases).where(leases.c.conversation_id == taken))
-            held.commit()  # the lease is gone before the purge could lock it
-            until_waiting(w, f"DELETE FROM {prefix}messages", "transactionid")
-            taken_anew(outcomes, turns, taken)
-            fenced = store.chat_memory(taken).fenced(Fence("t1", "runner-b"))
-            append = started(outcomes, "append", lambda: fenced.add_messages_if_absent(appended))
-            until_waiting(w, f"INSERT INTO {prefix}messages", "advisory")
-            reading.rollback()
-            purge.join(60)
-            append.join(60)
-        assert outcomes["append"] == [True] * 3
-        assert outcomes["purge"].conversations == 1  # the idle one
-        lease = turns.open_turn(taken)
-        assert lease is not None and (lease.turn_id, lease.owner) == ("t1", "runner-b")
-        stored = [m.message_id for m in store.chat_memory(taken).get_messages()]
-        assert stored[-3:] == [m.message_id for m in appended]
-    finally:
-        store.close()
-        engine.dispose()
+    with engine.connect() as releaser, engine.connect() as reader, engine.connect() as w:
+        held = lock_rows(releaser, leases, leases.c.conversation_id == taken)
+        # holds the purge up in its DELETE of the idle one's rows:
+        reading = lock_rows(reader, messages, messages.c.conversation_id == idle)
+        purge = started(outcomes, "purge", lambda: store.purge(time.time() + 3_600))
+        until_waiting(w, f"SELECT {postgres.prefix}conversation_leases", "transactionid")
+        releaser.execute(sa.delete(leases).where(leases.c.conversation_id == taken))
+        held.commit()  # the lease is gone before the purge could lock it
+        until_waiting(w, f"DELETE FROM {postgres.prefix}messages", "transactionid")
+        taken_anew(outcomes, turns, taken)
+        fenced = store.chat_memory(taken).fenced(Fence("t1", "runner-b"))
+        append = started(outcomes, "append", lambda: fenced.add_messages_if_absent(appended))
+        until_waiting(w, f"INSERT INTO {postgres.prefix}messages", "advisory")
+        reading.rollback()
+        purge.join(60)
+        append.join(60)
+    assert outcomes["append"] == [True] * 3
+    assert outcomes["purge"].conversations == 1  # the idle one
+    lease = turns.open_turn(taken)
+    assert lease is not None and (lease.turn_id, lease.owner) == ("t1", "runner-b")
+    stored = [m.message_id for m in store.chat_memory(taken).get_messages()]
+    assert stored[-3:] == [m.message_id for m in appended]
 
 
-@pytest.mark.parametrize("kind", ["postgresql", "async-postgresql"])
-def test_a_fenced_batch_takes_the_append_lock_before_its_lease_row(
-    kind: str, request: pytest.FixtureRequest
-) -> None:
+def test_a_fenced_batch_takes_the_append_lock_before_its_lease_row(postgres: Postgres) -> None:
     """A fenced batch waits for the append lock without holding its lease row, as a single
     fenced append does (PostgreSQL orders an ``AND``'s terms by cost, so the batch's
     statement locked the lease row first). Here the batch waits for an append that waits for
@@ -304,12 +302,9 @@ def test_a_fenced_batch_takes_the_append_lock_before_its_lease_row(
 
     from agentctx_fast.errors import StoreUnavailableError
 
-    prefix = f"p{uuid.uuid4().hex[:10]}_"
-    store = make_store(kind, request, table_prefix=prefix)
-    engine = sa.create_engine(str(store_url("postgresql", request)))
-    meta = sa.MetaData()
-    leases = sa.Table(f"{prefix}conversation_leases", meta, autoload_with=engine)
-    messages = sa.Table(f"{prefix}messages", meta, autoload_with=engine)
+    store, engine = postgres.store, postgres.engine
+    leases = postgres.table("conversation_leases")
+    messages = postgres.table("messages")
     cid = new_conversation_id()
     memory = store.chat_memory(cid)
     first, second = UserMessage("hello", message_id="u1"), UserMessage("again", message_id="u2")
@@ -319,31 +314,25 @@ def test_a_fenced_batch_takes_the_append_lock_before_its_lease_row(
     assert turns.suspend_conversation(cid, "t0", "runner-a")
     outcomes: dict[str, Any] = {}
 
-    try:
-        with engine.connect() as releaser, engine.connect() as reader, engine.connect() as w:
-            held = lock_rows(releaser, leases, leases.c.conversation_id == cid)
-            # holds the delete up after it deleted u1:
-            reading = lock_rows(reader, messages, messages.c.message_id == "u2")
-            delete = started(outcomes, "delete", lambda: store.delete_conversation(cid))
-            until_waiting(w, f"SELECT {prefix}conversation_leases", "transactionid")
-            releaser.execute(sa.delete(leases).where(leases.c.conversation_id == cid))
-            held.commit()  # the lease is gone before the delete could lock it
-            until_waiting(w, f"DELETE FROM {prefix}messages", "transactionid")
-            taken_anew(outcomes, turns, cid)
-            again = started(outcomes, "append", lambda: memory.add_message_if_absent(first))
-            until_waiting(w, f"INSERT INTO {prefix}messages", "transactionid")  # on u1
-            fenced = memory.fenced(Fence("t1", "runner-b"))
-            appended = batch("new", 3)
-            fenced_batch = started(
-                outcomes, "batch", lambda: fenced.add_messages_if_absent(appended)
-            )
-            until_waiting(w, f"INSERT INTO {prefix}messages", "advisory")
-            reading.rollback()
-            for thread in (delete, again, fenced_batch):
-                thread.join(60)
-        assert outcomes["delete"] is True
-        assert outcomes["append"] is True
-        assert not isinstance(outcomes["batch"], StoreUnavailableError), outcomes["batch"]
-    finally:
-        store.close()
-        engine.dispose()
+    with engine.connect() as releaser, engine.connect() as reader, engine.connect() as w:
+        held = lock_rows(releaser, leases, leases.c.conversation_id == cid)
+        # holds the delete up after it deleted u1:
+        reading = lock_rows(reader, messages, messages.c.message_id == "u2")
+        delete = started(outcomes, "delete", lambda: store.delete_conversation(cid))
+        until_waiting(w, f"SELECT {postgres.prefix}conversation_leases", "transactionid")
+        releaser.execute(sa.delete(leases).where(leases.c.conversation_id == cid))
+        held.commit()  # the lease is gone before the delete could lock it
+        until_waiting(w, f"DELETE FROM {postgres.prefix}messages", "transactionid")
+        taken_anew(outcomes, turns, cid)
+        again = started(outcomes, "append", lambda: memory.add_message_if_absent(first))
+        until_waiting(w, f"INSERT INTO {postgres.prefix}messages", "transactionid")  # on u1
+        fenced = memory.fenced(Fence("t1", "runner-b"))
+        appended = batch("new", 3)
+        fenced_batch = started(outcomes, "batch", lambda: fenced.add_messages_if_absent(appended))
+        until_waiting(w, f"INSERT INTO {postgres.prefix}messages", "advisory")
+        reading.rollback()
+        for thread in (delete, again, fenced_batch):
+            thread.join(60)
+    assert outcomes["delete"] is True
+    assert outcomes["append"] is True
+    assert not isinstance(outcomes["batch"], StoreUnavailableError), outcomes["batch"]
