@@ -162,18 +162,6 @@ def lock_rows(connection: Any, table: Any, *where: Any) -> Any:
     return transaction
 
 
-def taken_anew(outcomes: dict[str, Any], turns: Any, conversation_id: str) -> None:
-    """``runner-b`` takes the conversation as turn ``t1``, in a thread: should the purge or
-    delete held up hold the conversation's lease row after all (a placeholder), the take
-    waits for it, and the test fails here instead of hanging."""
-
-    def take() -> Any:
-        return turns.acquire_conversation(conversation_id, "t1", "runner-b", 600.0, time.time())
-
-    started(outcomes, "take", take).join(30)
-    assert outcomes.get("take", "waiting") is None, outcomes.get("take", "waiting")
-
-
 @pytest.mark.parametrize("fenced", [False, True], ids=["plain", "fenced"])
 def test_an_append_held_up_mid_way_stays_whole(postgres: Postgres, fenced: bool) -> None:
     """A batch of ten waits on its sixth row; a batch of three and a single message written
@@ -246,93 +234,95 @@ def test_a_purge_keeps_a_conversation_an_append_is_writing(postgres: Postgres) -
     assert stored == [m.message_id for m in [*earlier, *appended]]
 
 
-def test_a_purge_leaves_alone_a_lease_taken_while_it_runs(postgres: Postgres) -> None:
-    """A conversation's lease row is deleted (a release) while the purge waits to lock it, and
-    a runner takes the conversation anew while the purge is still under way; the runner's
-    fenced batch holds its new lease row and waits for the append lock the purge took. The
-    purge holds no lease row of that conversation, so it leaves it alone. Before, it deleted
-    the new lease row too, a running turn's: it waited for the batch, the batch for the
-    append lock the purge took, and PostgreSQL reported a deadlock (with the batch taking the
-    append lock first, the purge deleted the lease and the batch lost it)."""
+@pytest.mark.parametrize("job", ["purge", "delete"])
+def test_a_lease_released_while_a_delete_waits_for_it_is_still_held(
+    postgres: Postgres, job: str
+) -> None:
+    """The conversation's lease row is deleted (a release) while a purge or
+    ``delete_conversation`` waits to lock it. The job holds the conversation anyway (a
+    placeholder lease row), so a runner taking it meanwhile waits until the job has deleted
+    the conversation, and then takes it: no turn starts between the job's lease check and its
+    deletes. Before, the job held no row of that conversation: the runner took it under the
+    job, which deleted the running turn's live lease with the messages (or, the purge taking
+    the append lock, deadlocked with the turn's first fenced append)."""
     import sqlalchemy as sa
 
     store, engine = postgres.store, postgres.engine
     leases = postgres.table("conversation_leases")
     messages = postgres.table("messages")
-    taken, idle = new_conversation_id(), new_conversation_id()
-    for cid in (taken, idle):
-        assert store.chat_memory(cid).add_message_if_absent(UserMessage("hi", message_id="u1"))
-    turns = store.turn_store()
-    assert turns.acquire_conversation(taken, "t0", "runner-a", 600.0, time.time()) is None
-    assert turns.suspend_conversation(taken, "t0", "runner-a")
-    appended = batch("new", 3)
-    outcomes: dict[str, Any] = {}
-
-    with engine.connect() as releaser, engine.connect() as reader, engine.connect() as w:
-        held = lock_rows(releaser, leases, leases.c.conversation_id == taken)
-        # holds the purge up in its DELETE of the idle one's rows:
-        reading = lock_rows(reader, messages, messages.c.conversation_id == idle)
-        purge = started(outcomes, "purge", lambda: store.purge(time.time() + 3_600))
-        until_waiting(w, f"SELECT {postgres.prefix}conversation_leases", "transactionid")
-        releaser.execute(sa.delete(leases).where(leases.c.conversation_id == taken))
-        held.commit()  # the lease is gone before the purge could lock it
-        until_waiting(w, f"DELETE FROM {postgres.prefix}messages", "transactionid")
-        taken_anew(outcomes, turns, taken)
-        fenced = store.chat_memory(taken).fenced(Fence("t1", "runner-b"))
-        append = started(outcomes, "append", lambda: fenced.add_messages_if_absent(appended))
-        until_waiting(w, f"INSERT INTO {postgres.prefix}messages", "advisory")
-        reading.rollback()
-        purge.join(60)
-        append.join(60)
-    assert outcomes["append"] == [True] * 3
-    assert outcomes["purge"].conversations == 1  # the idle one
-    lease = turns.open_turn(taken)
-    assert lease is not None and (lease.turn_id, lease.owner) == ("t1", "runner-b")
-    stored = [m.message_id for m in store.chat_memory(taken).get_messages()]
-    assert stored[-3:] == [m.message_id for m in appended]
-
-
-def test_a_fenced_batch_takes_the_append_lock_before_its_lease_row(postgres: Postgres) -> None:
-    """A fenced batch waits for the append lock without holding its lease row, as a single
-    fenced append does (PostgreSQL orders an ``AND``'s terms by cost, so the batch's
-    statement locked the lease row first). Here the batch waits for an append that waits for
-    ``delete_conversation``, which deletes the lease row (taken after the delete looked for
-    one) last: holding that row, the batch deadlocked the three."""
-    import sqlalchemy as sa
-
-    from agentctx_fast.errors import StoreUnavailableError
-
-    store, engine = postgres.store, postgres.engine
-    leases = postgres.table("conversation_leases")
-    messages = postgres.table("messages")
-    cid = new_conversation_id()
-    memory = store.chat_memory(cid)
-    first, second = UserMessage("hello", message_id="u1"), UserMessage("again", message_id="u2")
-    assert memory.add_messages_if_absent([first, second]) == [True, True]
+    cid, idle = new_conversation_id(), new_conversation_id()
+    for each in (cid, idle):
+        assert store.chat_memory(each).add_message_if_absent(UserMessage("hi", message_id="u1"))
     turns = store.turn_store()
     assert turns.acquire_conversation(cid, "t0", "runner-a", 600.0, time.time()) is None
     assert turns.suspend_conversation(cid, "t0", "runner-a")
     outcomes: dict[str, Any] = {}
 
+    def run_job() -> Any:
+        if job == "purge":  # both conversations are idle by this cutoff
+            return store.purge(time.time() + 3_600).conversations
+        return store.delete_conversation(cid)
+
+    def take() -> Any:
+        return turns.acquire_conversation(cid, "t1", "runner-b", 600.0, time.time())
+
     with engine.connect() as releaser, engine.connect() as reader, engine.connect() as w:
         held = lock_rows(releaser, leases, leases.c.conversation_id == cid)
-        # holds the delete up after it deleted u1:
-        reading = lock_rows(reader, messages, messages.c.message_id == "u2")
-        delete = started(outcomes, "delete", lambda: store.delete_conversation(cid))
+        # holds the job up in its DELETE of the messages, its leases held:
+        reading = lock_rows(reader, messages, messages.c.conversation_id.in_([cid, idle]))
+        running = started(outcomes, "job", run_job)
         until_waiting(w, f"SELECT {postgres.prefix}conversation_leases", "transactionid")
         releaser.execute(sa.delete(leases).where(leases.c.conversation_id == cid))
-        held.commit()  # the lease is gone before the delete could lock it
+        held.commit()  # the lease is gone before the job could lock it
         until_waiting(w, f"DELETE FROM {postgres.prefix}messages", "transactionid")
-        taken_anew(outcomes, turns, cid)
-        again = started(outcomes, "append", lambda: memory.add_message_if_absent(first))
-        until_waiting(w, f"INSERT INTO {postgres.prefix}messages", "transactionid")  # on u1
-        fenced = memory.fenced(Fence("t1", "runner-b"))
-        appended = batch("new", 3)
-        fenced_batch = started(outcomes, "batch", lambda: fenced.add_messages_if_absent(appended))
-        until_waiting(w, f"INSERT INTO {postgres.prefix}messages", "advisory")
+        taking = started(outcomes, "take", take)
+        # The take waits for the job's placeholder; before, it went straight in.
+        until(
+            lambda: (
+                waiting(w, f"INSERT INTO {postgres.prefix}conversation_leases", "transactionid")
+                or not taking.is_alive()
+            )
+        )
+        assert taking.is_alive(), outcomes
         reading.rollback()
-        for thread in (delete, again, fenced_batch):
-            thread.join(60)
-    assert outcomes["delete"] is True
-    assert outcomes["append"] is True
-    assert not isinstance(outcomes["batch"], StoreUnavailableError), outcomes["batch"]
+        running.join(60)
+        taking.join(60)
+    assert outcomes == {"job": 2 if job == "purge" else True, "take": None}
+    lease = turns.open_turn(cid)
+    assert lease is not None and (lease.turn_id, lease.owner) == ("t1", "runner-b")
+    assert store.chat_memory(cid).get_messages() == []  # deleted before the turn began
+    fenced = store.chat_memory(cid).fenced(Fence("t1", "runner-b"))
+    appended = batch("new", 3)
+    assert fenced.add_messages_if_absent(appended) == [True] * 3
+
+
+def test_a_fenced_batch_takes_the_append_lock_before_its_lease_row(postgres: Postgres) -> None:
+    """A fenced batch waits for the append lock holding no lock on its lease row, as a single
+    fenced append does: PostgreSQL orders an ``AND``'s terms by cost, and put the lease check
+    (``FOR SHARE``) first in the batch's statement, so a batch held its lease row while it
+    waited for the lock, and whatever held the lock and then waited for that row (a delete,
+    a takeover) deadlocked with it."""
+    import sqlalchemy as sa
+
+    store, engine = postgres.store, postgres.engine
+    leases = postgres.table("conversation_leases")
+    cid = new_conversation_id()
+    turns = store.turn_store()
+    assert turns.acquire_conversation(cid, "t1", "runner-a", 600.0, time.time()) is None
+    fenced = store.chat_memory(cid).fenced(Fence("t1", "runner-a"))
+    appended = batch("new", 3)
+    outcomes: dict[str, Any] = {}
+    lock = store._tables.append_lock(cid)
+
+    with engine.connect() as appender, engine.connect() as other, engine.connect() as w:
+        holding = appender.begin()
+        appender.execute(sa.select(sa.func.pg_advisory_xact_lock(lock)))  # an append under way
+        batch_thread = started(outcomes, "batch", lambda: fenced.add_messages_if_absent(appended))
+        until_waiting(w, f"INSERT INTO {postgres.prefix}messages", "advisory")
+        # The waiting batch holds no lock on the lease row: it can be locked at once.
+        with other.begin():
+            query = sa.select(leases).where(leases.c.conversation_id == cid)
+            assert len(other.execute(query.with_for_update(nowait=True)).all()) == 1
+        holding.rollback()
+        batch_thread.join(60)
+    assert outcomes == {"batch": [True] * 3}

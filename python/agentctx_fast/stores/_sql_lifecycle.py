@@ -47,27 +47,29 @@ def _hold_leases(
 ) -> tuple[int, dict[str, Any]]:
     """Lock the lease rows of ``conversation_ids`` for the transaction, a placeholder where
     there is none; the placeholders inserted and the rows locked, by conversation (a
-    placeholder's status is ``_HELD``). A conversation whose lease row was deleted between
-    the two statements has none: it is not held."""
+    placeholder's status is ``_HELD``). A lease row deleted between the insert and the lock
+    (a release) gets its placeholder on the next round, so every conversation is held in the
+    end: a runner taking one meanwhile waits for this transaction."""
     leases = store._tables.leases
-    rows = [
-        {"conversation_id": cid, "turn_id": "", "status": _HELD, "owner": None,
-         "expires_at": None, "cancel_requested": False, "previous_turn_id": None}
-        for cid in conversation_ids
-    ]  # fmt: skip
-    insert = (
-        _insert(store, leases)
-        .values(rows)
-        .on_conflict_do_nothing(index_elements=["conversation_id"])
-        .returning(leases.c.conversation_id)
-    )
-    inserted = len(connection.execute(insert).all())
-    query = (
-        sa.select(leases.c.conversation_id, leases.c.turn_id, leases.c.status, leases.c.expires_at)
-        .where(leases.c.conversation_id.in_(conversation_ids))
-        .with_for_update()
-    )
-    held = {row.conversation_id: row for row in connection.execute(query)}
+    inserted, held = 0, {}
+    missing = list(conversation_ids)
+    while missing:
+        rows = [
+            {"conversation_id": cid, "turn_id": "", "status": _HELD, "owner": None,
+             "expires_at": None, "cancel_requested": False, "previous_turn_id": None}
+            for cid in missing
+        ]  # fmt: skip
+        insert = (
+            _insert(store, leases)
+            .values(rows)
+            .on_conflict_do_nothing(index_elements=["conversation_id"])
+            .returning(leases.c.conversation_id)
+        )
+        inserted += len(connection.execute(insert).all())
+        columns = (leases.c.conversation_id, leases.c.turn_id, leases.c.status, leases.c.expires_at)
+        query = sa.select(*columns).where(leases.c.conversation_id.in_(missing)).with_for_update()
+        held.update({row.conversation_id: row for row in connection.execute(query)})
+        missing = [cid for cid in missing if cid not in held]
     return inserted, held
 
 
@@ -206,15 +208,11 @@ async def purge(
 def _purge_batch(
     store: _SqlStoreBase, connection: Connection, batch: list[str], cutoff: float, now: float
 ) -> int:
-    """Delete ``batch`` but its conversations now running, written since ``cutoff`` (looked
-    at again with their leases held) or whose lease row it could not hold; how many were
-    deleted."""
+    """Delete ``batch`` but its conversations now running or written since ``cutoff`` (looked
+    at again with their leases held); how many were deleted."""
     t = store._tables
     _, held = _hold_leases(store, connection, batch)
-    # Not held: its lease row went before the purge could lock it, and a lease taken since
-    # is not the purge's to delete (it would wait for the lease's writes, they for the append
-    # lock it takes below).
-    skipped = {cid for cid in batch if cid not in held or _running_or_corrupt(held[cid], now)}
+    skipped = {cid for cid, lease in held.items() if _running_or_corrupt(lease, now)}
     skipped |= _appending(store, connection, batch)
     for table in (t.messages, t.turns):
         recent = sa.select(table.c.conversation_id).where(
