@@ -162,6 +162,18 @@ def lock_rows(connection: Any, table: Any, *where: Any) -> Any:
     return transaction
 
 
+def taken_anew(outcomes: dict[str, Any], turns: Any, conversation_id: str) -> None:
+    """``runner-b`` takes the conversation as turn ``t1``, in a thread: should the purge or
+    delete held up hold the conversation's lease row after all (a placeholder), the take
+    waits for it, and the test fails here instead of hanging."""
+
+    def take() -> Any:
+        return turns.acquire_conversation(conversation_id, "t1", "runner-b", 600.0, time.time())
+
+    started(outcomes, "take", take).join(30)
+    assert outcomes.get("take", "waiting") is None, outcomes.get("take", "waiting")
+
+
 @pytest.mark.parametrize("fenced", [False, True], ids=["plain", "fenced"])
 def test_an_append_held_up_mid_way_stays_whole(postgres: Postgres, fenced: bool) -> None:
     """A batch of ten waits on its sixth row; a batch of three and a single message written
@@ -234,17 +246,14 @@ def test_a_purge_keeps_a_conversation_an_append_is_writing(postgres: Postgres) -
     assert stored == [m.message_id for m in [*earlier, *appended]]
 
 
-@pytest.mark.parametrize("job", ["purge", "delete"])
-def test_a_lease_released_while_a_delete_waits_for_it_is_still_held(
-    postgres: Postgres, job: str
-) -> None:
-    """The conversation's lease row is deleted (a release) while a purge or
-    ``delete_conversation`` waits to lock it. The job holds the conversation anyway (a
-    placeholder lease row), so a runner taking it meanwhile waits until the job has deleted
-    the conversation, and then takes it: no turn starts between the job's lease check and its
-    deletes. Before, the job held no row of that conversation: the runner took it under the
-    job, which deleted the running turn's live lease with the messages (or, the purge taking
-    the append lock, deadlocked with the turn's first fenced append)."""
+def test_a_lease_released_while_a_delete_waits_for_it_is_still_held(postgres: Postgres) -> None:
+    """The conversation's lease row is deleted (a release) while ``delete_conversation`` waits
+    to lock it. The delete holds the conversation anyway (a placeholder lease row), so a
+    runner taking it meanwhile waits until the delete has deleted the conversation, and then
+    takes it: no turn starts between the delete's lease check and its deletes. Before, the
+    delete held no row of that conversation: the runner took it under the delete, which
+    deleted the running turn's live lease with the messages. (A purge leaves such a
+    conversation alone instead: `test_a_purge_leaves_alone_a_lease_taken_while_it_runs`.)"""
     import sqlalchemy as sa
 
     store, engine = postgres.store, postgres.engine
@@ -258,11 +267,6 @@ def test_a_lease_released_while_a_delete_waits_for_it_is_still_held(
     assert turns.suspend_conversation(cid, "t0", "runner-a")
     outcomes: dict[str, Any] = {}
 
-    def run_job() -> Any:
-        if job == "purge":  # both conversations are idle by this cutoff
-            return store.purge(time.time() + 3_600).conversations
-        return store.delete_conversation(cid)
-
     def take() -> Any:
         return turns.acquire_conversation(cid, "t1", "runner-b", 600.0, time.time())
 
@@ -270,7 +274,7 @@ def test_a_lease_released_while_a_delete_waits_for_it_is_still_held(
         held = lock_rows(releaser, leases, leases.c.conversation_id == cid)
         # holds the job up in its DELETE of the messages, its leases held:
         reading = lock_rows(reader, messages, messages.c.conversation_id.in_([cid, idle]))
-        running = started(outcomes, "job", run_job)
+        running = started(outcomes, "job", lambda: store.delete_conversation(cid))
         until_waiting(w, f"SELECT {postgres.prefix}conversation_leases", "transactionid")
         releaser.execute(sa.delete(leases).where(leases.c.conversation_id == cid))
         held.commit()  # the lease is gone before the job could lock it
@@ -287,13 +291,59 @@ def test_a_lease_released_while_a_delete_waits_for_it_is_still_held(
         reading.rollback()
         running.join(60)
         taking.join(60)
-    assert outcomes == {"job": 2 if job == "purge" else True, "take": None}
+    assert outcomes == {"job": True, "take": None}
     lease = turns.open_turn(cid)
     assert lease is not None and (lease.turn_id, lease.owner) == ("t1", "runner-b")
     assert store.chat_memory(cid).get_messages() == []  # deleted before the turn began
     fenced = store.chat_memory(cid).fenced(Fence("t1", "runner-b"))
     appended = batch("new", 3)
     assert fenced.add_messages_if_absent(appended) == [True] * 3
+
+
+def test_a_purge_leaves_alone_a_lease_taken_while_it_runs(postgres: Postgres) -> None:
+    """A conversation's lease row is deleted (a release) while the purge waits to lock it, and
+    a runner takes the conversation anew while the purge is still under way; the runner's
+    fenced batch holds its new lease row and waits for the append lock the purge took. The
+    purge holds no lease row of that conversation, so it leaves it alone. Before, it deleted
+    the new lease row too, a running turn's: it waited for the batch, the batch for the
+    append lock the purge took, and PostgreSQL reported a deadlock (with the batch taking the
+    append lock first, the purge deleted the lease and the batch lost it)."""
+    import sqlalchemy as sa
+
+    store, engine = postgres.store, postgres.engine
+    leases = postgres.table("conversation_leases")
+    messages = postgres.table("messages")
+    taken, idle = new_conversation_id(), new_conversation_id()
+    for cid in (taken, idle):
+        assert store.chat_memory(cid).add_message_if_absent(UserMessage("hi", message_id="u1"))
+    turns = store.turn_store()
+    assert turns.acquire_conversation(taken, "t0", "runner-a", 600.0, time.time()) is None
+    assert turns.suspend_conversation(taken, "t0", "runner-a")
+    appended = batch("new", 3)
+    outcomes: dict[str, Any] = {}
+
+    with engine.connect() as releaser, engine.connect() as reader, engine.connect() as w:
+        held = lock_rows(releaser, leases, leases.c.conversation_id == taken)
+        # holds the purge up in its DELETE of the idle one's rows:
+        reading = lock_rows(reader, messages, messages.c.conversation_id == idle)
+        purge = started(outcomes, "purge", lambda: store.purge(time.time() + 3_600))
+        until_waiting(w, f"SELECT {postgres.prefix}conversation_leases", "transactionid")
+        releaser.execute(sa.delete(leases).where(leases.c.conversation_id == taken))
+        held.commit()  # the lease is gone before the purge could lock it
+        until_waiting(w, f"DELETE FROM {postgres.prefix}messages", "transactionid")
+        taken_anew(outcomes, turns, taken)
+        fenced = store.chat_memory(taken).fenced(Fence("t1", "runner-b"))
+        append = started(outcomes, "append", lambda: fenced.add_messages_if_absent(appended))
+        until_waiting(w, f"INSERT INTO {postgres.prefix}messages", "advisory")
+        reading.rollback()
+        purge.join(60)
+        append.join(60)
+    assert outcomes["append"] == [True] * 3
+    assert outcomes["purge"].conversations == 1  # the idle one
+    lease = turns.open_turn(taken)
+    assert lease is not None and (lease.turn_id, lease.owner) == ("t1", "runner-b")
+    stored = [m.message_id for m in store.chat_memory(taken).get_messages()]
+    assert stored[-3:] == [m.message_id for m in appended]
 
 
 def test_a_fenced_batch_takes_the_append_lock_before_its_lease_row(postgres: Postgres) -> None:
@@ -326,3 +376,60 @@ def test_a_fenced_batch_takes_the_append_lock_before_its_lease_row(postgres: Pos
         holding.rollback()
         batch_thread.join(60)
     assert outcomes == {"batch": [True] * 3}
+
+
+def test_two_purges_over_one_batch_do_not_deadlock(postgres: Postgres) -> None:
+    """Two purges take the same batch of three conversations while the middle one's lease row
+    is released under the first. The first holds the first row and waits for the third; the
+    second inserts a placeholder for the released one and waits for the first row. The first
+    purge, holding its rows, leaves the released one alone. Before, it inserted a placeholder
+    for it on a second round, so it waited for the second's placeholder holding the row the
+    second waited for: PostgreSQL reported a deadlock and one purge failed."""
+    import sqlalchemy as sa
+
+    store, engine = postgres.store, postgres.engine
+    leases = postgres.table("conversation_leases")
+    base = new_conversation_id()
+    first, released, third = (f"{base}-{n}" for n in range(3))  # in both scan orders
+    turns = store.turn_store()
+    for cid in (first, released, third):
+        assert store.chat_memory(cid).add_message_if_absent(UserMessage("hi", message_id="u1"))
+        assert turns.acquire_conversation(cid, "t0", "runner-a", 600.0, time.time()) is None
+        assert turns.suspend_conversation(cid, "t0", "runner-a")
+    outcomes: dict[str, Any] = {}
+    select = f"SELECT {postgres.prefix}conversation_leases"
+
+    def purge() -> Any:  # every conversation is idle by this cutoff
+        return store.purge(time.time() + 3_600).conversations
+
+    with engine.connect() as releaser, engine.connect() as other, engine.connect() as w:
+        releasing = lock_rows(releaser, leases, leases.c.conversation_id == released)
+        other_pid = other.execute(sa.select(sa.func.pg_backend_pid())).scalar()
+        other.commit()
+        holding = lock_rows(other, leases, leases.c.conversation_id == third)
+        one = started(outcomes, "one", purge)
+        until_waiting(w, select, "transactionid")  # holding the first, waiting for the middle
+        releaser.execute(sa.delete(leases).where(leases.c.conversation_id == released))
+        releasing.commit()
+
+        def waits_for_other() -> bool:
+            query = sa.text(
+                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE :start "
+                "AND :pid = ANY(pg_blocking_pids(pid))"
+            )
+            count = w.execute(query, {"start": select + "%", "pid": other_pid}).scalar()
+            w.commit()
+            return bool(count)
+
+        until(waits_for_other)  # the first purge now waits for the third row
+        two = started(outcomes, "two", purge)
+        until(lambda: waiting(w, select, "transactionid") == 2)  # the second, for the first row
+        holding.rollback()
+        one.join(60)
+        two.join(60)
+    assert not any(isinstance(outcome, BaseException) for outcome in outcomes.values()), outcomes
+    # The second may find the middle one's append lock still held by the first (it goes
+    # after the row locks): a third purge deletes what the two left.
+    assert outcomes["one"] + outcomes["two"] + purge() == 3
+    for cid in (first, released, third):
+        assert store.chat_memory(cid).get_messages() == []

@@ -48,12 +48,14 @@ def _hold_leases(
     """Lock the lease rows of ``conversation_ids`` for the transaction, a placeholder where
     there is none; the placeholders inserted and the rows locked, by conversation (a
     placeholder's status is ``_HELD``). A lease row deleted between the insert and the lock
-    (a release) gets its placeholder on the next round, so every conversation is held in the
-    end: a runner taking one meanwhile waits for this transaction."""
+    (a release) gets its placeholder on the next round while the transaction holds no lease
+    row (a delete's one conversation): a runner taking it meanwhile waits for this
+    transaction. Holding others, it is left unheld: waiting for another purge's placeholder
+    while holding rows that purge waits for deadlocks the two."""
     leases = store._tables.leases
-    inserted, held = 0, {}
+    inserted, held = 0, dict[str, Any]()
     missing = list(conversation_ids)
-    while missing:
+    while missing and not held:
         rows = [
             {"conversation_id": cid, "turn_id": "", "status": _HELD, "owner": None,
              "expires_at": None, "cancel_requested": False, "previous_turn_id": None}
@@ -208,11 +210,14 @@ async def purge(
 def _purge_batch(
     store: _SqlStoreBase, connection: Connection, batch: list[str], cutoff: float, now: float
 ) -> int:
-    """Delete ``batch`` but its conversations now running or written since ``cutoff`` (looked
-    at again with their leases held); how many were deleted."""
+    """Delete ``batch`` but its conversations now running, written since ``cutoff`` (looked
+    at again with their leases held) or whose lease row it could not hold; how many were
+    deleted."""
     t = store._tables
     _, held = _hold_leases(store, connection, batch)
-    skipped = {cid for cid, lease in held.items() if _running_or_corrupt(lease, now)}
+    # Not held: its lease row went before the purge could lock it (a release, another purge);
+    # a lease taken since is not the purge's to delete. A later purge looks at it again.
+    skipped = {cid for cid in batch if cid not in held or _running_or_corrupt(held[cid], now)}
     skipped |= _appending(store, connection, batch)
     for table in (t.messages, t.turns):
         recent = sa.select(table.c.conversation_id).where(
