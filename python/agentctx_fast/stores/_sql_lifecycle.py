@@ -54,7 +54,7 @@ def _hold_leases(
     while holding rows that purge waits for deadlocks the two."""
     leases = store._tables.leases
     inserted, held = 0, dict[str, Any]()
-    missing = list(conversation_ids)
+    missing = sorted(set(conversation_ids))  # every job locks in one order
     while missing and not held:
         rows = [
             {"conversation_id": cid, "turn_id": "", "status": _HELD, "owner": None,
@@ -69,7 +69,12 @@ def _hold_leases(
         )
         inserted += len(connection.execute(insert).all())
         columns = (leases.c.conversation_id, leases.c.turn_id, leases.c.status, leases.c.expires_at)
-        query = sa.select(*columns).where(leases.c.conversation_id.in_(missing)).with_for_update()
+        query = (
+            sa.select(*columns)
+            .where(leases.c.conversation_id.in_(missing))
+            .order_by(leases.c.conversation_id)
+            .with_for_update()
+        )
         held.update({row.conversation_id: row for row in connection.execute(query)})
         missing = [cid for cid in missing if cid not in held]
     return inserted, held
