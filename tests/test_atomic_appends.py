@@ -174,6 +174,30 @@ def taken_anew(outcomes: dict[str, Any], turns: Any, conversation_id: str) -> No
     assert outcomes.get("take", "waiting") is None, outcomes.get("take", "waiting")
 
 
+def suspended_and_idle(store: Any) -> tuple[str, str, Any]:
+    """Two conversations of one message each, idle by any later cutoff: the first's lease
+    suspended (turn ``t0`` of ``runner-a``), the second with none; and the store's turns."""
+    cid, idle = new_conversation_id(), new_conversation_id()
+    for each in (cid, idle):
+        assert store.chat_memory(each).add_message_if_absent(UserMessage("hi", message_id="u1"))
+    turns = store.turn_store()
+    assert turns.acquire_conversation(cid, "t0", "runner-a", 600.0, time.time()) is None
+    assert turns.suspend_conversation(cid, "t0", "runner-a")
+    return cid, idle, turns
+
+
+def released_under_the_job(postgres: Postgres, watcher: Any, held: Any, cid: str) -> None:
+    """Once a delete or purge waits to lock ``cid``'s lease row (``held`` locks it), delete the
+    row (a release) and let go; then until the job waits in its deletes of the messages."""
+    import sqlalchemy as sa
+
+    leases = postgres.table("conversation_leases")
+    until_waiting(watcher, f"SELECT {postgres.prefix}conversation_leases", "transactionid")
+    held.connection.execute(sa.delete(leases).where(leases.c.conversation_id == cid))
+    held.commit()  # the lease is gone before the job could lock it
+    until_waiting(watcher, f"DELETE FROM {postgres.prefix}messages", "transactionid")
+
+
 @pytest.mark.parametrize("fenced", [False, True], ids=["plain", "fenced"])
 def test_an_append_held_up_mid_way_stays_whole(postgres: Postgres, fenced: bool) -> None:
     """A batch of ten waits on its sixth row; a batch of three and a single message written
@@ -254,17 +278,10 @@ def test_a_lease_released_while_a_delete_waits_for_it_is_still_held(postgres: Po
     delete held no row of that conversation: the runner took it under the delete, which
     deleted the running turn's live lease with the messages. (A purge leaves such a
     conversation alone instead: `test_a_purge_leaves_alone_a_lease_taken_while_it_runs`.)"""
-    import sqlalchemy as sa
-
     store, engine = postgres.store, postgres.engine
     leases = postgres.table("conversation_leases")
     messages = postgres.table("messages")
-    cid, idle = new_conversation_id(), new_conversation_id()
-    for each in (cid, idle):
-        assert store.chat_memory(each).add_message_if_absent(UserMessage("hi", message_id="u1"))
-    turns = store.turn_store()
-    assert turns.acquire_conversation(cid, "t0", "runner-a", 600.0, time.time()) is None
-    assert turns.suspend_conversation(cid, "t0", "runner-a")
+    cid, idle, turns = suspended_and_idle(store)
     outcomes: dict[str, Any] = {}
 
     def take() -> Any:
@@ -275,10 +292,7 @@ def test_a_lease_released_while_a_delete_waits_for_it_is_still_held(postgres: Po
         # holds the job up in its DELETE of the messages, its leases held:
         reading = lock_rows(reader, messages, messages.c.conversation_id.in_([cid, idle]))
         running = started(outcomes, "job", lambda: store.delete_conversation(cid))
-        until_waiting(w, f"SELECT {postgres.prefix}conversation_leases", "transactionid")
-        releaser.execute(sa.delete(leases).where(leases.c.conversation_id == cid))
-        held.commit()  # the lease is gone before the job could lock it
-        until_waiting(w, f"DELETE FROM {postgres.prefix}messages", "transactionid")
+        released_under_the_job(postgres, w, held, cid)
         taking = started(outcomes, "take", take)
         # The take waits for the job's placeholder; before, it went straight in.
         until(
@@ -308,17 +322,10 @@ def test_a_purge_leaves_alone_a_lease_taken_while_it_runs(postgres: Postgres) ->
     the new lease row too, a running turn's: it waited for the batch, the batch for the
     append lock the purge took, and PostgreSQL reported a deadlock (with the batch taking the
     append lock first, the purge deleted the lease and the batch lost it)."""
-    import sqlalchemy as sa
-
     store, engine = postgres.store, postgres.engine
     leases = postgres.table("conversation_leases")
     messages = postgres.table("messages")
-    taken, idle = new_conversation_id(), new_conversation_id()
-    for cid in (taken, idle):
-        assert store.chat_memory(cid).add_message_if_absent(UserMessage("hi", message_id="u1"))
-    turns = store.turn_store()
-    assert turns.acquire_conversation(taken, "t0", "runner-a", 600.0, time.time()) is None
-    assert turns.suspend_conversation(taken, "t0", "runner-a")
+    taken, idle, turns = suspended_and_idle(store)
     appended = batch("new", 3)
     outcomes: dict[str, Any] = {}
 
@@ -327,10 +334,7 @@ def test_a_purge_leaves_alone_a_lease_taken_while_it_runs(postgres: Postgres) ->
         # holds the purge up in its DELETE of the idle one's rows:
         reading = lock_rows(reader, messages, messages.c.conversation_id == idle)
         purge = started(outcomes, "purge", lambda: store.purge(time.time() + 3_600))
-        until_waiting(w, f"SELECT {postgres.prefix}conversation_leases", "transactionid")
-        releaser.execute(sa.delete(leases).where(leases.c.conversation_id == taken))
-        held.commit()  # the lease is gone before the purge could lock it
-        until_waiting(w, f"DELETE FROM {postgres.prefix}messages", "transactionid")
+        released_under_the_job(postgres, w, held, taken)
         taken_anew(outcomes, turns, taken)
         fenced = store.chat_memory(taken).fenced(Fence("t1", "runner-b"))
         append = started(outcomes, "append", lambda: fenced.add_messages_if_absent(appended))
