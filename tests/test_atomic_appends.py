@@ -437,3 +437,29 @@ def test_two_purges_over_one_batch_do_not_deadlock(postgres: Postgres) -> None:
     assert outcomes["one"] + outcomes["two"] + purge() == 3
     for cid in (first, released, third):
         assert store.chat_memory(cid).get_messages() == []
+
+
+def test_two_purges_of_one_conversation_count_it_once(postgres: Postgres) -> None:
+    """The first purge is held up deleting the conversation's messages; the second, which
+    found it idle meanwhile, waits for the first's placeholder lease row and then finds it
+    gone. Before, the second counted it deleted too: ``Purged.conversations`` said 2."""
+    store, engine = postgres.store, postgres.engine
+    messages, leases = postgres.table("messages"), postgres.table("conversation_leases")
+    cid = new_conversation_id()
+    assert store.chat_memory(cid).add_message_if_absent(UserMessage("hi", message_id="u1"))
+    outcomes: dict[str, Any] = {}
+
+    def purge() -> Any:  # the conversation is idle by this cutoff
+        return store.purge(time.time() + 3_600).conversations
+
+    with engine.connect() as blocker, engine.connect() as watcher:
+        holding = lock_rows(blocker, messages, messages.c.conversation_id == cid)
+        one = started(outcomes, "one", purge)
+        until_waiting(watcher, f"DELETE FROM {messages.name}", "transactionid")
+        two = started(outcomes, "two", purge)
+        until_waiting(watcher, f"INSERT INTO {leases.name}", "transactionid")
+        holding.rollback()
+        one.join(60)
+        two.join(60)
+    assert outcomes == {"one": 1, "two": 0}
+    assert store.chat_memory(cid).get_messages() == []

@@ -139,6 +139,48 @@ def test_re_sent_calls_find_their_own_effect(any_store: Any) -> None:
     assert not turns.reacquire_conversation(cid, "t2", "owner-d", 30.0, 106.0, 1)
 
 
+def test_a_fenced_batch_of_any_size_is_one_append(any_store: Any) -> None:
+    """A fenced batch over 500 messages (SQLite's limit of the selects one statement joins:
+    it failed with StoreError) is written whole, found again whole when re-sent after a lost
+    reply, and written not at all once the lease is lost."""
+    store = any_store
+    turns = store.turn_store()
+    cid = new_conversation_id()
+    assert turns.acquire_conversation(cid, "t1", "owner-a", 1.0, now=100.0) is None
+    held = store.chat_memory(cid).fenced(Fence("t1", "owner-a"))
+    batch = [UserMessage(f"m{n}", message_id=f"t1:{n}", turn_id="t1") for n in range(1_201)]
+    assert held.add_messages_if_absent(batch) == [True] * len(batch)
+    assert held.add_messages_if_absent(batch) == [True] * len(batch)  # re-sent: its own
+    assert store.chat_memory(cid).get_messages() == batch
+
+    assert turns.acquire_conversation(cid, "t2", "owner-b", 1.0, now=102.0) == "t1"
+    late = [UserMessage(f"late{n}", message_id=f"t1:late{n}", turn_id="t1") for n in range(1_201)]
+    with pytest.raises(LeaseLostError):
+        held.add_messages_if_absent(late)
+    assert store.chat_memory(cid).get_messages() == batch
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_a_fenced_batch_re_sent_over_the_servers_parameter_limit(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    """A re-sent fenced batch of more ids than a statement takes parameters (PostgreSQL:
+    65,535, SQLite: 32,766) is found again: the check that its records are its own reads them
+    in slices. Before, it failed with an error marked retryable that no retry could mend."""
+    store = make_store(kind, request)
+    try:
+        turns = store.turn_store()
+        cid = new_conversation_id()
+        assert turns.acquire_conversation(cid, "t1", "owner-a", 1.0, now=100.0) is None
+        held = store.chat_memory(cid).fenced(Fence("t1", "owner-a"))
+        batch = [UserMessage("m", message_id=f"t1:{n}", turn_id="t1") for n in range(66_000)]
+        assert held.add_messages_if_absent(batch) == [True] * len(batch)
+        assert held.add_messages_if_absent(batch) == [True] * len(batch)
+        assert store.chat_memory(cid).message_count() == len(batch)
+    finally:
+        store.close()
+
+
 def _refund_agent(
     calls: list[str],
     started: threading.Event,

@@ -224,11 +224,20 @@ def _purge_batch(
     # a lease taken since is not the purge's to delete. A later purge looks at it again.
     skipped = {cid for cid in batch if cid not in held or _running_or_corrupt(held[cid], now)}
     skipped |= _appending(store, connection, batch)
+    # Looked at again: what another purge or a delete removed before these rows were held
+    # is not counted, and what was written since ``cutoff`` stays.
+    present: set[str] = set()
     for table in (t.messages, t.turns):
-        recent = sa.select(table.c.conversation_id).where(
-            table.c.conversation_id.in_(batch), table.c.written_at >= cutoff
+        newest = sa.func.max(table.c.written_at)
+        activity = (
+            sa.select(table.c.conversation_id, newest)
+            .where(table.c.conversation_id.in_(batch))
+            .group_by(table.c.conversation_id)
         )
-        skipped |= {str(row[0]) for row in connection.execute(recent.distinct())}
+        for cid, at in connection.execute(activity):
+            present.add(str(cid))
+            if at is not None and at >= cutoff:
+                skipped.add(str(cid))
     chosen = [cid for cid in batch if cid not in skipped]
     for table in _tables(store, connection):
         connection.execute(sa.delete(table).where(table.c.conversation_id.in_(chosen)))
@@ -239,7 +248,7 @@ def _purge_batch(
             leases.c.conversation_id.in_(chosen) | (leases.c.status == _HELD),
         )
     )
-    return len(chosen)
+    return len(present.intersection(chosen))
 
 
 def _appending(store: _SqlStoreBase, connection: Connection, batch: list[str]) -> set[str]:

@@ -37,11 +37,15 @@ from agentctx_fast.stores._records import UndecodableRecord
 from agentctx_fast.stores._sql_io import SqlPort, sa
 from agentctx_fast.stores._sql_records import named_message
 from agentctx_fast.stores.serializer import dump, load_state
-from agentctx_fast.stores.sql_turns import check_fence, fence_holds, fenced_insert, lease_held
+from agentctx_fast.stores.sql_turns import check_fence, fence_holds, hold_lease, lease_held
 from agentctx_fast.stores.turn_store import Fence
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+
     from agentctx_fast.stores.sql import _SqlStoreBase
+
+_IDS = 10_000  # the ids one read takes: within every server's limit of bind parameters
 
 
 @unit_handle
@@ -104,17 +108,27 @@ class AsyncSqlChatMemory(AsyncChatMemory):
         elif fence is None:
             added = await port.many(action, store._append(), rows)
         else:
-            keys = ["conversation_id", "message_id"]
-            statement = fenced_insert(store, table, rows, keys, cid, fence)
-            added = await port.rows(action, statement.returning(table.c.message_id), write=True)
+            inserted: list[Any] = []
+
+            def work(connection: Connection) -> None:
+                # The fence checked by writing the lease row unchanged: that takes SQLite's
+                # one write lock, so the lease holds until the batch commits with it.
+                if connection.execute(hold_lease(store, cid, fence)).rowcount:
+                    inserted.extend(connection.execute(store._append(), rows))
+
+            await port.run(action, work)
+            added = inserted
         written = {row.message_id for row in added}
         missing = [row["message_id"] for row in rows if row["message_id"] not in written]
         if fence is not None and missing:
             await check_fence(store, action, cid, fence)
-            query = sa.select(table.c.message_id, table.c.data).where(
-                table.c.conversation_id == cid, table.c.message_id.in_(missing)
-            )
-            stored = {row.message_id: row.data for row in await port.rows(action, query)}
+            stored: dict[str, bytes] = {}
+            for at in range(0, len(missing), _IDS):  # a re-sent batch of any size
+                ids = missing[at : at + _IDS]
+                query = sa.select(table.c.message_id, table.c.data).where(
+                    table.c.conversation_id == cid, table.c.message_id.in_(ids)
+                )
+                stored.update({row.message_id: row.data for row in await port.rows(action, query)})
             written |= {
                 row["message_id"] for row in rows if stored.get(row["message_id"]) == row["data"]
             }

@@ -65,6 +65,22 @@ def lease_held(store: _SqlStoreBase, conversation_id: Any, turn_id: Any, owner: 
     )
 
 
+def hold_lease(store: _SqlStoreBase, conversation_id: str, fence: Fence) -> Any:
+    """SQLite: the ``UPDATE`` that writes ``fence``'s lease row unchanged, changing one row when
+    the fence holds. As a transaction's first statement it takes SQLite's write lock, so the
+    lease holds until the transaction commits: the statements after it are fenced too."""
+    leases = store._tables.leases
+    return (
+        sa.update(leases)
+        .where(
+            leases.c.conversation_id == conversation_id,
+            leases.c.turn_id == fence.turn_id,
+            leases.c.owner == fence.owner,
+        )
+        .values(owner=leases.c.owner)
+    )
+
+
 def fenced_insert(
     store: _SqlStoreBase,
     table: sa.Table,
