@@ -277,33 +277,41 @@ def _running_or_corrupt(lease: Any, now: float) -> bool:
 
 async def _prune_turns(store: _SqlStoreBase, keep: int, batch_size: int) -> int:
     """Delete finished turn records beyond the newest ``keep`` of each conversation (newest:
-    by ``written_at``, undated ones oldest), ``batch_size`` per statement."""
+    by ``written_at``, undated ones oldest), ``batch_size`` conversations per statement, in
+    the order of their ids: each statement ranks its own conversations' records only, so a
+    purge reads each record once (ranking the whole table for each statement made a large
+    backlog take time quadratic in its size)."""
     turns = store._tables.turns
-    ranked = (
-        sa.select(
-            turns.c.conversation_id,
-            turns.c.turn_id,
-            sa.func.row_number()
-            .over(
-                partition_by=turns.c.conversation_id,
-                order_by=(turns.c.written_at.desc().nulls_last(), turns.c.turn_id.desc()),
-            )
-            .label("rank"),
-        )
-        .where(turns.c.status.not_in([status.value for status in OPEN_STATUSES]))
-        .subquery()
-    )
-    victims = (
-        sa.select(ranked.c.conversation_id, ranked.c.turn_id)
-        .where(ranked.c.rank > keep)
-        .limit(batch_size)
-    )
-    statement = sa.delete(turns).where(
-        sa.tuple_(turns.c.conversation_id, turns.c.turn_id).in_(victims)
-    )
-    pruned = 0
+    column = turns.c.conversation_id
+    pruned, after = 0, None
     while True:
-        deleted = await store._port.changed("pruning turn records", statement)
-        pruned += deleted
-        if deleted < batch_size:
+        page = sa.select(column).distinct()
+        if after is not None:
+            page = page.where(column > after)
+        query = page.order_by(column).limit(batch_size)
+        batch = [row[0] for row in await store._port.rows("finding turn records", query)]
+        if not batch:
             return pruned
+        ranked = (
+            sa.select(
+                column,
+                turns.c.turn_id,
+                sa.func.row_number()
+                .over(
+                    partition_by=column,
+                    order_by=(turns.c.written_at.desc().nulls_last(), turns.c.turn_id.desc()),
+                )
+                .label("rank"),
+            )
+            .where(
+                column.in_(batch),
+                turns.c.status.not_in([status.value for status in OPEN_STATUSES]),
+            )
+            .subquery()
+        )
+        victims = sa.select(ranked.c.conversation_id, ranked.c.turn_id).where(ranked.c.rank > keep)
+        statement = sa.delete(turns).where(sa.tuple_(column, turns.c.turn_id).in_(victims))
+        pruned += await store._port.changed("pruning turn records", statement)
+        if len(batch) < batch_size:
+            return pruned
+        after = batch[-1]
