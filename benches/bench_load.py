@@ -668,8 +668,10 @@ class ReplyDropper:
         self.proxies = [FaultProxy(port, lifetime=3600.0) for port in ports]
         self.remap = {str(proxy.upstream[1]): proxy.port for proxy in self.proxies}
         first = self.proxies[0]
-        self.url = first.url(url) if backend == "postgresql" else url.replace(
-            f":{first.upstream[1]}", f":{first.port}", 1
+        self.url = (
+            first.url(url)
+            if backend == "postgresql"
+            else url.replace(f":{first.upstream[1]}", f":{first.port}", 1)
         )
         self._stop = threading.Event()
         self._armer = threading.Thread(target=self._arm, daemon=True)

@@ -15,6 +15,7 @@ cargo test --quiet
 
 echo "== ruff / mypy / stubtest"
 python3 -m ruff check python tests benches examples
+python3 -m ruff format --check python tests benches examples
 python3 -m mypy --strict python/agentctx_fast
 python3 -m mypy.stubtest agentctx_fast._native
 

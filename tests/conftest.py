@@ -84,6 +84,7 @@ def unique_id(prefix: str = "m") -> str:
 
 def native_or_skip() -> Any:
     from agentctx_fast.core import _backend
+
     if _backend.native is None:
         if IN_CI:
             pytest.fail("the Rust extension agentctx_fast._native is not built")

@@ -1144,9 +1144,7 @@ def test_turns_run_whatever_task_factory_the_loop_has(factory: str) -> None:
     async def main() -> tuple[list[Any], Any]:
         loop = asyncio.get_running_loop()
         loop.set_task_factory(
-            _two_argument_task_factory
-            if factory == "two-argument"
-            else asyncio.eager_task_factory  # type: ignore[attr-defined,unused-ignore]
+            _two_argument_task_factory if factory == "two-argument" else asyncio.eager_task_factory  # type: ignore[attr-defined,unused-ignore]
         )
         runner = AsyncAgentRunner(AsyncInMemoryAgentStore())
         agents = [

@@ -1010,9 +1010,7 @@ def test_concurrent_calls_on_an_in_memory_database_interleave_no_transaction() -
                         ]
                     )
                     while True:
-                        state = await states.load("shared") or CompressionState(
-                            "shared"
-                        )
+                        state = await states.load("shared") or CompressionState("shared")
                         bumped = replace(state, covered_tokens=state.covered_tokens + 1)
                         if await states.save(bumped, state.version):
                             break

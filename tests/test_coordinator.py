@@ -89,9 +89,7 @@ class RecordingStore:
 class OtherWriterFirst(RecordingStore):
     """Lets another writer save ``other`` (on the same expected version) before each save."""
 
-    def __init__(
-        self, inner: CompressionStateStore, other: CompressionState
-    ) -> None:
+    def __init__(self, inner: CompressionStateStore, other: CompressionState) -> None:
         super().__init__(inner)
         self.other = other
 
@@ -587,9 +585,7 @@ def test_compressor_garbage_is_a_compressor_output_error(
 
 
 @pytest.mark.parametrize("decision", [1, 0, None, "yes", [], [True]], ids=repr)
-def test_trigger_must_return_a_bool(
-    state_store: CompressionStateStore, decision: object
-) -> None:
+def test_trigger_must_return_a_bool(state_store: CompressionStateStore, decision: object) -> None:
     conversation_id, prefix = new_conversation_id(), new_prefix()
     compressor = SummaryCompressor(prefix)
     with pytest.raises(InvalidArgumentError, match="must return a bool"):

@@ -99,8 +99,18 @@ def test_readme_python_examples_run(monkeypatch: pytest.MonkeyPatch) -> None:
     server_run = serve()
     server = next(server_run)
     server.script += [
-        Completion({"tool_calls": [{"id": "call_0", "type": "function", "function": {
-            "name": "get_order", "arguments": '{"order_id": "ORD-7"}'}}]}, usage(60, 12)),
+        Completion(
+            {
+                "tool_calls": [
+                    {
+                        "id": "call_0",
+                        "type": "function",
+                        "function": {"name": "get_order", "arguments": '{"order_id": "ORD-7"}'},
+                    }
+                ]
+            },
+            usage(60, 12),
+        ),
         Completion({"content": "ORD-7 has shipped."}, usage(90, 6)),
     ]
     monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)

@@ -55,7 +55,9 @@ SCENARIOS: dict[str, str] = {}
 
 # A message class of agentctx_fast.core.messages replaced before the first window (it crashed the
 # interpreter): the library keeps the classes it imported; the impostors are not messages.
-SCENARIOS["message_class_replaced_before_first_window"] = HISTORY + """
+SCENARIOS["message_class_replaced_before_first_window"] = (
+    HISTORY
+    + """
 import agentctx_fast.core.messages as messages
 real = history()
 
@@ -85,13 +87,15 @@ show("made-after", lambda: build_window([*real, UserMessage("new", message_id="u
 messages.Message = object
 show("base replaced", lambda: build_window(real))
 """
+)
 
 # Classes of agentctx_fast.core.messages, core.types and errors rebound while the package
 # imports, after the reference imported its own and while the binding captured its own (the two
 # cores took them at different moments: the Rust core refused a real UserMessage, did not see a
 # TurnStatus.COMPLETED as completed, raised another error class): both cores know the classes
 # the reference imported.
-SCENARIOS["classes_rebound_while_the_package_imports"] = """
+SCENARIOS["classes_rebound_while_the_package_imports"] = (
+    """
 import enum
 swapped = {}
 
@@ -114,7 +118,9 @@ def rebind(frame, event, arg):
 sys.setprofile(rebind)
 import agentctx_fast
 sys.setprofile(None)
-""" + HISTORY + """
+"""
+    + HISTORY
+    + """
 from agentctx_fast import SystemMessage
 show("restored", lambda: UserMessage is not SystemMessage and not swapped)
 messages = history()
@@ -124,6 +130,7 @@ show("completed", lambda: build_window(
     turn_statuses={"t1": TurnStatus.COMPLETED, "t2": TurnStatus.COMPLETED}))
 show("not a message", lambda: build_window([*messages, "hi"]))
 """
+)
 
 # A gc callback that builds a window while the library is imported and on its first use (it
 # deadlocked): setup happens once, on import, and never waits for itself.
@@ -157,7 +164,9 @@ assert seen == {1}, seen
 
 # ContextWindow replaced by a dict subclass whose metaclass lies about its bases (it crashed
 # the interpreter): windows are still the library's ContextWindow.
-SCENARIOS["context_window_replaced_by_lying_dict"] = HISTORY + """
+SCENARIOS["context_window_replaced_by_lying_dict"] = (
+    HISTORY
+    + """
 import agentctx_fast
 import agentctx_fast.core.types as core_types
 import agentctx_fast.core.window as window_module
@@ -178,11 +187,14 @@ core_types.ProtocolViolation = dict
 show("window", lambda: build_window(history(), max_attached_turns=1))
 show("with repairs", lambda: build_window(history()))
 """
+)
 
 # ContextWindow's class meddled with after import: a window is what `object.__new__` makes of
 # it on both backends, whatever `__new__` / `__init__` the class is given, and an abstract
 # class (its `__abstractmethods__` set) fails the same way.
-SCENARIOS["context_window_class_meddled_with"] = HISTORY + """
+SCENARIOS["context_window_class_meddled_with"] = (
+    HISTORY
+    + """
 from agentctx_fast import ContextWindow
 
 def refuse(*args, **kwargs):
@@ -197,10 +209,13 @@ show("abstract, with a system", lambda: build_window(history(), system="Be brief
 ContextWindow.__abstractmethods__ = frozenset()
 show("concrete again", lambda: build_window(history()))
 """
+)
 
 # A status whose __eq__ swaps a history item while the window is built (the synthetic result
 # answered another call on the Rust backend): what was read stays what was read.
-SCENARIOS["status_eq_swaps_a_history_item"] = HISTORY + """
+SCENARIOS["status_eq_swaps_a_history_item"] = (
+    HISTORY
+    + """
 class Swapping(str):
     def __eq__(self, other):
         messages[2] = AiMessage(None, (ToolCall("zz", "other_tool"),), message_id="evil")
@@ -219,10 +234,14 @@ messages = history()
 show("swap before read", lambda: build_window(
     messages, turn_statuses={"t2": Swapping("completed")}))
 """
+)
 
 # Subclasses that override model_visible, text, content, tool calls and ids: a message is what
 # its properties say, on both backends, in windows, validation and segmentation.
-SCENARIOS["subclasses_override_properties"] = HISTORY + OVERRIDE + """
+SCENARIOS["subclasses_override_properties"] = (
+    HISTORY
+    + OVERRIDE
+    + """
 from agentctx_fast import (
     AgentActionMessage, check_tool_protocol, segment_turns, validate_tool_protocol,
 )
@@ -290,9 +309,13 @@ for bad in bad_ones:
         [UserMessage("q", message_id="u"), AiMessage(None, (ToolCall("c1", "f"),),
          message_id="a"), bad, UserMessage("q", message_id="u9")]))
 """
+)
 
 # A str subclass with its own encode, len, eq and hash, in free text and in ids.
-SCENARIOS["str_subclass_methods_never_run"] = HISTORY + OVERRIDE + """
+SCENARIOS["str_subclass_methods_never_run"] = (
+    HISTORY
+    + OVERRIDE
+    + """
 from agentctx_fast.core._backend import core
 
 class Sly(str):
@@ -326,10 +349,13 @@ class SlyId(UserMessage):
 show("sly turn ids", lambda: build_window(
     [SlyId("a", message_id="u1"), SlyId("b", message_id="u2")]))
 """
+)
 
 # Estimator counts past 2**64 (saturated in Rust, exact in Python), out of range, or of odd
 # int classes: both sum exactly, or raise the same error.
-SCENARIOS["estimator_counts_past_2_64"] = HISTORY + """
+SCENARIOS["estimator_counts_past_2_64"] = (
+    HISTORY
+    + """
 class Huge:
     def __init__(self, value):
         self.value = value
@@ -351,10 +377,13 @@ for value in (2**63 - 1, 2**63, 2**64, -1, True, 3.0, SlyInt(2**62), SlyInt(-5))
             history(), token_estimator=Huge(value), max_attached_tokens=budget))
 show("huge budget", lambda: build_window(history(), max_attached_tokens=2**200))
 """
+)
 
 # A message changed behind the library's back with object.__setattr__ after a first window:
 # both cores keep what they first read, and neither kept core has a name a caller could set.
-SCENARIOS["core_kept_after_object_setattr"] = HISTORY + """
+SCENARIOS["core_kept_after_object_setattr"] = (
+    HISTORY
+    + """
 messages = history()
 show("before", lambda: build_window(messages, compact_completed_tool_turns=True,
                                     compression_keep_recent_turns=0))
@@ -370,6 +399,7 @@ show("clear a view", lambda: object.__setattr__(messages[3], "_view", {"kind": 0
 show("cleared", lambda: build_window(messages, compact_completed_tool_turns=True,
                                      compression_keep_recent_turns=0))
 """
+)
 
 # Python code that runs after the leading system message was read (a sequence's __getitem__,
 # a later message's property) makes a message say otherwise, and tries to clear what the cores
@@ -437,7 +467,9 @@ show("and after", lambda: build_window(messages))
 """
 
 # count_turns(end=-1) and other ends (the window's dropped_turns calls it).
-SCENARIOS["count_turns_odd_ends"] = HISTORY + """
+SCENARIOS["count_turns_odd_ends"] = (
+    HISTORY
+    + """
 from agentctx_fast.core._backend import core
 
 class SlyIndex(int):
@@ -449,9 +481,13 @@ class SlyIndex(int):
 for end in (-1, 0, 3, 2**70, -2**70, True, 2.0, "3", None, SlyIndex(4)):
     show(repr(end), lambda: core.count_turns(history(), end))
 """
+)
 
 # Objects that are not messages but look like them, and containers that are not sequences.
-SCENARIOS["impostors_and_containers"] = HISTORY + OVERRIDE + """
+SCENARIOS["impostors_and_containers"] = (
+    HISTORY
+    + OVERRIDE
+    + """
 from collections import UserList
 from agentctx_fast import Message
 from agentctx_fast.core._backend import core
@@ -490,9 +526,12 @@ for label, messages in [
     show(label + " segment", lambda: core.segment(messages))
 show("system liar", lambda: build_window(real, system=ClassLiar()))
 """
+)
 
 # Window options changed with object.__setattr__ after they were checked, and odd limits.
-SCENARIOS["options_changed_after_checks"] = HISTORY + """
+SCENARIOS["options_changed_after_checks"] = (
+    HISTORY
+    + """
 from agentctx_fast import WindowOptions, build_window
 
 class Text(str):
@@ -525,10 +564,13 @@ show("sly limit", lambda: build_window(history(), max_attached_turns=SlyLimit(1)
 show("negative sly", lambda: build_window(history(), max_attached_turns=SlyLimit(-1)))
 show("not options", lambda: build_window(history(), {"max_attached_turns": 1}))
 """
+)
 
 # Callbacks that change the history while a window reads it: statuses whose lookups mutate
 # it, an estimator that empties it, a message whose __del__ edits it.
-SCENARIOS["callbacks_mutate_the_history"] = HISTORY + """
+SCENARIOS["callbacks_mutate_the_history"] = (
+    HISTORY
+    + """
 from collections.abc import Mapping
 
 messages = history()
@@ -583,11 +625,14 @@ def drop_and_build():
     return build_window(shared)
 show("__del__ clears", drop_and_build)
 """
+)
 
 # A finalizer run by the collector swaps the history's last message while a window is built
 # (the first allocation of a window whose messages were all read inline is its list): the
 # window's messages are the ones it counted, whichever side of the swap it read.
-SCENARIOS["finalizer_swaps_the_history_during_a_window"] = HISTORY + """
+SCENARIOS["finalizer_swaps_the_history_during_a_window"] = (
+    HISTORY
+    + """
 import gc
 
 messages = history()
@@ -623,12 +668,16 @@ show("windows match their messages", lambda: sorted(seen))
 assert seen == {True}, seen
 show("after the swap", lambda: build_window(messages))
 """
+)
 
 # A property that runs while a window reads its message (its core not kept yet) swaps a
 # message the window read before: the window is the messages it read and counted, never the
 # list as the property left it (a window whose items are one run of the list must not be
 # sliced from the list once Python code ran).
-SCENARIOS["property_swaps_a_read_message_during_a_window"] = HISTORY + OVERRIDE + """
+SCENARIOS["property_swaps_a_read_message_during_a_window"] = (
+    HISTORY
+    + OVERRIDE
+    + """
 messages = history()
 del messages[1:5]  # no repairs: the window is one run of the history
 swapped = UserMessage("A much longer question that replaced the last one", message_id="swap")
@@ -644,11 +693,14 @@ messages[-2] = Meddling("It is late.", message_id="f2", turn_id="t2")
 show("window", lambda: build_window(messages))
 show("after the swap", lambda: build_window(messages))
 """
+)
 
 # Copies, deep copies and pickles of messages whose core was cached.
 # A property patched onto an exact library class runs when an uncounted message is counted
 # (every core kept, no token counted yet): it swaps a message the window already read.
-SCENARIOS["token_count_of_kept_core_runs_a_class_property"] = HISTORY + """
+SCENARIOS["token_count_of_kept_core_runs_a_class_property"] = (
+    HISTORY
+    + """
 from agentctx_fast import validate_tool_protocol, UserMessage as U
 messages = history()
 del messages[2:5]
@@ -663,10 +715,13 @@ show("window", lambda: build_window(messages))
 U.content = field
 show("after", lambda: build_window(messages))
 """
+)
 
 # The same, run when the core of a message of an exact class is first read, for a message the
 # backward scan reads but the window leaves out.
-SCENARIOS["fresh_core_read_beyond_the_window_runs_a_class_property"] = HISTORY + """
+SCENARIOS["fresh_core_read_beyond_the_window_runs_a_class_property"] = (
+    HISTORY
+    + """
 from agentctx_fast import AiMessage as A
 messages = history()
 del messages[2:5]
@@ -682,10 +737,13 @@ show("window", lambda: build_window(messages, max_attached_turns=0))
 A.text = field
 show("after", lambda: build_window(messages, max_attached_turns=0))
 """
+)
 
 # Properties named as a kept core might be (`_core`, `_view`) put on a library class: neither
 # core reads them, so the windows and token counts are the same with them and without.
-SCENARIOS["core_property_on_a_library_class"] = HISTORY + """
+SCENARIOS["core_property_on_a_library_class"] = (
+    HISTORY
+    + """
 from agentctx_fast import UserMessage as U
 messages = history()
 show("before", lambda: build_window(messages))
@@ -697,8 +755,11 @@ for name in ("_core", "_view"):
     delattr(U, name)
 show("after", lambda: build_window(messages))
 """
+)
 
-SCENARIOS["copies_and_pickles"] = HISTORY + """
+SCENARIOS["copies_and_pickles"] = (
+    HISTORY
+    + """
 import copy, pickle
 messages = history()
 build_window(messages)
@@ -706,6 +767,7 @@ for how in (copy.copy, copy.deepcopy, lambda m: pickle.loads(pickle.dumps(m))):
     copied = [how(m) for m in messages]
     show("copied", lambda: build_window(copied, max_attached_tokens=200))
 """
+)
 
 
 REPORT_BACKEND = """
@@ -751,7 +813,9 @@ def test_gc_callbacks_and_threads_never_crash_a_build() -> None:
     differs between the cores, so only safety is compared: no crash, no hang, and each build
     either a window that starts with a user message or a typed error."""
     native_or_skip()
-    script = HISTORY + """
+    script = (
+        HISTORY
+        + """
 import gc, threading
 from agentctx_fast import AgentCtxError
 
@@ -787,6 +851,7 @@ for thread in threads:
 gc.callbacks.remove(meddle)
 print("survived")
 """
+    )
     for backend in ("python", "rust"):
         assert _run(script, backend) == "survived"
 

@@ -111,9 +111,7 @@ def test_the_checks_see_a_violation() -> None:
         ("agentctx_fast._blocking", "run_sync"),
         ("agentctx_fast.core.window", "build_window"),
     ]
-    flagged = [
-        (m, n) for _, m, n in imports if _area(m) not in ("", "runner") and _private(m, n)
-    ]
+    flagged = [(m, n) for _, m, n in imports if _area(m) not in ("", "runner") and _private(m, n)]
     assert flagged == [
         ("agentctx_fast.stores._common", "shared_port"),
         ("agentctx_fast.formats._provider", None),

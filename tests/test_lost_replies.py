@@ -94,7 +94,11 @@ def retrying_redis(redis_server: RedisServer) -> Iterator[tuple[Any, FaultProxy]
 
 # (script, n): the reply to the n-th run of the script in the turn is dropped
 _DROPS = [(name, 1) for name in sorted(_SCRIPTS)] + [
-    ("renew", 2), ("save turn", 2), ("save turn", 3), ("append", 2), ("append", 3)
+    ("renew", 2),
+    ("save turn", 2),
+    ("save turn", 3),
+    ("append", 2),
+    ("append", 3),
 ]
 
 
@@ -162,4 +166,3 @@ def test_a_resume_whose_postgresql_reply_was_lost_is_taken_again_after_its_lease
         _audit(direct, conversation, calls)
     finally:
         direct.close()
-

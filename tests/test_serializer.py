@@ -854,9 +854,7 @@ NON_JSON = [
         lambda v: AiMessage("x", message_id="a1", metadata=v),
         lambda v: AgentActionMessage(payload=v, message_id="x1"),
         lambda v: AgentFormMessage(payload=v, status="s", message_id="f1"),
-        lambda v: CompressionState(
-            "c1", summary=(UserMessage("x", message_id="u1", metadata=v),)
-        ),
+        lambda v: CompressionState("c1", summary=(UserMessage("x", message_id="u1", metadata=v),)),
     ],
     ids=["user-metadata", "ai-metadata", "action-payload", "form-payload", "state-summary"],
 )

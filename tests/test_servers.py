@@ -22,7 +22,6 @@ psycopg = require_module("psycopg")
 redis = require_module("redis")
 
 
-
 @pytest.fixture
 def own_pg() -> Iterator[PostgresServer]:
     """A server of the test's own, free to stop, kill and restart."""

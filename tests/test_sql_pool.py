@@ -122,9 +122,7 @@ def test_threads_share_one_store_within_the_pool(database: tuple[str, str]) -> N
         for step in range(INCREMENTS):
             memory.add_message_if_absent(UserMessage(f"{worker}/{step}", message_id=f"m{step}"))
             while True:
-                state = states.load(conversation_id) or CompressionState(
-                    conversation_id
-                )
+                state = states.load(conversation_id) or CompressionState(conversation_id)
                 bumped = replace(state, covered_tokens=state.covered_tokens + 1)
                 if states.save(bumped, state.version):
                     break

@@ -106,9 +106,7 @@ def _check_consistent(memory: ChatMemory, acknowledged: list[str], in_flight: st
 
 
 @pytest.mark.parametrize("kill", [False, True], ids=["stop", "kill"])
-def test_server_stopped_mid_run(
-    own_server: tuple[str, Server], kill: bool
-) -> None:
+def test_server_stopped_mid_run(own_server: tuple[str, Server], kill: bool) -> None:
     kind, server = own_server
     if kind == "postgresql":
         setup = open_store(kind, server.url)

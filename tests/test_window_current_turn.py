@@ -163,9 +163,7 @@ def _tool_loop(steps: int, size: int = 400) -> list[Message]:
 def test_older_results_of_the_current_turn_become_placeholders(engine: Any) -> None:
     history = _tool_loop(5)
     stored = list(history)
-    window = build_on(
-        engine, history, max_attached_tokens=200, current_turn_tool_results_kept=2
-    )
+    window = build_on(engine, history, max_attached_tokens=200, current_turn_tool_results_kept=2)
     assert history == stored and all(a is b for a, b in zip(history, stored, strict=True))
     assert _ids(window.messages) == [
         "q",
@@ -204,9 +202,7 @@ def test_a_placeholder_names_the_tool_of_the_call_it_answers(engine: Any) -> Non
     for step, tool in enumerate(("search", "fetch")):
         history.append(AiMessage(None, (ToolCall("call_0", tool, "{}"),), message_id=f"s{step}"))
         history.append(ToolMessage("call_0", "x" * 200, message_id=f"r{step}"))
-    window = build_on(
-        engine, history, max_attached_tokens=10, current_turn_tool_results_kept=1
-    )
+    window = build_on(engine, history, max_attached_tokens=10, current_turn_tool_results_kept=1)
     assert [m.text for m in window.messages if isinstance(m, ToolMessage)] == [
         "[tool result left out of this window: call call_0, tool search, 200 characters]",
         "x" * 200,
@@ -225,14 +221,10 @@ def test_placeholders_only_over_the_budget(engine: Any) -> None:
         unbounded = build_on(engine, history, current_turn_tool_results_kept=kept)
         assert all(isinstance(m, ToolMessage) is False or m in history for m in unbounded.messages)
     # More kept than there are results: nothing to replace.
-    many = build_on(
-        engine, history, max_attached_tokens=10, current_turn_tool_results_kept=5
-    )
+    many = build_on(engine, history, max_attached_tokens=10, current_turn_tool_results_kept=5)
     assert all(m in history for m in many.messages)
     # None kept: every result is a placeholder.
-    none_kept = build_on(
-        engine, history, max_attached_tokens=10, current_turn_tool_results_kept=0
-    )
+    none_kept = build_on(engine, history, max_attached_tokens=10, current_turn_tool_results_kept=0)
     results = [m for m in none_kept.messages if isinstance(m, ToolMessage)]
     assert len(results) == 5 and not any(m in history for m in results)
 

@@ -83,6 +83,7 @@ def _check_invariants(history: list[Any], options: dict[str, Any]) -> None:
 
 def test_public_build_window_uses_the_selected_core() -> None:
     from agentctx_fast.core import _backend
+
     window = build_window(
         [
             UserMessage("Where is my order?", message_id="u1"),

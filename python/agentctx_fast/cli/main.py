@@ -209,43 +209,56 @@ def _parser() -> argparse.ArgumentParser:
     for flag, option, text in (
         ("--max-turns", "max_attached_turns", "most history turns to attach"),
         ("--max-messages", "max_attached_messages", "most messages besides the system message"),
-        ("--max-tokens", "max_attached_tokens", "token budget of the window; older turns are "
-         "dropped to fit"),
+        (
+            "--max-tokens",
+            "max_attached_tokens",
+            "token budget of the window; older turns are dropped to fit",
+        ),
     ):
         default = getattr(_DEFAULTS, option)
         shown = "none" if default is None else default
         window.add_argument(flag, type=int, default=default, help=f"{text} (default: {shown})")
     window.add_argument(
-        "--current-turn", choices=CURRENT_TURNS, default=_DEFAULTS.current_turn,
+        "--current-turn",
+        choices=CURRENT_TURNS,
+        default=_DEFAULTS.current_turn,
         help='"none": the last turn is finished, every turn is history (default: %(default)s)',
     )
     window.add_argument(
-        "--keep-tool-results", type=int, metavar="N",
+        "--keep-tool-results",
+        type=int,
+        metavar="N",
         default=_DEFAULTS.current_turn_tool_results_kept,
         help="over --max-tokens, send the current turn's tool results but the newest N as "
         "placeholders (default: all sent)",
     )
     window.add_argument(
-        "--compact", action="store_true",
+        "--compact",
+        action="store_true",
         help="compact completed tool turns to question and answer (default: off)",
     )
     window.add_argument(
-        "--keep-recent", type=int, default=_DEFAULTS.compression_keep_recent_turns,
+        "--keep-recent",
+        type=int,
+        default=_DEFAULTS.compression_keep_recent_turns,
         help="recent history turns never compacted (default: %(default)s)",
     )
     window.add_argument(
-        "--model", metavar="NAME",
+        "--model",
+        metavar="NAME",
         help="count tokens as model NAME does, e.g. gpt-4o (default: the heuristic estimator)",
     )
     window.add_argument(
-        "--json", action="store_true",
+        "--json",
+        action="store_true",
         help="print the window as Chat Completions request messages (default: a table)",
     )
     window.add_argument(
         "--ids", action="store_true", help='with --json, add each message\'s "id" (not API input)'
     )
     window.add_argument(
-        "--close-pending", action="store_true",
+        "--close-pending",
+        action="store_true",
         help="give each tool call left without a result an error result saying it did not run "
         "(without it, --json refuses such a window)",
     )
@@ -258,7 +271,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--db", default="agentctx-demo.db", help="SQLite file (default: %(default)s)")
     demo.add_argument(
-        "--store", metavar="URL",
+        "--store",
+        metavar="URL",
         help="a store URL instead: redis://HOST:PORT/0 or postgresql://USER@HOST/DB",
     )
     demo.set_defaults(run=_demo_command)
@@ -285,19 +299,24 @@ def _parser() -> argparse.ArgumentParser:
         "problems remain.",
     )
     doctor.add_argument(
-        "--store", metavar="URL", required=True,
+        "--store",
+        metavar="URL",
+        required=True,
         help="sqlite:///PATH, postgresql://USER@HOST/DB or redis://HOST:PORT/0",
     )
     doctor.add_argument(
-        "--repair", action="store_true",
+        "--repair",
+        action="store_true",
         help="quarantine corrupt records and release dead leases, one line per repair",
     )
     doctor.add_argument(
-        "--prefix", default=None,
+        "--prefix",
+        default=None,
         help="the store's table prefix or key prefix (default: the store's default)",
     )
     doctor.add_argument(
-        "--cluster", action="store_true",
+        "--cluster",
+        action="store_true",
         help="the redis:// URL is a node of a Redis Cluster (default: a single server)",
     )
     doctor.add_argument("conversations", nargs="*", metavar="CONVERSATION")

@@ -312,9 +312,7 @@ def check_history(history: Sequence[Message]) -> list[Message]:
     return check_messages(history, "history")
 
 
-def counted(
-    compressor: Compressor, metrics: AgentMetrics, labels: Mapping[str, str]
-) -> Compressor:
+def counted(compressor: Compressor, metrics: AgentMetrics, labels: Mapping[str, str]) -> Compressor:
     def counted_compressor(messages: list[Message]) -> list[Message]:
         metrics.record(m.COMPRESSOR_CALLS, 1, labels)
         return compressor(messages)  # a failure is counted where the window catches it

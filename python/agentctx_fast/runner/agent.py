@@ -69,9 +69,7 @@ class Agent:
     tool_error_formatter: Callable[[Exception], str] | None = None
     current_turn_tool_results_kept: int | None = _DEFAULTS.current_turn_tool_results_kept
     _tools_by_name: Mapping[str, Tool] = field(default_factory=dict, init=False, repr=False)
-    _window_options: WindowOptions = field(
-        default=_DEFAULTS, init=False, repr=False, compare=False
-    )
+    _window_options: WindowOptions = field(default=_DEFAULTS, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:

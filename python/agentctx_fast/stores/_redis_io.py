@@ -139,8 +139,7 @@ def _typed(error: BaseException, action: str) -> AgentCtxError:
     credentials: permanent)."""
     if isinstance(error, redis_exc.ResponseError) and str(error).startswith(_LEASE_LOST):
         return LeaseLostError(
-            f"lease lost while {action}: another runner took the conversation; "
-            "nothing was written"
+            f"lease lost while {action}: another runner took the conversation; nothing was written"
         )
     if isinstance(error, _UNAVAILABLE) and not isinstance(error, _PERMANENT):
         return StoreUnavailableError(f"Redis unavailable while {action}: {error}")

@@ -374,12 +374,9 @@ class _Held:
             raise
 
 
-
 async def _greenlet_spawn(fn: Callable[..., T], *args: Any) -> T:
     """``fn(*args)``, blocking SQLAlchemy code, in a greenlet of SQLAlchemy's asyncio layer."""
     from sqlalchemy.util import greenlet_spawn
 
     result: T = await greenlet_spawn(fn, *args)
     return result
-
-

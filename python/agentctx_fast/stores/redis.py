@@ -215,9 +215,7 @@ class RedisAgentStore(_RedisStore["redis.Redis | RedisCluster"], StoreFront):
             self.client.close()
 
 
-class AsyncRedisAgentStore(
-    _RedisStore["redis.asyncio.Redis | AsyncRedisCluster"], AsyncStoreFront
-):
+class AsyncRedisAgentStore(_RedisStore["redis.asyncio.Redis | AsyncRedisCluster"], AsyncStoreFront):
     """`RedisAgentStore` for asyncio programs, on redis.asyncio: the same keys and records, so a
     conversation written by one is read, continued and resumed by the other.
 
