@@ -181,6 +181,57 @@ def test_a_fenced_batch_re_sent_over_the_servers_parameter_limit(
         store.close()
 
 
+def _pause_at_the_append(engine: Any, wait: Any) -> None:
+    """``wait()`` called once, where the fenced append, its lease checked, sends its insert."""
+    import sqlalchemy as sa
+
+    waited: list[bool] = []
+
+    def hook(*args: Any) -> None:
+        if args[2].startswith("INSERT INTO agent_messages") and not waited:
+            waited.append(True)
+            wait()
+
+    sa.event.listen(engine, "before_cursor_execute", hook)
+
+
+def test_a_takeover_by_another_store_on_one_in_memory_engine_waits_for_a_fenced_append() -> None:
+    """Two stores on one in-memory SQLite engine share its one connection. A takeover by the
+    second, while the first's fenced append is between its lease check and its insert, waits
+    for the append to commit. Before, each store took turns on the connection only with its own
+    calls: the takeover ran and committed inside the append's transaction, and the append then
+    wrote after losing its lease and answered True."""
+    import sqlalchemy as sa
+
+    from agentctx_fast import SqlAgentStore
+
+    connect_args = {"check_same_thread": False}
+    engine = sa.create_engine("sqlite://", poolclass=sa.pool.StaticPool, connect_args=connect_args)
+    one, two = SqlAgentStore(engine), SqlAgentStore(engine)
+    one.schema.initialize()
+    assert one.turn_store().acquire_conversation("c1", "t1", "owner-a", 1.0, now=100.0) is None
+    order: list[str] = []
+
+    def take_over() -> None:
+        two.turn_store().acquire_conversation("c1", "t2", "owner-b", 1.0, now=200.0)
+        order.append("taken over")
+
+    taker = threading.Thread(target=take_over)
+
+    def wait() -> None:
+        taker.start()
+        taker.join(1.0)  # it cannot end while the append holds the connection
+        order.append("appended")
+
+    _pause_at_the_append(engine, wait)
+    held = one.chat_memory("c1").fenced(Fence("t1", "owner-a"))
+    message = UserMessage("x", message_id="t1:1", turn_id="t1")
+    assert held.add_messages_if_absent([message]) == [True]
+    taker.join(60)
+    assert order == ["appended", "taken over"]
+    assert two.chat_memory("c1").get_messages() == [message]
+
+
 def _refund_agent(
     calls: list[str],
     started: threading.Event,

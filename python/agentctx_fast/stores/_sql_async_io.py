@@ -21,6 +21,7 @@ from agentctx_fast.stores._sql_io import (
     counted,
     fetched,
     sa,
+    shared_lock,
     translated,
 )
 
@@ -146,7 +147,7 @@ class AsyncSqlPort:
         # a time, or the tasks' transactions would interleave on it.
         self._shared = isinstance(engine.sync_engine.pool, sa.pool.StaticPool)
         self._serial: AbstractAsyncContextManager[Any] = (
-            asyncio.Lock() if self._shared else nullcontext()
+            shared_lock(engine.sync_engine.pool, asyncio.Lock) if self._shared else nullcontext()
         )
         single: AsyncEngine | None = None
         self._writer = engine  # where `run` and `many` begin their transactions

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import weakref
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import (
     AbstractContextManager,
@@ -258,7 +259,9 @@ class BlockingSqlPort:
         self.engine = engine
         self.dialect = check_dialect(engine.dialect.name)
         shared = isinstance(engine.pool, StaticPool)
-        self._serial: AbstractContextManager[Any] = threading.RLock() if shared else nullcontext()
+        self._serial: AbstractContextManager[Any] = (
+            shared_lock(engine.pool, threading.RLock) if shared else nullcontext()
+        )
         if single is None and self.dialect == "postgresql":
             single = engine.execution_options(isolation_level="AUTOCOMMIT")
         self._single: Connects | None = single
@@ -306,6 +309,19 @@ class BlockingSqlPort:
         if self._single is not None:
             return self._single.connect
         return self.engine.begin if write else self.engine.connect
+
+
+# The lock of each pool of one shared connection (in-memory SQLite), whichever stores and
+# engines use it: a store's transaction would otherwise take in another store's statements.
+_shared_locks: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_shared_locks_guard = threading.Lock()
+
+
+def shared_lock(pool: Any, make: Callable[[], T]) -> T:
+    """The one lock (made by ``make``) of every port on ``pool``, a pool of one connection."""
+    with _shared_locks_guard:
+        lock: T = _shared_locks.setdefault(pool, make())
+        return lock
 
 
 def _go_on() -> None:
