@@ -419,6 +419,47 @@ def test_a_store_on_a_caller_engine_keeps_its_transactions(tmp_path: Path) -> No
     assert asyncio.run(main()) == (2, 2)
 
 
+def test_a_write_cancelled_mid_statement_on_a_caller_engine_leaves_no_lock(
+    tmp_path: Path,
+) -> None:
+    """A caller's aiosqlite engine on a file: a batch whose caller is cancelled while its
+    insert runs (a client that went away) finishes, then the caller is cancelled. Before,
+    SQLAlchemy dropped the connection in the middle of its transaction, which kept the
+    database's write lock: every later write failed with `StoreBusyError`."""
+    from sqlalchemy import event
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    async def main() -> tuple[bool, list[bool], int]:
+        engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'caller.db'}")
+        store = AsyncSqlAgentStore(engine)
+        try:
+            await store.schema.initialize()
+            memory = store.chat_memory("c1")
+            loop = asyncio.get_running_loop()
+            to_cancel: list[asyncio.Future[Any]] = []
+
+            def cancel_once_sent(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+                if statement.startswith("INSERT INTO agent_messages") and to_cancel:
+                    loop.call_soon(to_cancel.pop().cancel)  # lands while the insert runs
+
+            event.listen(engine.sync_engine, "before_cursor_execute", cancel_once_sent)
+            batch = [UserMessage("m", message_id=f"m{n}") for n in range(100)]
+            call = asyncio.ensure_future(memory.add_messages_if_absent(batch))
+            to_cancel.append(call)
+            try:
+                await call
+                cancelled = False
+            except asyncio.CancelledError:
+                cancelled = True
+            later = await memory.add_messages_if_absent([UserMessage("x", message_id="x")])
+            return cancelled, later, await memory.message_count()
+        finally:
+            await store.aclose()
+            await engine.dispose()
+
+    assert asyncio.run(main()) == (True, [True], 101)
+
+
 def test_a_cancelled_call_keeps_an_in_memory_database() -> None:
     """In-memory SQLite lives in the store's one shared connection; a caller cancelled in the
     middle of a statement must not make SQLAlchemy drop that connection (and the database with

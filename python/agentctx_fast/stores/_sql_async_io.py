@@ -255,16 +255,18 @@ class AsyncSqlPort:
         return self._in_unit
 
     async def _whole(self, operation: Coroutine[Any, Any, T]) -> T:
-        """``operation``; on the shared connection of an in-memory database, never cut in the
-        middle: a cancelled statement makes SQLAlchemy drop its connection, which there is the
-        database itself. A cancelled caller waits for the statement, then is cancelled."""
+        """``operation``; on SQLite, never cut in the middle: a cancelled statement makes
+        SQLAlchemy drop its connection, which on the shared connection of an in-memory database
+        is the database itself, and on a file leaves the dropped connection's transaction
+        holding the write lock (every later write failed as busy). A cancelled caller waits for
+        the statement, then is cancelled."""
         if not self._connected:
             try:
                 await self._first_connection("connecting")
             except BaseException:
                 operation.close()
                 raise
-        if not self._shared:
+        if not self._shared and self.dialect != "sqlite":
             return await operation
         task = asyncio.ensure_future(operation)
         if await wait_uncut(task):
