@@ -32,15 +32,17 @@ def check_tool_protocol(messages: Sequence[Message]) -> None:
 
 def unanswered_calls(turn: Sequence[Message]) -> list[tuple[str, str]]:
     """``(tool_call_id, tool_name)`` of the calls in ``turn``, the messages of one turn, that
-    have no result, in order (a call id is unique within a turn only: turns may reuse one)."""
-    answered = {m.tool_call_id for m in turn if isinstance(m, ToolMessage)}
-    return [
-        (call.id, call.name)
-        for m in turn
-        if isinstance(m, AiMessage)
-        for call in m.tool_calls
-        if call.id not in answered
-    ]
+    have no result, in order. Scanned in order, as `validate_tool_protocol` pairs them: a
+    result answers the open call with its id, so an id a later step reuses (models number
+    calls per step) is not answered by the earlier step's result."""
+    open_calls: dict[str, str] = {}
+    for m in turn:
+        if isinstance(m, AiMessage):
+            for call in m.tool_calls:
+                open_calls.setdefault(call.id, call.name)
+        elif isinstance(m, ToolMessage):
+            open_calls.pop(m.tool_call_id, None)
+    return list(open_calls.items())
 
 
 def close_unanswered_calls(

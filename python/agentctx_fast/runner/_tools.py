@@ -41,8 +41,9 @@ async def call_tools(
     ``hold_last``: the result of the reply's last call, if it ran, is returned instead of
     stored, for the caller to store with what follows it (`store_result`).
     """
-    answered = {m.tool_call_id for m in run.messages if isinstance(m, ToolMessage)}
-    forms = _forms(run.messages) if interrupted else {}
+    step = current_step(run.messages)  # ``ai`` is the turn's last reply
+    answered = {m.tool_call_id for m in step if isinstance(m, ToolMessage)}
+    forms = _forms(step) if interrupted else {}
     planned: list[tuple[int, ToolCall, Tool | None, _Action]] = []
     for index, call in enumerate(ai.tool_calls):
         if interrupted and call.id in answered:
@@ -137,7 +138,7 @@ def _plan(
     interrupted: bool,
 ) -> _Action:
     form = forms.get(call.id)
-    decision = run.decisions.get(call.id, _decision(form))
+    decision = _decision(form)  # only this step's form decides: a later step may reuse an id
     if form is not None and form.status == "pending":
         return form
     if tool is not None and tool.requires_approval and decision is None:
@@ -151,6 +152,16 @@ def _plan(
         text = MAY_HAVE_RUN_TEXT if may_have_run(run, call.id) else NOT_STARTED_TEXT
         return ToolOutcome(text, is_error=True)
     return "invoke"
+
+
+def current_step(messages: Sequence[Message]) -> Sequence[Message]:
+    """The messages after the turn's last reply: its step's forms and results. A call id is
+    the call of its step (models number calls per step, SPEC §6), so a form or result of an
+    earlier step with the same id says nothing about it."""
+    last = next(
+        (i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], AiMessage)), -1
+    )
+    return messages[last + 1 :]
 
 
 def _forms(messages: Sequence[Message]) -> dict[str, AgentFormMessage]:

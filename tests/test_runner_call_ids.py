@@ -1,0 +1,123 @@
+"""Tool-call ids a model reuses from one step to the next within a turn (SPEC §6: models
+number their calls per step, ``call_0``, ``call_1``, …, and reuse ids legitimately).
+
+A call is the call of its step: an approval given in one step never decides a call of a later
+step with the same id, a result of an earlier step never answers it, and a turn closed early
+answers it. Every store, the blocking runner and the async one (bridged to a loop thread).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from agentctx_fast import (
+    Agent,
+    AiMessage,
+    Message,
+    ScriptedChatModel,
+    Tool,
+    ToolCall,
+    ToolMessage,
+    TurnStatus,
+    validate_tool_protocol,
+)
+from async_bridge import runner_for
+from runner_helpers import Recorder, check_memory
+from store_fixtures import ASYNC_STORE_KINDS, STORE_KINDS, new_conversation_id
+
+
+@pytest.fixture(params=STORE_KINDS + ASYNC_STORE_KINDS)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+class WindowRecorder:
+    """A scripted model that keeps every window it was given."""
+
+    def __init__(self, replies: list[AiMessage]) -> None:
+        self.windows: list[list[Message]] = []
+        self.model = ScriptedChatModel([self._reply(r) for r in replies])
+
+    def _reply(self, reply: AiMessage) -> Any:
+        def reply_fn(messages: Sequence[Message], tools: Sequence[Any]) -> AiMessage:
+            self.windows.append(list(messages))
+            return reply
+
+        return reply_fn
+
+
+def _step(call_id: str, name: str, order_id: str) -> AiMessage:
+    return AiMessage(tool_calls=(ToolCall(call_id, name, json.dumps({"order_id": order_id})),))
+
+
+def _agent(model: Any, refund: Recorder) -> Agent:
+    return Agent(
+        "support",
+        model,
+        tools=[
+            Tool("refund", refund, requires_approval=True),
+            Tool("lookup", lambda order_id: f"order {order_id}: paid"),
+        ],
+    )
+
+
+def test_an_approval_does_not_decide_a_later_call_with_the_same_id(store: Any) -> None:
+    conversation = new_conversation_id()
+    refund = Recorder("refunded")
+    script = WindowRecorder(
+        [_step("call_0", "refund", "A"), _step("call_0", "refund", "B"), AiMessage("done")]
+    )
+    agent = _agent(script.model, refund)
+    runner = runner_for(store)
+    first = runner.run(agent, conversation, "refund A and B")
+    assert first.status is TurnStatus.SUSPENDED
+    second = runner.resume(agent, conversation, first.turn_id, {"call_0": True})
+
+    # the user approved refunding A; refunding B waits for its own approval
+    assert refund.calls == [{"order_id": "A"}]
+    assert second.status is TurnStatus.SUSPENDED
+    (pending,) = second.pending_approvals
+    assert json.loads(pending.arguments) == {"order_id": "B"}
+    third = runner.resume(agent, conversation, first.turn_id, {"call_0": False})
+    assert third.status is TurnStatus.COMPLETED
+    assert refund.calls == [{"order_id": "A"}]
+    check_memory(store.chat_memory(conversation), [third])
+
+
+def test_an_earlier_result_does_not_answer_an_approved_call_with_the_same_id(store: Any) -> None:
+    conversation = new_conversation_id()
+    refund = Recorder("refunded")
+    script = WindowRecorder(
+        [_step("call_0", "lookup", "A"), _step("call_0", "refund", "A"), AiMessage("done")]
+    )
+    agent = _agent(script.model, refund)
+    runner = runner_for(store)
+    first = runner.run(agent, conversation, "look up A, then refund it")
+    assert first.status is TurnStatus.SUSPENDED
+    turn = runner.resume(agent, conversation, first.turn_id, {"call_0": True})
+
+    assert turn.status is TurnStatus.COMPLETED
+    assert refund.calls == [{"order_id": "A"}]  # approved, so it ran
+    last = script.windows[-1]
+    assert validate_tool_protocol(last) == []  # the model saw the refund's result
+    assert isinstance(last[-1], ToolMessage) and last[-1].text == "refunded"
+    check_memory(store.chat_memory(conversation), [turn])
+
+
+def test_a_cancel_answers_a_call_whose_id_an_earlier_step_used(store: Any) -> None:
+    conversation = new_conversation_id()
+    refund = Recorder("refunded")
+    script = WindowRecorder([_step("call_0", "lookup", "A"), _step("call_0", "refund", "A")])
+    runner = runner_for(store)
+    suspended = runner.run(_agent(script.model, refund), conversation, "look up A, refund it")
+    assert suspended.status is TurnStatus.SUSPENDED
+    cancelled = runner.cancel(conversation, suspended.turn_id)
+
+    assert cancelled.status is TurnStatus.CANCELLED
+    assert refund.calls == []
+    stored = store.chat_memory(conversation).get_messages()
+    assert validate_tool_protocol(stored) == []  # SPEC §20: cancel leaves no unanswered call
