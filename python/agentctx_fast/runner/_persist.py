@@ -18,6 +18,8 @@ from agentctx_fast.runner._state import (
     TurnIO,
     TurnRun,
     agent_stub,
+    check_cancel,
+    check_lease,
     current_time,
     is_stub,
     log,
@@ -107,7 +109,11 @@ async def suspend(eng: Engine, run: TurnRun, waiting: list[PendingApproval]) -> 
 
 async def _record_suspension(eng: Engine, run: TurnRun, waiting: list[PendingApproval]) -> None:
     """The suspended record and the conversation marked suspended, the lease no longer
-    renewed (store calls only: `together` runs them as one unit)."""
+    renewed (store calls only: `together` runs them as one unit). The server is asked
+    first: a cancel another process requested during the step's tools (acknowledged to its
+    caller) ends the turn cancelled; marking the conversation suspended would drop it."""
+    await check_lease(eng, run, ask=True)
+    check_cancel(run)
     await save(eng, run, TurnStatus.SUSPENDED, pending=waiting)
     if run.lease is not None:
         eng.keeper.drop(run.lease)

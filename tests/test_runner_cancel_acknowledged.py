@@ -1,0 +1,72 @@
+"""A cancel `cancel` acknowledged (it returned the turn as RUNNING: flagged, SPEC §11) ends the
+turn CANCELLED, whatever the turn was about to do: here, suspend for an approval. Every store,
+the blocking runner and the async one (bridged to a loop thread)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from agentctx_fast import (
+    Agent,
+    AgentTurn,
+    AiMessage,
+    ScriptedChatModel,
+    Tool,
+    ToolCall,
+    TurnStatus,
+    validate_tool_protocol,
+)
+from async_bridge import runner_for
+from runner_helpers import Recorder
+from store_fixtures import ASYNC_STORE_KINDS, STORE_KINDS, new_conversation_id
+
+
+@pytest.fixture(params=STORE_KINDS + ASYNC_STORE_KINDS)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def test_a_cancel_from_another_runner_during_a_step_that_suspends_cancels(store: Any) -> None:
+    conversation = new_conversation_id()
+    entered, release = threading.Event(), threading.Event()
+
+    def lookup() -> str:
+        entered.set()
+        assert release.wait(20), "the test never released the tool"
+        return "paid"
+
+    refund = Recorder("refunded")
+    reply = AiMessage(tool_calls=(ToolCall("c1", "refund", "{}"), ToolCall("c2", "lookup", "{}")))
+    agent = Agent(
+        "a",
+        ScriptedChatModel([reply]),
+        tools=[Tool("refund", refund, requires_approval=True), Tool("lookup", lookup)],
+    )
+    running, other = runner_for(store), runner_for(store)  # two service instances
+    out: list[Any] = []
+
+    def target() -> None:
+        try:
+            out.append(running.run(agent, conversation, "refund it", turn_id="t1"))
+        except BaseException as error:  # reported to the test
+            out.append(error)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    try:
+        assert entered.wait(20)
+        assert other.cancel(conversation, "t1").status is TurnStatus.RUNNING  # flagged
+    finally:
+        release.set()
+        thread.join(20)
+    (turn,) = out
+    assert isinstance(turn, AgentTurn), turn
+    assert turn.status is TurnStatus.CANCELLED
+    assert other.turn(conversation, "t1").status is TurnStatus.CANCELLED
+    assert refund.calls == []
+    assert validate_tool_protocol(store.chat_memory(conversation).get_messages()) == []
+    nxt = other.run(Agent("b", ScriptedChatModel([AiMessage("free")])), conversation, "next")
+    assert nxt.status is TurnStatus.COMPLETED  # the conversation is free
