@@ -171,7 +171,9 @@ async def _reopened(
     return run
 
 
-async def cancel(eng: Engine, io: TurnIO, conversation_id: str, turn_id: str) -> AgentTurn:
+async def cancel(
+    eng: Engine, io: TurnIO, conversation_id: str, turn_id: str, *, again: bool = True
+) -> AgentTurn:
     check_conversation_id(conversation_id)
     snapshot = await load(eng, conversation_id, turn_id)
     now = eng.clock()
@@ -190,8 +192,11 @@ async def cancel(eng: Engine, io: TurnIO, conversation_id: str, turn_id: str) ->
     owner = uuid.uuid4().hex
     if lease is not None and lease.turn_id == turn_id:
         if lease.status == TurnStatus.RUNNING and not lease.expired(now):
-            await eng.turn_store.request_cancel(conversation_id, turn_id, now)
-            return view(snapshot)
+            if await eng.turn_store.request_cancel(conversation_id, turn_id, now) or not again:
+                return view(snapshot)
+            # not flagged: since it was read, the turn suspended, ended or lost its lease;
+            # a RUNNING answer would promise a cancel nobody makes, so look again
+            return await cancel(eng, io, conversation_id, turn_id, again=False)
         if lease.status == TurnStatus.SUSPENDED:
             taken = await eng.turn_store.reacquire_conversation(
                 conversation_id, turn_id, owner, eng.lease_seconds, now, snapshot.version
