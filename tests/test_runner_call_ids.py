@@ -121,3 +121,27 @@ def test_a_cancel_answers_a_call_whose_id_an_earlier_step_used(store: Any) -> No
     assert refund.calls == []
     stored = store.chat_memory(conversation).get_messages()
     assert validate_tool_protocol(stored) == []  # SPEC §20: cancel leaves no unanswered call
+
+
+def test_one_approval_of_a_repeated_call_id_runs_what_its_form_shows_once(store: Any) -> None:
+    """A reply that repeats a call id (SPEC §6 ``duplicate_call_id``) gets one approval form
+    per id, showing the first call: approving it never runs the other call's arguments."""
+    conversation = new_conversation_id()
+    refund = Recorder("refunded")
+    reply = AiMessage(
+        tool_calls=(
+            ToolCall("c1", "refund", json.dumps({"order_id": "A"})),
+            ToolCall("c1", "refund", json.dumps({"order_id": "B"})),
+        )
+    )
+    agent = _agent(ScriptedChatModel([reply, AiMessage("done")]), refund)
+    runner = runner_for(store)
+    suspended = runner.run(agent, conversation, "refund A")
+    assert suspended.status is TurnStatus.SUSPENDED
+    (pending,) = suspended.pending_approvals
+    form = store.chat_memory(conversation).get_message(pending.form_message_id)
+    assert form is not None and form.payload["arguments"] == pending.arguments
+    turn = runner.resume(agent, conversation, suspended.turn_id, {"c1": True})
+
+    assert turn.status is TurnStatus.COMPLETED
+    assert refund.calls == [json.loads(pending.arguments)]  # once, what the user approved

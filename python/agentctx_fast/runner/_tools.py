@@ -45,7 +45,14 @@ async def call_tools(
     answered = {m.tool_call_id for m in step if isinstance(m, ToolMessage)}
     forms = _forms(step) if interrupted else {}
     planned: list[tuple[int, ToolCall, Tool | None, _Action]] = []
+    seen: set[str] = set()
     for index, call in enumerate(ai.tool_calls):
+        if call.id in seen:
+            # A reply that repeats a call id (SPEC §6: "duplicate_call_id") has room for one
+            # result and one approval form per id: only the first call with it is run or
+            # asked about, so an approval never runs arguments its form did not show.
+            continue
+        seen.add(call.id)
         if interrupted and call.id in answered:
             continue
         tool = run.agent.tool(call.name)
