@@ -9,6 +9,8 @@ answers it. Every store, the blocking runner and the async one (bridged to a loo
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -145,3 +147,48 @@ def test_one_approval_of_a_repeated_call_id_runs_what_its_form_shows_once(store:
 
     assert turn.status is TurnStatus.COMPLETED
     assert refund.calls == [json.loads(pending.arguments)]  # once, what the user approved
+
+
+def test_a_resumed_interrupted_step_answers_a_call_whose_id_an_earlier_step_used(
+    store: Any,
+) -> None:
+    """The runner is held still inside the second step's tool (a paused process) while a
+    runner whose clock is an hour ahead resumes the turn: that call, whose id the first step
+    used too, gets its "may have run" result, and the model sees a whole protocol."""
+    conversation = new_conversation_id()
+    stopped, release = threading.Event(), threading.Event()
+
+    def ship(order_id: str) -> str:
+        stopped.set()
+        release.wait(60)
+        return "shipped"
+
+    tools = [Tool("lookup", lambda order_id: "paid"), Tool("ship", ship)]
+    paused_model = ScriptedChatModel([_step("call_0", "lookup", "A"), _step("call_0", "ship", "A")])
+    paused = runner_for(store, lease_seconds=600.0)
+    out: list[Any] = []
+
+    def run_paused() -> None:
+        try:
+            out.append(
+                paused.run(Agent("a", paused_model, tools=tools), conversation, "go", turn_id="t1")
+            )
+        except Exception as error:  # what the paused runner does once let go is not the subject
+            out.append(error)
+
+    thread = threading.Thread(target=run_paused)
+    thread.start()
+    try:
+        assert stopped.wait(30)
+        script = WindowRecorder([AiMessage("done")])
+        later = runner_for(store, clock=lambda: time.time() + 3600.0)
+        turn = later.resume(Agent("a", script.model, tools=tools), conversation, "t1")
+    finally:
+        release.set()
+        thread.join(30)
+    assert turn.status is TurnStatus.COMPLETED
+    (window,) = script.windows
+    assert validate_tool_protocol(window) == []
+    assert isinstance(window[-1], ToolMessage) and window[-1].tool_call_id == "call_0"
+    assert window[-1].text == "interrupted: the tool may have run; its outcome is unknown"
+    assert validate_tool_protocol(store.chat_memory(conversation).get_messages()) == []
