@@ -166,3 +166,38 @@ def test_a_resume_whose_postgresql_reply_was_lost_is_taken_again_after_its_lease
         _audit(direct, conversation, calls)
     finally:
         direct.close()
+
+
+def _compress(store: Any, conversation: str) -> Any:
+    """A coordinator that compresses every pending message of a two-turn history."""
+    from agentctx_fast import AiMessage as Ai
+    from agentctx_fast import UserMessage
+    from agentctx_fast.compression import compressors
+    from agentctx_fast.compression.coordinator import CompressionCoordinator
+
+    history = [UserMessage("refund o1", message_id="u1"), Ai("done", message_id="a1")]
+    coordinator = CompressionCoordinator(
+        store.compression_state_store(), lambda _: True, compressors.text_excerpt(200)
+    )
+    return coordinator.compress(conversation, history)
+
+
+def test_a_compression_state_save_re_sent_after_a_lost_redis_reply_finds_its_own_effect(
+    retrying_redis: tuple[Any, FaultProxy],
+) -> None:
+    """redis-py sends the compare-and-set script again after the reply was lost: the state is
+    saved (version 1) and the coordinator reports its compression, not a conflict."""
+    from agentctx_fast.stores._redis_memory import _SAVE_STATE
+
+    store, proxy = retrying_redis
+    _compress(store, f"warm-{uuid.uuid4().hex}")  # the script is loaded on the server
+    conversation = f"conv-{uuid.uuid4().hex}"
+    proxy.drop_reply(_sha(_SAVE_STATE))
+    result = _compress(store, conversation)
+    assert proxy.fired == 1
+    assert result.compressed
+    stored = store.compression_state_store().load(conversation)
+    assert stored is not None
+    assert (stored.version, stored.covered_until_message_id) == (1, "a1")
+    assert stored.summary == result.state.summary
+

@@ -160,11 +160,15 @@ for i = 1, #positions do out[i] = span[tonumber(positions[i]) - first + 1] end
 return out
 """
 
-# KEYS: the state hash. ARGV: expected version, record, next version.
+# KEYS: the state hash. ARGV: expected version, record, next version, call token. The hash
+# keeps the token of the save that made its version: a client library re-sending the script
+# after a lost reply finds its own token and reports it applied, while another save (a new
+# token) from the same version is a conflict.
 _SAVE_STATE = """
 local version = redis.call('HGET', KEYS[1], 'version') or '0'
+if version == ARGV[3] and redis.call('HGET', KEYS[1], 'call') == ARGV[4] then return 1 end
 if version ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'version', ARGV[3], 'data', ARGV[2])
+redis.call('HSET', KEYS[1], 'version', ARGV[3], 'data', ARGV[2], 'call', ARGV[4])
 return 1
 """
 
@@ -394,7 +398,7 @@ class AsyncRedisCompressionStateStore:
             "saving a compression state",
             _SAVE_STATE,
             [self._store._key("compression", state.conversation_id)],
-            [expected_version, data, expected_version + 1],
+            [expected_version, data, expected_version + 1, uuid.uuid4().hex],
             state.conversation_id,
         )
         return bool(applied == 1)
