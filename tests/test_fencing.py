@@ -9,6 +9,7 @@ reply finds its own effect and answers as the first call did.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -37,6 +38,7 @@ from agentctx_fast import (
     UserMessage,
     validate_tool_protocol,
 )
+from async_bridge import runner_for
 from store_fixtures import ASYNC_STORE_KINDS, STORE_KINDS, make_store, new_conversation_id
 
 
@@ -604,3 +606,75 @@ def test_two_resumes_interleaved_at_each_store_step(store: Any, then: str | None
         assert all(f.status != "pending" for f in stored if isinstance(f, AgentFormMessage)), at
         assert store.turn_store().open_turn(cid) is None, at
     assert at > 5  # the resume does make several store calls, each one was interleaved
+
+
+def test_a_compression_state_saved_after_a_takeover_is_refused(any_store: Any) -> None:
+    """A runner whose compressor outlived its lease (paused in the compressor until another
+    runner took the conversation over and finished its turn) saves no compression state: the
+    state a turn writes is fenced like its messages (SPEC §20)."""
+    from agentctx_fast.compression import compressors
+
+    store = any_store
+    conversation = new_conversation_id()
+    entered, release = threading.Event(), threading.Event()
+    excerpt = compressors.text_excerpt(500)
+
+    def paused_compressor(messages: list[Any]) -> list[Any]:
+        entered.set()
+        assert release.wait(30)
+        return excerpt(messages)
+
+    agent = Agent(
+        "support",
+        ScriptedChatModel([AiMessage("answer")], cycle=True),
+        context_compressor=paused_compressor,
+        compression_trigger=lambda _: True,
+        compression_keep_recent_turns=0,
+    )
+    plain = Agent("b", ScriptedChatModel([AiMessage("fresh")], cycle=True))
+    paused = runner_for(store, lease_seconds=5.0)
+    paused.run(plain, conversation, "first question", turn_id="t0")
+    outcome: list[object] = []
+
+    def run_paused() -> None:
+        try:
+            outcome.append(paused.run(agent, conversation, "second", turn_id="paused"))
+        except AgentCtxError as error:
+            outcome.append(error)
+
+    thread = threading.Thread(target=run_paused)
+    thread.start()
+    try:
+        assert entered.wait(30)
+        ahead = runner_for(store, lease_seconds=5.0, clock=lambda: time.time() + 60.0)
+        try:
+            taken = ahead.run(plain, conversation, "third", turn_id="taker")
+            assert taken.status is TurnStatus.COMPLETED
+        finally:
+            ahead.close()
+    finally:
+        release.set()
+        thread.join(30)
+        paused.close()
+    assert len(outcome) == 1 and isinstance(outcome[0], LeaseLostError), outcome
+    assert store.compression_state_store().load(conversation) is None
+
+
+def test_a_fenced_compression_state_save_needs_the_lease(store: Any) -> None:
+    from agentctx_fast.compression.coordinator import CompressionState
+
+    turns, states = store.turn_store(), store.compression_state_store()
+    cid = new_conversation_id()
+    assert turns.acquire_conversation(cid, "t1", "owner-a", 1.0, now=100.0) is None
+    held = states.fenced(Fence("t1", "owner-a"))
+    first = CompressionState(cid, compression_version=1, covered_until_message_id="m1")
+    assert held.save(first, 0)
+    assert not held.save(first, 0)  # still a compare-and-set
+    assert turns.acquire_conversation(cid, "t2", "owner-b", 1.0, now=102.0) == "t1"
+    late = replace(first, compression_version=2, covered_until_message_id="m2")
+    with pytest.raises(LeaseLostError):
+        held.save(late, 1)
+    assert states.load(cid) == replace(first, version=1)
+    taken = states.fenced(Fence("t2", "owner-b"))
+    assert taken.save(late, 1)
+    assert states.load(cid) == replace(late, version=2)

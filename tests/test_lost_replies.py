@@ -192,7 +192,7 @@ def test_a_compression_state_save_re_sent_after_a_lost_redis_reply_finds_its_own
     store, proxy = retrying_redis
     _compress(store, f"warm-{uuid.uuid4().hex}")  # the script is loaded on the server
     conversation = f"conv-{uuid.uuid4().hex}"
-    proxy.drop_reply(_sha(_SAVE_STATE))
+    proxy.drop_reply(_sha(_SAVE_STATE[0]))
     result = _compress(store, conversation)
     assert proxy.fired == 1
     assert result.compressed
@@ -200,4 +200,3 @@ def test_a_compression_state_save_re_sent_after_a_lost_redis_reply_finds_its_own
     assert stored is not None
     assert (stored.version, stored.covered_until_message_id) == (1, "a1")
     assert stored.summary == result.state.summary
-

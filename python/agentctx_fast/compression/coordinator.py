@@ -13,7 +13,7 @@ import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 from agentctx_fast import _blocking as _sync
 from agentctx_fast._blocking import run_sync
@@ -30,6 +30,12 @@ from agentctx_fast.errors import (
     InvalidMessageTypeError,
 )
 from agentctx_fast.memory import check_messages
+
+if TYPE_CHECKING:
+    from agentctx_fast.stores.turn_types import Fence
+
+
+_StoreT = TypeVar("_StoreT")
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +110,10 @@ class BlockingCompressionStateStore(
     load = _sync.blocking(AsyncCompressionStateStore.load)
     save = _sync.blocking(AsyncCompressionStateStore.save)
 
+    def fenced(self, fence: Fence) -> CompressionStateStore:
+        """The implementation's fenced view (see `fenced_state_store`), blocking."""
+        return type(self)(fenced_state_store(self._inner, fence))
+
 
 class AwaitableCompressionStateStore(
     _sync.AwaitableAdapter[CompressionStateStore],
@@ -114,6 +124,19 @@ class AwaitableCompressionStateStore(
 
     load = _sync.awaitable(CompressionStateStore.load)
     save = _sync.awaitable(CompressionStateStore.save)
+
+    def fenced(self, fence: Fence) -> AsyncCompressionStateStore:
+        """The wrapped store's fenced view (see `fenced_state_store`)."""
+        return AwaitableCompressionStateStore(fenced_state_store(self._inner, fence))
+
+
+def fenced_state_store(store: _StoreT, fence: Fence) -> _StoreT:
+    """``store`` with its saves accepted only while ``fence`` holds the conversation's lease,
+    checked in the save's own script or transaction (`LeaseLostError` otherwise, SPEC §20):
+    the runner saves a turn's compression state through it. The stores' state stores have a
+    ``fenced(fence)``; a store without one cannot check it on its server and is used as is."""
+    fenced = getattr(store, "fenced", None)
+    return store if fenced is None else fenced(fence)
 
 
 def awaitable_state_store(

@@ -15,6 +15,7 @@ from agentctx_fast.compression.compressors import IncrementalCompressor
 from agentctx_fast.compression.coordinator import (
     CompressionCoordinator,
     CompressionState,
+    fenced_state_store,
 )
 from agentctx_fast.core.calibration import CalibratedTokenEstimator
 from agentctx_fast.core.messages import AiMessage, Message
@@ -239,9 +240,11 @@ async def _coordinated_messages(
     async def call(chosen: Compressor, inputs: list[Message]) -> list[Message]:
         return await run.io.offload(run_compressor, chosen, inputs)
 
+    # The state is written for this turn: fenced like its messages (SPEC §20).
+    states = eng.states if run.fence is None else fenced_state_store(eng.states, run.fence)
     try:
         result = await coordinator.compress_with(
-            eng.states, conversation_id, compressible, call=call, loaded=state
+            states, conversation_id, compressible, call=call, loaded=state
         )
     except CompressionStateConflictError:
         # Another process saved first: reload once and use the winner's summary.

@@ -164,13 +164,34 @@ return out
 # keeps the token of the save that made its version: a client library re-sending the script
 # after a lost reply finds its own token and reports it applied, while another save (a new
 # token) from the same version is a conflict.
-_SAVE_STATE = """
+_SAVE_STATE = write_script(
+    """
 local version = redis.call('HGET', KEYS[1], 'version') or '0'
 if version == ARGV[3] and redis.call('HGET', KEYS[1], 'call') == ARGV[4] then return 1 end
 if version ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'version', ARGV[3], 'data', ARGV[2], 'call', ARGV[4])
 return 1
 """
+)
+
+
+async def _write(
+    store: _RedisStoreBase,
+    fence: Fence | None,
+    conversation_id: str,
+    action: str,
+    script: tuple[str, str],
+    keys: list[str],
+    args: list[Any],
+) -> Any:
+    """Run a write script (`write_script`) on ``conversation_id``'s keys, fenced when
+    ``fence`` is given: the lease key after the script's keys, the fence after its arguments."""
+    if fence is None:
+        return await store._script(action, script[0], keys, args, conversation_id)
+    lease = store._key("lease", conversation_id)
+    return await store._script(
+        action, script[1], [*keys, lease], [*args, fence.turn_id, fence.owner], conversation_id
+    )
 
 
 class AsyncRedisChatMemory(AsyncChatMemory):
@@ -197,17 +218,8 @@ class AsyncRedisChatMemory(AsyncChatMemory):
         self, action: str, script: tuple[str, str], keys: list[str], args: list[Any]
     ) -> Any:
         """Run a write script (`write_script`), fenced when this memory is."""
-        fence, store = self._fence, self._store
-        if fence is None:
-            return await store._script(action, script[0], keys, args, self.conversation_id)
-        lease = store._key("lease", self.conversation_id)
-        return await store._script(
-            action,
-            script[1],
-            [*keys, lease],
-            [*args, fence.turn_id, fence.owner],
-            self.conversation_id,
-        )
+        return await _write(self._store, self._fence, self.conversation_id, action, script,
+                            keys, args)  # fmt: skip
 
     async def add_message_if_absent(self, message: Message) -> bool:
         check_message(message)
@@ -370,8 +382,14 @@ class RedisChatMemory(BlockingChatMemory):
 class AsyncRedisCompressionStateStore:
     """Compression states in Redis hashes, saved by a compare-and-set script."""
 
-    def __init__(self, store: _RedisStoreBase) -> None:
+    def __init__(self, store: _RedisStoreBase, fence: Fence | None = None) -> None:
         self._store = store
+        self._fence = fence
+
+    def fenced(self, fence: Fence) -> AsyncRedisCompressionStateStore:
+        """These states with saves accepted only while ``fence`` holds the lease, checked in
+        the save's own script."""
+        return AsyncRedisCompressionStateStore(self._store, fence)
 
     async def load(self, conversation_id: str) -> CompressionState | None:
         check_conversation_id(conversation_id)
@@ -394,12 +412,14 @@ class AsyncRedisCompressionStateStore:
     async def save(self, state: CompressionState, expected_version: int) -> bool:
         check_expected_version(state, expected_version)
         data = dump(self._store.serializer, replace(state, version=expected_version + 1))
-        applied = await self._store._script(
+        applied = await _write(
+            self._store,
+            self._fence,
+            state.conversation_id,
             "saving a compression state",
             _SAVE_STATE,
             [self._store._key("compression", state.conversation_id)],
             [expected_version, data, expected_version + 1, uuid.uuid4().hex],
-            state.conversation_id,
         )
         return bool(applied == 1)
 

@@ -37,7 +37,13 @@ from agentctx_fast.stores._records import UndecodableRecord
 from agentctx_fast.stores._sql_io import SqlPort, sa
 from agentctx_fast.stores._sql_records import named_message
 from agentctx_fast.stores.serializer import dump, load_state
-from agentctx_fast.stores.sql_turns import check_fence, fence_holds, hold_lease, lease_held
+from agentctx_fast.stores.sql_turns import (
+    check_fence,
+    fence_holds,
+    fenced_insert,
+    hold_lease,
+    lease_held,
+)
 from agentctx_fast.stores.turn_store import Fence
 
 if TYPE_CHECKING:
@@ -291,9 +297,15 @@ class SqlChatMemory(BlockingChatMemory):
 class AsyncSqlCompressionStateStore:
     """Compression states in the store's ``compression_states`` table, saved by CAS."""
 
-    def __init__(self, store: _SqlStoreBase) -> None:
+    def __init__(self, store: _SqlStoreBase, fence: Fence | None = None) -> None:
         self._store = store
         self._table = store._tables.compression_states
+        self._fence = fence
+
+    def fenced(self, fence: Fence) -> AsyncSqlCompressionStateStore:
+        """These states with saves accepted only while ``fence`` holds the lease, checked in
+        the save's own statement."""
+        return AsyncSqlCompressionStateStore(self._store, fence)
 
     async def load(self, conversation_id: str) -> CompressionState | None:
         check_conversation_id(conversation_id)
@@ -311,23 +323,36 @@ class AsyncSqlCompressionStateStore:
         check_expected_version(state, expected_version)
         stored = replace(state, version=expected_version + 1)
         data = dump(self._store.serializer, stored)
-        table = self._table
+        table, store, fence = self._table, self._store, self._fence
+        cid = state.conversation_id
         statement: Any
         if expected_version == 0:
-            values = {"conversation_id": state.conversation_id, "version": 1, "data": data}
-            statement = self._store._insert_if_absent(table, values, ["conversation_id"])
+            values = {"conversation_id": cid, "version": 1, "data": data}
+            if fence is None:
+                statement = store._insert_if_absent(table, values, ["conversation_id"])
+            else:
+                statement = fenced_insert(store, table, [values], ["conversation_id"], cid, fence)
         else:
             statement = (
                 sa.update(table)
-                .where(
-                    table.c.conversation_id == state.conversation_id,
-                    table.c.version == expected_version,
-                )
+                .where(table.c.conversation_id == cid, table.c.version == expected_version)
                 .values(version=expected_version + 1, data=data)
             )
+            if fence is not None:
+                statement = statement.where(fence_holds(store, cid, fence))
         statement = statement.returning(table.c.version)
-        rows = await self._store._port.rows("saving a compression state", statement, write=True)
-        return bool(rows)
+        action = "saving a compression state"
+        port = store._port
+
+        async def save() -> bool:
+            if await port.rows(action, statement, write=True):
+                return True
+            # Only to say why the save did not apply; the decision was the statement's.
+            if fence is not None:
+                await check_fence(store, action, cid, fence)
+            return False
+
+        return await port.together(action, save)
 
 
 class SqlCompressionStateStore(BlockingCompressionStateStore):

@@ -11,7 +11,9 @@ from dataclasses import replace
 from agentctx_fast._ids import check_conversation_id
 from agentctx_fast.compression.coordinator import (
     AwaitableCompressionStateStore,
+    CompressionState,
     InMemoryCompressionStateStore,
+    check_expected_version,
 )
 from agentctx_fast.core.messages import Message
 from agentctx_fast.core.turns import TurnStatus
@@ -116,14 +118,44 @@ class _FencedChatMemory(ChatMemory):
         return _FencedChatMemory(self._memory, fence)
 
 
+class StoreCompressionStates(InMemoryCompressionStateStore):
+    """The compression states of an in-memory store: its saves can be fenced with the store's
+    leases."""
+
+    def __init__(self, turns: InMemoryAgentTurnStore) -> None:
+        super().__init__()
+        self._turns = turns
+
+    def fenced(self, fence: Fence) -> _FencedCompressionStates:
+        """These states with saves accepted only while ``fence`` holds the lease."""
+        return _FencedCompressionStates(self, fence)
+
+
+class _FencedCompressionStates:
+    """A `StoreCompressionStates` whose saves hold the turn store's lock and check the lease
+    first (the lock order is always turn store, then states)."""
+
+    def __init__(self, states: StoreCompressionStates, fence: Fence) -> None:
+        self._states = states
+        self._fence = fence
+
+    def load(self, conversation_id: str) -> CompressionState | None:
+        return self._states.load(conversation_id)
+
+    def save(self, state: CompressionState, expected_version: int) -> bool:
+        check_expected_version(state, expected_version)
+        with self._states._turns.fenced(state.conversation_id, self._fence):
+            return self._states.save(state, expected_version)
+
+
 class _InMemoryData:
     """What both in-memory stores hold: the memories, compression states, turns and leases."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._memories: dict[str, StoreChatMemory] = {}
-        self._states = InMemoryCompressionStateStore()
         self._turns = InMemoryAgentTurnStore()
+        self._states = StoreCompressionStates(self._turns)
 
     def _memory(self, conversation_id: str) -> StoreChatMemory:
         """The memory of ``conversation_id`` (the same object on every call)."""
