@@ -267,6 +267,58 @@ def test_trigger_input_after_a_compression(
     assert seen.seconds_since_last_compression == 90.5
 
 
+def test_a_naive_saved_time_is_taken_as_utc(state_store: CompressionStateStore) -> None:
+    """A state saved with a naive ``updated_at`` (a clock without a time zone, or a state saved
+    directly) is read by a coordinator on an aware clock, and the other way round."""
+    conversation_id, prefix = new_conversation_id(), new_prefix()
+    naive = Clock(T0.replace(tzinfo=None))
+    history = turns(prefix, 0, 2)
+    first = coordinator(state_store, Trigger(True), SummaryCompressor(prefix), clock=naive)
+    first.compress(conversation_id, history)
+    trigger = Trigger(False)
+    aware = Clock(T0 + timedelta(seconds=30))
+    grown = [*history, *turns(prefix, 2, 3)]
+    coordinator(state_store, trigger, SummaryCompressor(prefix), clock=aware).compress(
+        conversation_id, grown
+    )
+    assert trigger.inputs[-1].seconds_since_last_compression == 30.0
+    trigger.decision = True
+    result = coordinator(state_store, trigger, SummaryCompressor(prefix), clock=aware).compress(
+        conversation_id, grown
+    )
+    assert result.compressed and result.state is not None and result.state.version == 2
+    naive.advance(45)
+    trigger.decision = False
+    coordinator(state_store, trigger, SummaryCompressor(prefix), clock=naive).compress(
+        conversation_id, [*grown, *turns(prefix, 3, 4)]
+    )
+    assert trigger.inputs[-1].seconds_since_last_compression == 15.0
+    other = new_conversation_id()
+    saved = CompressionState(
+        other, covered_until_message_id=history[-1].message_id, updated_at=naive.now
+    )
+    assert state_store.save(saved, 0)
+    later = Clock(T0 + timedelta(seconds=100))
+    coordinator(state_store, trigger, SummaryCompressor(prefix), clock=later).compress(other, grown)
+    assert trigger.inputs[-1].seconds_since_last_compression == 55.0
+
+
+@pytest.mark.parametrize("now", ["2026-03-01", 1.0, None], ids=repr)
+def test_a_clock_that_returns_no_datetime_is_an_invalid_argument(
+    state_store: CompressionStateStore, now: object
+) -> None:
+    conversation_id, prefix = new_conversation_id(), new_prefix()
+    history = turns(prefix, 0, 2)
+    compress_once(state_store, conversation_id, history)
+    saved = state_store.load(conversation_id)
+    compressor = SummaryCompressor(prefix)
+    broken = coordinator(state_store, Trigger(True), compressor, clock=lambda: now)
+    with pytest.raises(InvalidArgumentError, match="clock"):
+        broken.compress(conversation_id, [*history, *turns(prefix, 2, 3)])
+    assert compressor.inputs == []
+    assert state_store.load(conversation_id) == saved
+
+
 def test_a_callable_or_a_token_estimator_is_accepted() -> None:
     prefix = new_prefix()
     history = turns(prefix, 0, 3)

@@ -328,7 +328,7 @@ class CompressionCoordinator:
             summary=tuple(summary),
             covered_tokens=state.covered_tokens + self._estimate(pending),
             covered_turns=state.covered_turns + _count_turns(pending),
-            updated_at=self._clock(),
+            updated_at=self._now(),
         )
         if not await states.save(candidate, state.version):
             raise CompressionStateConflictError(
@@ -337,13 +337,19 @@ class CompressionCoordinator:
             )
         return CompressionResult(list(summary), candidate, True)
 
+    def _now(self) -> datetime:
+        now = self._clock()
+        if not isinstance(now, datetime):
+            raise InvalidArgumentError(f"clock must return a datetime, got {type(now).__name__}")
+        return _aware(now)
+
     def _triggered(
         self, conversation_id: str, state: CompressionState, pending: list[Message]
     ) -> bool:
         since = (
             None
             if state.updated_at is None
-            else max((self._clock() - state.updated_at).total_seconds(), 0.0)
+            else max((self._now() - _aware(state.updated_at)).total_seconds(), 0.0)
         )
         trigger_input = CompressionTriggerInput(
             conversation_id=conversation_id,
@@ -362,6 +368,12 @@ class CompressionCoordinator:
                 f"compression trigger must return a bool, got {type(decision).__name__}"
             )
         return decision
+
+
+def _aware(moment: datetime) -> datetime:
+    """``moment`` with a time zone: a naive one (a clock without one, or a state saved with
+    one) is taken as UTC, so any two times subtract."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 async def _in_thread(compressor: Compressor, inputs: list[Message]) -> list[Message]:
