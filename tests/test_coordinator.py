@@ -786,6 +786,46 @@ def test_coordinator_with_a_fresh_incremental_per_call_sends_only_summary_and_ne
     assert second.state.covered_tokens == 7 * 10_010
 
 
+def test_two_instances_each_with_a_long_lived_incremental_take_turns(
+    state_store: CompressionStateStore,
+) -> None:
+    """Two service instances, each with its own coordinator and long-lived incremental
+    compressor, compress one conversation in turn: each continues the stored summary (the
+    other's), sending only the stored summary and the new messages, never its own stale one."""
+    conversation_id, prefix = new_conversation_id(), new_prefix()
+    model = ScriptedSummaryModel(["summary by a", "summary by b", "summary by a again"])
+    first = coordinator(state_store, Trigger(True), compressors.incremental(model))
+    second = coordinator(state_store, Trigger(True), compressors.incremental(model))
+    history = turns(prefix, 0, 6)
+    first.compress(conversation_id, history[:4])
+    second.compress(conversation_id, history[:8])
+    result = first.compress(conversation_id, history)
+    assert len(model.calls) == 3
+    request = model.request_text(2)
+    assert "summary by b" in request and "summary by a" not in request
+    _assert_only_new_text(request, prefix, 4, 6)
+    assert result.state is not None and result.state.version == 3
+    assert "summary by a again" in result.model_messages[0].text
+
+
+def test_one_coordinator_with_a_long_lived_incremental_serves_two_conversations(
+    state_store: CompressionStateStore,
+) -> None:
+    """A coordinator (one per service, as its state store) with one incremental compressor
+    keeps each conversation's summary apart: each continues its own stored summary."""
+    first, second, prefix = new_conversation_id(), new_conversation_id(), new_prefix()
+    model = ScriptedSummaryModel(["first of one", "first of two", "second of one"])
+    subject = coordinator(state_store, Trigger(True), compressors.incremental(model))
+    one, two = turns(prefix + "1-", 0, 4), turns(prefix + "2-", 0, 2)
+    subject.compress(first, one[:4])
+    subject.compress(second, two)
+    result = subject.compress(first, one)
+    request = model.request_text(2)
+    assert "first of one" in request and "first of two" not in request
+    _assert_only_new_text(request, prefix + "1-", 2, 4)
+    assert "second of one" in result.model_messages[0].text
+
+
 def test_windowed_incremental_sends_only_summary_and_new_messages() -> None:
     prefix = new_prefix()
     model = ScriptedSummaryModel(["first running summary", "second running summary"])

@@ -19,6 +19,7 @@ from agentctx_fast import _blocking as _sync
 from agentctx_fast._blocking import run_sync
 from agentctx_fast._ids import check_conversation_id, check_identifier, check_version
 from agentctx_fast._ids import check_expected_version as check_expected_version_number
+from agentctx_fast.compression.compressors import IncrementalCompressor
 from agentctx_fast.core.messages import Message, ToolMessage
 from agentctx_fast.core.tokens import DEFAULT_ESTIMATOR, TokenEstimator
 from agentctx_fast.core.turns import segment_turns
@@ -317,7 +318,7 @@ class CompressionCoordinator:
             or not self._triggered(conversation_id, state, pending)
         ):
             return CompressionResult([*state.summary, *pending], state, False)
-        chosen = self._compressor if compressor is None else compressor
+        chosen = resumed(self._compressor if compressor is None else compressor, state)
         inputs = [*state.summary, *pending]
         summary = run_compressor(chosen, inputs) if call is None else await call(chosen, inputs)
         candidate = replace(
@@ -374,6 +375,19 @@ def _aware(moment: datetime) -> datetime:
     """``moment`` with a time zone: a naive one (a clock without one, or a state saved with
     one) is taken as UTC, so any two times subtract."""
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def resumed(compressor: Compressor, state: CompressionState | None) -> Compressor:
+    """``compressor`` to run on ``state``'s summary + pending messages: an
+    `IncrementalCompressor` continues the saved summary, never its own in-process one (another
+    instance, or another conversation, may have moved the state on since): a fork restored from
+    ``state``. Any other compressor as it is."""
+    if not isinstance(compressor, IncrementalCompressor):
+        return compressor
+    own = compressor.fork()
+    if state is not None and state.summary:
+        own.restore(state.summary, state.covered_until_message_id)
+    return own
 
 
 async def _in_thread(compressor: Compressor, inputs: list[Message]) -> list[Message]:

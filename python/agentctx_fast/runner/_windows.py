@@ -14,8 +14,8 @@ from agentctx_fast._ids import check_identifier
 from agentctx_fast.compression.compressors import IncrementalCompressor
 from agentctx_fast.compression.coordinator import (
     CompressionCoordinator,
-    CompressionState,
     fenced_state_store,
+    resumed,
 )
 from agentctx_fast.core.calibration import CalibratedTokenEstimator
 from agentctx_fast.core.messages import AiMessage, Message
@@ -229,7 +229,7 @@ async def _coordinated_messages(
     compressible = [message for message in older if message.model_visible]
     # An incremental compressor continues the persisted summary (saved by any process),
     # never its in-process state of another conversation.
-    compressor = _compressor_for(eng, run, lambda inner, _run: _resumed(inner, state))
+    compressor = _compressor_for(eng, run, lambda inner, _run: resumed(inner, state))
     coordinator = CompressionCoordinator(
         eng.states,
         agent.compression_trigger,
@@ -264,15 +264,6 @@ def _build(
     if compressor is not options.context_compressor:  # per conversation, counted, or none
         options = replace(options, context_compressor=compressor)
     return build_window(timeline, options, system=agent.instructions, turn_statuses=statuses)
-
-
-def _resumed(
-    compressor: IncrementalCompressor, state: CompressionState | None
-) -> IncrementalCompressor:
-    own = compressor.fork()
-    if state is not None and state.summary:
-        own.restore(state.summary, state.covered_until_message_id)
-    return own
 
 
 def _count(value: object) -> int | None:
