@@ -318,7 +318,9 @@ class CompressionCoordinator:
             or not self._triggered(conversation_id, state, pending)
         ):
             return CompressionResult([*state.summary, *pending], state, False)
-        chosen = resumed(self._compressor if compressor is None else compressor, state)
+        chosen = self._compressor if compressor is None else compressor
+        if isinstance(chosen, IncrementalCompressor):
+            chosen = resumed(chosen, state)
         inputs = [*state.summary, *pending]
         summary = run_compressor(chosen, inputs) if call is None else await call(chosen, inputs)
         candidate = replace(
@@ -377,13 +379,12 @@ def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-def resumed(compressor: Compressor, state: CompressionState | None) -> Compressor:
-    """``compressor`` to run on ``state``'s summary + pending messages: an
-    `IncrementalCompressor` continues the saved summary, never its own in-process one (another
-    instance, or another conversation, may have moved the state on since): a fork restored from
-    ``state``. Any other compressor as it is."""
-    if not isinstance(compressor, IncrementalCompressor):
-        return compressor
+def resumed(
+    compressor: IncrementalCompressor, state: CompressionState | None
+) -> IncrementalCompressor:
+    """``compressor`` to run on ``state``'s summary + pending messages: it continues the saved
+    summary, never its own in-process one (another instance, or another conversation, may have
+    moved the state on since): a fork restored from ``state``."""
     own = compressor.fork()
     if state is not None and state.summary:
         own.restore(state.summary, state.covered_until_message_id)
