@@ -30,8 +30,10 @@ def store_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def test_a_cancel_from_another_runner_during_a_step_that_suspends_cancels(store: Any) -> None:
-    conversation = new_conversation_id()
+def _refund_after_a_held_lookup() -> tuple[Agent, Recorder, threading.Event, threading.Event]:
+    """An agent whose one reply calls ``refund`` (needs approval: the step suspends) and
+    ``lookup``, which sets ``entered`` and runs until ``release`` is set; the refund's
+    recorder."""
     entered, release = threading.Event(), threading.Event()
 
     def lookup() -> str:
@@ -46,6 +48,12 @@ def test_a_cancel_from_another_runner_during_a_step_that_suspends_cancels(store:
         ScriptedChatModel([reply]),
         tools=[Tool("refund", refund, requires_approval=True), Tool("lookup", lookup)],
     )
+    return agent, refund, entered, release
+
+
+def test_a_cancel_from_another_runner_during_a_step_that_suspends_cancels(store: Any) -> None:
+    conversation = new_conversation_id()
+    agent, refund, entered, release = _refund_after_a_held_lookup()
     running, other = runner_for(store), runner_for(store)  # two service instances
     out: list[Any] = []
 
@@ -104,20 +112,7 @@ class _HookedStore:
 @pytest.mark.parametrize("store_kind", STORE_KINDS)
 def test_a_cancel_that_finds_the_turn_suspended_when_it_flags_it_cancels_it(store: Any) -> None:
     conversation = new_conversation_id()
-    entered, release = threading.Event(), threading.Event()
-
-    def lookup() -> str:
-        entered.set()
-        assert release.wait(20), "the test never released the tool"
-        return "paid"
-
-    refund = Recorder("refunded")
-    reply = AiMessage(tool_calls=(ToolCall("c1", "refund", "{}"), ToolCall("c2", "lookup", "{}")))
-    agent = Agent(
-        "a",
-        ScriptedChatModel([reply]),
-        tools=[Tool("refund", refund, requires_approval=True), Tool("lookup", lookup)],
-    )
+    agent, refund, entered, release = _refund_after_a_held_lookup()
     out: list[Any] = []
 
     def target() -> None:
