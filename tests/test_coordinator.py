@@ -319,6 +319,22 @@ def test_a_clock_that_returns_no_datetime_is_an_invalid_argument(
     assert state_store.load(conversation_id) == saved
 
 
+@pytest.mark.parametrize("now", ["2026-03-01", None], ids=repr)
+def test_a_clock_that_returns_no_datetime_is_refused_before_the_first_compression(
+    now: object,
+) -> None:
+    """No state saved yet (no ``updated_at`` to subtract from): the clock is still checked
+    before the compressor runs (a summary model call is not paid for, then thrown away)."""
+    conversation_id, prefix = new_conversation_id(), new_prefix()
+    states = InMemoryCompressionStateStore()
+    compressor = SummaryCompressor(prefix)
+    broken = coordinator(states, Trigger(True), compressor, clock=lambda: now)
+    with pytest.raises(InvalidArgumentError, match="clock"):
+        broken.compress(conversation_id, turns(prefix, 0, 2))
+    assert compressor.inputs == []
+    assert states.load(conversation_id) is None
+
+
 def test_a_callable_or_a_token_estimator_is_accepted() -> None:
     prefix = new_prefix()
     history = turns(prefix, 0, 3)

@@ -349,10 +349,11 @@ class CompressionCoordinator:
     def _triggered(
         self, conversation_id: str, state: CompressionState, pending: list[Message]
     ) -> bool:
+        now = self._now()  # checked even with no saved time: before any compressor call
         since = (
             None
             if state.updated_at is None
-            else max((self._now() - _aware(state.updated_at)).total_seconds(), 0.0)
+            else max((now - _aware(state.updated_at)).total_seconds(), 0.0)
         )
         trigger_input = CompressionTriggerInput(
             conversation_id=conversation_id,
