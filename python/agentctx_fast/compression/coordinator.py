@@ -229,6 +229,12 @@ class CompressionCoordinator:
     ``token_estimator`` is a `TokenEstimator` or a callable ``messages -> int``; the default
     is the heuristic estimator.
 
+    An `IncrementalCompressor` given here is never run itself: each compression runs its
+    ``fork()`` restored from the stored state (another process, or another conversation, may
+    have moved the summary on), so the instance keeps no summary and counts no model calls
+    (read ``result.state.summary``); a subclass that changes how it summarises overrides
+    ``fork`` to return its own kind.
+
     >>> from agentctx_fast import AiMessage, UserMessage
     >>> from agentctx_fast.compression import compressors
     >>> store = InMemoryCompressionStateStore()
