@@ -192,3 +192,58 @@ def test_a_resumed_interrupted_step_answers_a_call_whose_id_an_earlier_step_used
     assert isinstance(window[-1], ToolMessage) and window[-1].tool_call_id == "call_0"
     assert window[-1].text == "interrupted: the tool may have run; its outcome is unknown"
     assert validate_tool_protocol(store.chat_memory(conversation).get_messages()) == []
+
+
+def test_a_stranded_resume_taken_again_does_not_run_its_approved_call_twice() -> None:
+    """A resume ran the approved call, stored its result and the model's next reply, then
+    stopped (its process paused in the next step's tool) with the turn's record still the
+    suspended one. The same resume sent again, once that lease expired, takes the suspension
+    back (SPEC §20): the approved call's result, stored before the later reply, answers it."""
+    from agentctx_fast import AgentRunner, InMemoryAgentStore
+
+    store = InMemoryAgentStore()
+    conversation = new_conversation_id()
+    lookup = Recorder("order A: paid")
+    entered, release = threading.Event(), threading.Event()
+
+    def hang(order_id: str) -> str:
+        entered.set()
+        assert release.wait(30)
+        return "late"
+
+    def agent(*replies: AiMessage) -> Agent:
+        tools = [
+            Tool("lookup", lookup, requires_approval=True, idempotent=True),
+            Tool("track", hang, idempotent=True),
+        ]
+        return Agent("support", ScriptedChatModel(list(replies)), tools=tools)
+
+    first = AgentRunner(store, lease_seconds=5.0)
+    suspended = first.run(agent(_step("call_0", "lookup", "A")), conversation, "look up A")
+    assert suspended.status is TurnStatus.SUSPENDED
+    outcome: list[object] = []
+
+    def paused_resume() -> None:
+        try:
+            outcome.append(first.resume(agent(_step("call_1", "track", "A")), conversation,
+                                        suspended.turn_id, {"call_0": True}))  # fmt: skip
+        except Exception as error:  # the lease is lost once the retry took the turn
+            outcome.append(error)
+
+    thread = threading.Thread(target=paused_resume)
+    thread.start()
+    try:
+        assert entered.wait(30)
+        assert lookup.calls == [{"order_id": "A"}]
+        retry = AgentRunner(store, lease_seconds=5.0, clock=lambda: time.time() + 60.0)
+        try:
+            turn = retry.resume(agent(AiMessage("done")), conversation, suspended.turn_id,
+                                {"call_0": True})  # fmt: skip
+        finally:
+            retry.close()
+    finally:
+        release.set()
+        thread.join(30)
+        first.close()
+    assert turn.status is TurnStatus.COMPLETED
+    assert lookup.calls == [{"order_id": "A"}]  # approved once, run once

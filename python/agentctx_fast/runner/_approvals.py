@@ -8,7 +8,7 @@ from agentctx_fast.core.messages import ToolMessage
 from agentctx_fast.errors import InvalidArgumentError, TurnStateError
 from agentctx_fast.runner._persist import record_started
 from agentctx_fast.runner._state import REFUSED_TEXT, Engine, TurnRun
-from agentctx_fast.runner._tools import current_step, invoke
+from agentctx_fast.runner._tools import invoke, step_of
 from agentctx_fast.runner._writes import result_message, store_result, update_form
 from agentctx_fast.runner.tools import Tool, ToolOutcome
 from agentctx_fast.stores.turn_store import AgentTurnSnapshot, PendingApproval
@@ -20,7 +20,8 @@ async def decide(
     """Record each decision on its form (compare-and-set) and answer the decided calls."""
     waiting: list[PendingApproval] = []
     decided: list[tuple[PendingApproval, bool, Tool | None]] = []
-    step = current_step(run.messages)  # the suspended step's: ids may repeat across steps
+    # the suspended step's results (ids may repeat across steps), wherever later steps are
+    step = step_of(run.messages, pending[0].form_message_id) if pending else ()
     answered = {msg.tool_call_id for msg in step if isinstance(msg, ToolMessage)}
     for approval in pending:
         if approval.tool_call_id not in decisions:

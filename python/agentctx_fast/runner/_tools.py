@@ -171,6 +171,21 @@ def current_step(messages: Sequence[Message]) -> Sequence[Message]:
     return messages[last + 1 :]
 
 
+def step_of(messages: Sequence[Message], message_id: str) -> Sequence[Message]:
+    """The messages between the replies around ``message_id`` (an approval form): the step
+    it belongs to, even when later steps were stored after it (a resume that stopped after
+    the model's next reply, its record still the suspended one); the last step when the
+    message is not there."""
+    at = next((i for i, m in enumerate(messages) if m.message_id == message_id), None)
+    if at is None:
+        return current_step(messages)
+    start = next((i for i in range(at, -1, -1) if isinstance(messages[i], AiMessage)), -1)
+    end = next(
+        (i for i in range(at, len(messages)) if isinstance(messages[i], AiMessage)), len(messages)
+    )
+    return messages[start + 1 : end]
+
+
 def _forms(messages: Sequence[Message]) -> dict[str, AgentFormMessage]:
     """The approval forms of a turn by the tool call they ask about."""
     forms: dict[str, AgentFormMessage] = {}
