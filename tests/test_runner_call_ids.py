@@ -194,11 +194,11 @@ def test_a_resumed_interrupted_step_answers_a_call_whose_id_an_earlier_step_used
     assert validate_tool_protocol(store.chat_memory(conversation).get_messages()) == []
 
 
-def test_a_stranded_resume_taken_again_does_not_run_its_approved_call_twice() -> None:
+def _stranded_resume_taken_again() -> tuple[Any, str, Any, Recorder]:
     """A resume ran the approved call, stored its result and the model's next reply, then
     stopped (its process paused in the next step's tool) with the turn's record still the
-    suspended one. The same resume sent again, once that lease expired, takes the suspension
-    back (SPEC §20): the approved call's result, stored before the later reply, answers it."""
+    suspended one; the same resume sent again once that lease expired takes the suspension
+    back (SPEC §20) and completes. The store, conversation, retried turn and approved tool."""
     from agentctx_fast import AgentRunner, InMemoryAgentStore
 
     store = InMemoryAgentStore()
@@ -246,4 +246,23 @@ def test_a_stranded_resume_taken_again_does_not_run_its_approved_call_twice() ->
         thread.join(30)
         first.close()
     assert turn.status is TurnStatus.COMPLETED
+    return store, conversation, turn, lookup
+
+
+def test_a_stranded_resume_taken_again_does_not_run_its_approved_call_twice() -> None:
+    """The approved call's result, stored before the later reply, answers it."""
+    _, _, _, lookup = _stranded_resume_taken_again()
     assert lookup.calls == [{"order_id": "A"}]  # approved once, run once
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a stranded suspension taken again drops the later step: its call stays "
+    "unanswered and the final reply reuses that step's message id (not stored)",
+)
+def test_a_stranded_resume_taken_again_stores_a_whole_turn() -> None:
+    store, conversation, turn, _ = _stranded_resume_taken_again()
+    stored = store.chat_memory(conversation).get_messages()
+    assert validate_tool_protocol(stored) == []
+    assert stored[-1].text == "done"
+    check_memory(store.chat_memory(conversation), [turn])
