@@ -39,22 +39,24 @@ async def drive(
     *,
     interrupted: bool = False,
 ) -> AgentTurn:
-    """Drive ``run`` to its end: first an interrupted step finished, or a resume's
-    ``decisions`` recorded, then the loop. Whatever stops it, the turn is closed (or left to
-    expire, when closing fails) and its lease freed or dropped."""
+    """Drive ``run`` to its end: first a resume's ``decisions`` recorded, then an
+    interrupted step finished (the last stored one: a resume that stopped after the
+    model's next reply leaves one past the suspended step), then the loop. Whatever stops
+    it, the turn is closed (or left to expire, when closing fails) and its lease freed or
+    dropped."""
     if run.io.span is not None and eng.tracing is not None:
         eng.tracing.turn_started(run.io.span, len(run.history))
     try:
         try:
-            if interrupted:
-                ended = await _continue_interrupted(eng, run)
-                if ended is not None:
-                    return ended
             if decisions is not None:
                 waiting = await decide(eng, run, pending, decisions)
                 check_cancel(run)
                 if waiting:
                     return await suspend(eng, run, waiting)
+            if interrupted:
+                ended = await _continue_interrupted(eng, run)
+                if ended is not None:
+                    return ended
             return await _loop(eng, run)
         except (LeaseLost, LeaseLostError):
             raise lost(eng, run) from None

@@ -82,7 +82,11 @@ async def _resume_stored(
             f"turn {turn_id!r} is no longer suspended: resumed or cancelled elsewhere"
         )
     run = await _reopened(eng, io, agent, memory, snapshot, owner)
-    return await drive(eng, run, snapshot.pending_approvals, decisions)
+    # A reply stored past the record's steps: a resume of this suspension stopped after the
+    # model's next reply (its record still the suspended one). Its later steps continue as
+    # an interrupted turn's, once the decisions are recorded.
+    later = _count_stored_steps(run)
+    return await drive(eng, run, snapshot.pending_approvals, decisions, interrupted=later)
 
 
 async def _take_stranded(eng: Engine, snapshot: AgentTurnSnapshot, owner: str) -> bool:
@@ -134,10 +138,18 @@ async def _resume_interrupted(
     stale = await _retake(eng, snapshot, owner, eng.clock())
     stale = None if stale == snapshot.turn_id else stale
     run = await _reopened(eng, io, agent, memory, snapshot, owner, stale)
-    # Messages stored after the last snapshot count: a reply is one step.
-    replies = sum(isinstance(message, AiMessage) for message in run.messages)
-    run.steps = max(run.steps, replies)
+    _count_stored_steps(run)
     return await drive(eng, run, interrupted=True)
+
+
+def _count_stored_steps(run: TurnRun) -> bool:
+    """Count the turn's stored replies in its steps: messages stored after its record
+    count too (a reply is one step), so the next reply's id follows them. True when
+    there were such replies."""
+    replies = sum(isinstance(message, AiMessage) for message in run.messages)
+    later = replies > run.steps
+    run.steps = max(run.steps, replies)
+    return later
 
 
 async def _reopened(
