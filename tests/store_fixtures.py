@@ -171,6 +171,14 @@ def store_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+@pytest.fixture(name="store_kind", params=STORE_KINDS + ASYNC_STORE_KINDS)
+def every_store_kind(request: pytest.FixtureRequest) -> str:
+    """``store_kind`` over every store, blocking and async (the async ones behind a blocking
+    bridge): a module that imports this runs its ``store`` tests on all of them. Not in
+    ``__all__``: the conftest's ``store_kind`` stays the blocking stores'."""
+    return str(request.param)
+
+
 @pytest.fixture(params=("postgresql", "redis"))
 def server_store_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)

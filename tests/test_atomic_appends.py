@@ -24,17 +24,11 @@ import pytest
 
 from agentctx_fast import AiMessage, Fence, Message, UserMessage
 from store_fixtures import (
-    ASYNC_STORE_KINDS,
-    STORE_KINDS,
+    every_store_kind,  # noqa: F401  (store_kind: every store)
     make_store,
     new_conversation_id,
     store_url,
 )
-
-
-@pytest.fixture(params=STORE_KINDS + ASYNC_STORE_KINDS)
-def store_kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 def batch(prefix: str, size: int) -> list[Message]:

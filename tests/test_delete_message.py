@@ -36,12 +36,10 @@ from engines import build_on
 from faults import FaultProxy
 from server_fixtures import require_module
 from servers import RedisServer
-from store_fixtures import ASYNC_STORE_KINDS, STORE_KINDS, new_conversation_id
-
-
-@pytest.fixture(params=STORE_KINDS + ASYNC_STORE_KINDS)
-def store_kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+from store_fixtures import (
+    every_store_kind,  # noqa: F401  (store_kind: every store)
+    new_conversation_id,
+)
 
 
 @pytest.fixture

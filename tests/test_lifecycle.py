@@ -19,14 +19,12 @@ from agentctx_fast import (
 )
 from agentctx_fast.compression.coordinator import CompressionState
 from agentctx_fast.stores.turn_store import AgentTurnSnapshot
-from store_fixtures import ASYNC_STORE_KINDS, STORE_KINDS, new_conversation_id
+from store_fixtures import (
+    every_store_kind,  # noqa: F401  (store_kind: every store)
+    new_conversation_id,
+)
 
 LONG = 3600.0
-
-
-@pytest.fixture(params=STORE_KINDS + ASYNC_STORE_KINDS)
-def store_kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 def _base(kind: str) -> str:

@@ -24,7 +24,10 @@ from agentctx_fast import (
 )
 from agentctx_fast.core.window import build_window
 from agentctx_fast.memory import ChatMemory
-from store_fixtures import ASYNC_STORE_KINDS, STORE_KINDS, new_conversation_id
+from store_fixtures import (
+    every_store_kind,  # noqa: F401  (store_kind: every store)
+    new_conversation_id,
+)
 from strategies import histories, window_options
 
 SETTINGS = settings(
@@ -32,11 +35,6 @@ SETTINGS = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-
-
-@pytest.fixture(params=STORE_KINDS + ASYNC_STORE_KINDS)
-def store_kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 class CountingMemory(ChatMemory):

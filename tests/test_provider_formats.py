@@ -42,7 +42,10 @@ from agentctx_fast import (
 )
 from agentctx_fast.memory import ChatMemory
 from openai_schema import type_errors
-from store_fixtures import ASYNC_STORE_KINDS, STORE_KINDS, new_conversation_id
+from store_fixtures import (
+    every_store_kind,  # noqa: F401  (store_kind: every store)
+    new_conversation_id,
+)
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 16
 RESPONSES_INPUT: TypeAdapter[Any] = TypeAdapter(ResponseInputParam)
@@ -659,12 +662,6 @@ def test_anthropic_round_trip_on_generated_lists(messages: list[Message]) -> Non
 
 
 # -- stores --------------------------------------------------------------------------------------
-
-
-@pytest.fixture(params=STORE_KINDS + ASYNC_STORE_KINDS)
-def store_kind(request: pytest.FixtureRequest) -> str:
-    """Every store, blocking and async (the async ones bridged)."""
-    return str(request.param)
 
 
 def test_what_the_formats_read_is_stored_losslessly(store: Any) -> None:

@@ -26,7 +26,10 @@ from agentctx_fast.core._reference.tokens import count_text
 from agentctx_fast.memory import ChatMemory
 from agentctx_fast.stores import JsonAgentStoreSerializer
 from conftest import native_or_skip
-from store_fixtures import ASYNC_STORE_KINDS, STORE_KINDS, new_conversation_id
+from store_fixtures import (
+    every_store_kind,  # noqa: F401  (store_kind: every store)
+    new_conversation_id,
+)
 
 REASONING = {
     "type": "reasoning",
@@ -153,12 +156,6 @@ def test_the_serializer_round_trips_and_refuses_corrupt_records() -> None:
         record["provider_items"] = bad
         with pytest.raises(SerializationError):
             serializer.loads(json.dumps(record).encode())
-
-
-@pytest.fixture(params=STORE_KINDS + ASYNC_STORE_KINDS)
-def store_kind(request: pytest.FixtureRequest) -> str:
-    """Every store, blocking and async (the async ones bridged)."""
-    return str(request.param)
 
 
 def test_every_store_keeps_the_items_losslessly(store: Any) -> None:

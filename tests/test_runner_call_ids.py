@@ -14,8 +14,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import pytest
-
 from agentctx_fast import (
     Agent,
     AiMessage,
@@ -29,12 +27,10 @@ from agentctx_fast import (
 )
 from async_bridge import runner_for
 from runner_helpers import Recorder, check_memory
-from store_fixtures import ASYNC_STORE_KINDS, STORE_KINDS, new_conversation_id
-
-
-@pytest.fixture(params=STORE_KINDS + ASYNC_STORE_KINDS)
-def store_kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+from store_fixtures import (
+    every_store_kind,  # noqa: F401  (store_kind: every store)
+    new_conversation_id,
+)
 
 
 class WindowRecorder:

@@ -22,12 +22,11 @@ from agentctx_fast import (
 )
 from async_bridge import runner_for
 from runner_helpers import Recorder
-from store_fixtures import ASYNC_STORE_KINDS, STORE_KINDS, new_conversation_id
-
-
-@pytest.fixture(params=STORE_KINDS + ASYNC_STORE_KINDS)
-def store_kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+from store_fixtures import (
+    STORE_KINDS,
+    every_store_kind,  # noqa: F401  (store_kind: every store)
+    new_conversation_id,
+)
 
 
 def _refund_after_a_held_lookup() -> tuple[Agent, Recorder, threading.Event, threading.Event]:

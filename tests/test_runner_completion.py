@@ -40,21 +40,14 @@ from agentctx_fast.stores.turn_store import AgentTurnSnapshot
 from async_bridge import runner_for
 from runner_helpers import ids
 from store_fixtures import (
-    ASYNC_STORE_KINDS,
     STORE_KINDS,
+    every_store_kind,  # noqa: F401  (store_kind: every store)
     make_async_store,
     make_store,
     new_conversation_id,
     store_url,
 )
 from summary_models import ScriptedSummaryModel, echo_identifiers
-
-
-@pytest.fixture(params=STORE_KINDS + ASYNC_STORE_KINDS)
-def store_kind(request: pytest.FixtureRequest) -> str:
-    """Every point on every store: blocking runners on the blocking stores, the async runner
-    (bridged to a loop thread) on the async ones."""
-    return str(request.param)
 
 
 class CountingCompressor:

@@ -25,13 +25,10 @@ from agentctx_fast import (
 )
 from agentctx_fast.compression.coordinator import CompressionState
 from agentctx_fast.memory import ChatMemory
-from store_fixtures import ASYNC_STORE_KINDS, STORE_KINDS, new_conversation_id
-
-
-@pytest.fixture(params=STORE_KINDS + ASYNC_STORE_KINDS)
-def store_kind(request: pytest.FixtureRequest) -> str:
-    """The contract holds on every store, blocking and async (the async ones bridged)."""
-    return str(request.param)
+from store_fixtures import (
+    every_store_kind,  # noqa: F401  (store_kind: every store)
+    new_conversation_id,
+)
 
 
 def timeline(n: int, prefix: str = "m") -> list[Message]:

@@ -16,18 +16,16 @@ from agentctx_fast import (
     TurnStatus,
     UserMessage,
 )
-from store_fixtures import ASYNC_STORE_KINDS, STORE_KINDS, new_conversation_id
+from store_fixtures import (
+    every_store_kind,  # noqa: F401  (store_kind: every store)
+    new_conversation_id,
+)
 
 # Counted in UTF-8 bytes, not characters: "é" is 2 bytes, "中" 3.
 AT_LIMIT = "é" * 256  # 256 characters, 512 bytes
 CJK_AT_LIMIT = "中" * 170 + "ab"  # 172 characters, 512 bytes
 OVER = "é" * 256 + "a"  # 257 characters, 513 bytes
 FAR_OVER = "x" * 10_000
-
-
-@pytest.fixture(params=STORE_KINDS + ASYNC_STORE_KINDS)
-def store_kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 def test_the_limit_counts_utf8_bytes() -> None:

@@ -22,14 +22,11 @@ from agentctx_fast import (
     TurnStatus,
 )
 from agentctx_fast.stores.turn_store import dump_snapshot
-from store_fixtures import ASYNC_STORE_KINDS, STORE_KINDS, new_conversation_id
+from store_fixtures import (
+    every_store_kind,  # noqa: F401  (store_kind: every store)
+    new_conversation_id,
+)
 from turn_store_workers import acquire_worker
-
-
-@pytest.fixture(params=STORE_KINDS + ASYNC_STORE_KINDS)
-def store_kind(request: pytest.FixtureRequest) -> str:
-    """The contract holds on every store, blocking and async (the async ones bridged)."""
-    return str(request.param)
 
 
 def _snapshot(conversation_id: str, turn_id: str = "t1", **fields: Any) -> AgentTurnSnapshot:

@@ -218,8 +218,8 @@ class AsyncRedisChatMemory(AsyncChatMemory):
         self, action: str, script: tuple[str, str], keys: list[str], args: list[Any]
     ) -> Any:
         """Run a write script (`write_script`), fenced when this memory is."""
-        return await _write(self._store, self._fence, self.conversation_id, action, script,
-                            keys, args)  # fmt: skip
+        store, cid = self._store, self.conversation_id
+        return await _write(store, self._fence, cid, action, script, keys, args)
 
     async def add_message_if_absent(self, message: Message) -> bool:
         check_message(message)
