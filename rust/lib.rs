@@ -7,6 +7,7 @@ pub mod error;
 pub mod model;
 pub mod protocol;
 pub mod reach;
+pub mod read;
 pub mod tokens;
 pub mod turns;
 pub mod window;

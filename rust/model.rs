@@ -135,7 +135,7 @@ impl Source for VecSource {
             .get(index)
             .cloned()
             .ok_or(crate::error::CoreError::NotAMessage {
-                index,
+                at: format!("messages[{index}]"),
                 type_name: "NoneType".into(),
             })
     }

@@ -5,13 +5,15 @@ use super::library::Library;
 use crate::error::CoreError;
 use pyo3::prelude::*;
 use pyo3::types::PyType;
-use std::fmt;
 
 impl From<CoreError> for PyErr {
     fn from(error: CoreError) -> Self {
-        Python::attach(|py| match &error {
-            CoreError::NotAMessage { .. } => invalid_message_type(py, error.to_string()),
-            CoreError::NoUserMessage => invalid_argument(py, error.to_string()),
+        Python::attach(|py| {
+            if error.is_invalid_argument() {
+                invalid_argument(py, error.to_string())
+            } else {
+                invalid_message_type(py, error.to_string())
+            }
         })
     }
 }
@@ -45,22 +47,4 @@ pub fn type_name(value: &Bound<'_, PyAny>) -> String {
         .name()
         .map(|name| name.to_string())
         .unwrap_or_else(|_| "object".into())
-}
-
-/// Where a value came from, as error messages name it: `messages[3]`, `system`, ...
-#[derive(Clone, Copy)]
-pub enum Where<'a> {
-    Index(usize),
-    System,
-    Named(&'a str),
-}
-
-impl fmt::Display for Where<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Where::Index(index) => write!(f, "messages[{index}]"),
-            Where::System => f.write_str("system"),
-            Where::Named(name) => f.write_str(name),
-        }
-    }
 }

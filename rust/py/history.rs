@@ -3,9 +3,10 @@
 //! estimator) does to the list meanwhile. `_reference/turns.py::History` reads the same way;
 //! the window's list is made of the messages read, never sliced from the caller's list.
 
-use super::errors::{invalid_message_type, type_name, Where};
+use super::errors::{invalid_message_type, type_name};
 use super::library::Library;
 use super::message::{core_of, tokens, MessageCore};
+use crate::error::{CoreError, Where};
 use crate::model::{Item, Source};
 use crate::tokens::missing_result_tokens;
 use crate::window::{leading_system, missing_result_id, MISSING_RESULT_TEXT};
@@ -46,13 +47,8 @@ pub fn sequence<'py>(library: &Library, messages: &Bound<'py, PyAny>) -> PyResul
     let list = messages.cast_exact::<PyList>().ok().cloned();
     let tuple = messages.cast_exact::<PyTuple>().ok().cloned();
     if list.is_none() && tuple.is_none() && !messages.is_instance(library.sequence.bind(py))? {
-        return Err(invalid_message_type(
-            py,
-            format!(
-                "messages must be a sequence of Message, got {}",
-                type_name(messages)
-            ),
-        ));
+        let type_name = type_name(messages);
+        return Err(CoreError::NotASequence { type_name }.into());
     }
     let len = messages.len()?;
     Ok(Items {

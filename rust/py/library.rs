@@ -6,10 +6,11 @@
 //! nothing here.
 
 use crate::model::Kind;
+use crate::read::Attr;
 use pyo3::exceptions::PyImportError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyModule, PyType};
+use pyo3::types::{PyModule, PyString, PyType};
 
 /// The library's message classes by kind, in the order a subclass is matched.
 pub const KINDS: [(Kind, &str); 6] = [
@@ -32,6 +33,8 @@ pub struct Library {
     pub invalid_message_type: Py<PyType>,
     pub completed: Py<PyAny>,
     pub index: Py<PyAny>,
+    /// The names of `crate::read::Attr`, interned.
+    pub attrs: [Py<PyString>; 12],
 }
 
 static LIBRARY: PyOnceLock<Library> = PyOnceLock::new();
@@ -96,6 +99,7 @@ impl Library {
                 .unbind(),
             completed: completed.unbind(),
             index: py.import("operator")?.getattr("index")?.unbind(),
+            attrs: Attr::NAMES.map(|name| PyString::intern(py, name).unbind()),
         })
     }
 

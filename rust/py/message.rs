@@ -1,6 +1,6 @@
-//! A message's core: what the rules need of it, read once through its properties (as
-//! `_reference/read.py` reads them: same order, same errors) and kept in the message's native
-//! base, `MessageBase`, which every library message class derives from.
+//! A message's core: what the rules need of it, read once through its properties by the
+//! core's reading rules (`crate::read`, over `Object`) and kept in the message's native base,
+//! `MessageBase`, which every library message class derives from.
 //!
 //! A message is what its class and properties say: its kind is the library class it derives
 //! from; `model_visible`, ids, text and tool calls are read as attributes, so a subclass that
@@ -8,12 +8,12 @@
 //! never goes stale; one changed behind the library's back (`object.__setattr__`) keeps what
 //! was first read, on both cores. No Python code can reach the kept core.
 
-use super::errors::{invalid_argument, invalid_message_type, type_name, Where};
+use super::errors::type_name;
 use super::library::{Library, KINDS};
 use super::tokens::count_str;
+use crate::error::{CoreError, Where};
 use crate::model::{Kind, MessageInfo};
-use crate::tokens::{MEDIA_PART_TOKENS, MESSAGE_OVERHEAD, TOOL_CALL_OVERHEAD};
-use pyo3::intern;
+use crate::read::{self, Attr, Class, Str};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple, PyType};
 use std::borrow::Borrow;
@@ -69,7 +69,7 @@ impl Borrow<MessageInfo> for Arc<MessageCore> {
     }
 }
 
-/// The kind of `message`, or `InvalidMessageTypeError` naming `at`.
+/// The kind of `message`, or the reference's error naming `at`.
 #[inline]
 pub fn kind_of(library: &Library, message: &Bound<'_, PyAny>, at: Where<'_>) -> PyResult<Kind> {
     let class = message.get_type();
@@ -82,22 +82,17 @@ pub fn kind_of(library: &Library, message: &Bound<'_, PyAny>, at: Where<'_>) -> 
 #[cold]
 fn kind_of_subclass(library: &Library, class: &Bound<'_, PyType>, at: Where<'_>) -> PyResult<Kind> {
     let py = class.py();
-    let name = || class.name().map(|n| n.to_string()).unwrap_or_default();
+    let type_name = class.name().map(|n| n.to_string()).unwrap_or_default();
+    let at = at.to_string();
     if !class.is_subclass(library.message.bind(py))? {
-        return Err(invalid_message_type(
-            py,
-            format!("{at} is not a Message: got {}", name()),
-        ));
+        return Err(CoreError::NotAMessage { at, type_name }.into());
     }
     for (known, (kind, _)) in library.kinds.iter().zip(KINDS) {
         if class.is_subclass(known.bind(py))? {
             return Ok(kind);
         }
     }
-    Err(invalid_message_type(
-        py,
-        format!("{at} is a {}, which is no message kind", name()),
-    ))
+    Err(CoreError::NoMessageKind { at, type_name }.into())
 }
 
 /// The core of `message`, read on first use and kept in its base. The first core kept stays
@@ -146,135 +141,73 @@ fn read_core(
     kind: Kind,
     at: Where<'_>,
 ) -> PyResult<MessageCore> {
-    let py = message.py();
-    let visible = message.getattr(intern!(py, "model_visible"))?.is_truthy()?;
-    let message_id = identifier(
-        &message.getattr(intern!(py, "message_id"))?,
-        at,
-        "message_id",
-    )?;
-    let mut info = MessageInfo::new(kind, &message_id);
-    info.visible = visible;
-    let turn_id = message.getattr(intern!(py, "turn_id"))?;
-    info.turn_id = if turn_id.is_none() {
-        None
-    } else {
-        Some(identifier(&turn_id, at, "turn_id")?)
-    };
-    match kind {
-        Kind::Ai => {
-            let text = optional_text(&message.getattr(intern!(py, "text"))?, at, "text")?;
-            each_tool_call(library, message, at, |call, place| {
-                info.call_ids
-                    .push(identifier(&call.getattr(intern!(py, "id"))?, place, "id")?);
-                info.call_names.push(identifier(
-                    &call.getattr(intern!(py, "name"))?,
-                    place,
-                    "name",
-                )?);
-                Ok(())
-            })?;
-            let has_text = text.is_some_and(|text| !is_empty(&text));
-            info.final_text = has_text && info.call_ids.is_empty();
-        }
-        Kind::Tool => {
-            info.tool_call_id = identifier(
-                &message.getattr(intern!(py, "tool_call_id"))?,
-                at,
-                "tool_call_id",
-            )?;
-        }
-        _ => {}
-    }
     Ok(MessageCore {
-        info,
+        info: read::info(&Object::new(library, message), kind, at)?,
         tokens: AtomicU64::new(u64::MAX),
     })
 }
 
-/// `value` as a str (a str subclass's own methods never run), or `InvalidMessageTypeError`.
-pub fn text<'a, 'py>(
-    value: &'a Bound<'py, PyAny>,
-    at: Where<'_>,
-    field: &str,
-) -> PyResult<&'a Bound<'py, PyString>> {
-    value.cast::<PyString>().map_err(|_| {
-        invalid_message_type(
-            value.py(),
-            format!("{at}.{field} must be a str, got {}", type_name(value)),
-        )
-    })
+/// A Python value as the core's reading rules see it (`crate::read`).
+struct Object<'a, 'py> {
+    library: &'a Library,
+    value: Bound<'py, PyAny>,
 }
 
-fn optional_text<'py>(
-    value: &Bound<'py, PyAny>,
-    at: Where<'_>,
-    field: &str,
-) -> PyResult<Option<Bound<'py, PyString>>> {
-    if value.is_none() {
-        return Ok(None);
-    }
-    Ok(Some(text(value, at, field)?.clone()))
-}
-
-/// An identifier: a str of valid Unicode (ids are compared exactly, as the reference's dict
-/// keys are).
-fn identifier(value: &Bound<'_, PyAny>, at: Where<'_>, field: &str) -> PyResult<String> {
-    let string = text(value, at, field)?;
-    match string.to_str() {
-        Ok(s) => Ok(s.to_owned()),
-        Err(_) => Err(invalid_argument(
-            value.py(),
-            format!("{at}.{field} holds a lone surrogate"),
-        )),
+impl<'a, 'py> Object<'a, 'py> {
+    fn new(library: &'a Library, value: &Bound<'py, PyAny>) -> Self {
+        let value = value.clone();
+        Object { library, value }
     }
 }
 
-/// Whether a str holds any character, whatever its class says its length is (one that is not
-/// UTF-8 holds a lone surrogate).
-fn is_empty(text: &Bound<'_, PyString>) -> bool {
-    text.to_str().is_ok_and(str::is_empty)
-}
+impl read::Value for Object<'_, '_> {
+    type Error = PyErr;
 
-/// Visits each of an AI message's tool calls, checked to be a `ToolCall`, with the place
-/// errors name it by (`…tool_calls[i]`).
-fn each_tool_call<'py>(
-    library: &Library,
-    message: &Bound<'py, PyAny>,
-    at: Where<'_>,
-    mut visit: impl FnMut(&Bound<'py, PyAny>, Where<'_>) -> PyResult<()>,
-) -> PyResult<()> {
-    let py = message.py();
-    for (index, call) in message
-        .getattr(intern!(py, "tool_calls"))?
-        .try_iter()?
-        .enumerate()
-    {
-        let call = call?;
-        let call = tool_call(library, &call, at, index)?;
-        let place = format!("{at}.tool_calls[{index}]");
-        visit(call, Where::Named(&place))?;
+    fn attr(&self, attr: Attr) -> PyResult<Self> {
+        let name = self.library.attrs[attr as usize].bind(self.value.py());
+        Ok(Object::new(self.library, &self.value.getattr(name)?))
     }
-    Ok(())
-}
 
-fn tool_call<'a, 'py>(
-    library: &Library,
-    call: &'a Bound<'py, PyAny>,
-    at: Where<'_>,
-    index: usize,
-) -> PyResult<&'a Bound<'py, PyAny>> {
-    let py = call.py();
-    if call.get_type().is_subclass(library.tool_call.bind(py))? {
-        Ok(call)
-    } else {
-        Err(invalid_message_type(
-            py,
-            format!(
-                "{at}.tool_calls[{index}] is not a ToolCall: got {}",
-                type_name(call)
-            ),
-        ))
+    fn is_none(&self) -> bool {
+        self.value.is_none()
+    }
+
+    fn is_true(&self) -> PyResult<bool> {
+        self.value.is_truthy()
+    }
+
+    fn as_str(&self) -> Str<'_> {
+        match self.value.cast::<PyString>().map(|text| text.to_str()) {
+            Err(_) => Str::NotAStr,
+            Ok(Ok(text)) => Str::Utf8(text),
+            Ok(Err(_)) => Str::Surrogates,
+        }
+    }
+
+    fn str_tokens(&self) -> PyResult<u64> {
+        count_str(self.value.cast::<PyString>()?)
+    }
+
+    fn is_a(&self, class: Class) -> PyResult<bool> {
+        let library = self.library;
+        let class = match class {
+            Class::ToolCall => &library.tool_call,
+            Class::TextPart => &library.text_part,
+        };
+        self.value
+            .get_type()
+            .is_subclass(class.bind(self.value.py()))
+    }
+
+    fn type_name(&self) -> String {
+        type_name(&self.value)
+    }
+
+    fn each(&self, mut visit: impl FnMut(usize, Self) -> PyResult<()>) -> PyResult<()> {
+        for (index, item) in self.value.try_iter()?.enumerate() {
+            visit(index, Object::new(self.library, &item?))?;
+        }
+        Ok(())
     }
 }
 
@@ -301,71 +234,7 @@ fn count_and_keep(
     core: &MessageCore,
     at: Where<'_>,
 ) -> PyResult<u64> {
-    let counted = count_message(library, message, core.info.kind, at)?;
+    let counted = read::tokens(&Object::new(library, message), core.info.kind, at)?;
     core.tokens.store(counted, Ordering::Relaxed);
     Ok(counted)
-}
-
-/// The heuristic formula of one message (`_reference/read.py::count_message`).
-fn count_message(
-    library: &Library,
-    message: &Bound<'_, PyAny>,
-    kind: Kind,
-    at: Where<'_>,
-) -> PyResult<u64> {
-    let py = message.py();
-    let text_attr = intern!(py, "text");
-    Ok(match kind {
-        Kind::User => {
-            let content = message.getattr(intern!(py, "content"))?;
-            if let Ok(content) = content.cast::<PyString>() {
-                MESSAGE_OVERHEAD + count_str(content)?
-            } else {
-                let mut total = MESSAGE_OVERHEAD;
-                for (index, part) in content.try_iter()?.enumerate() {
-                    let part = part?;
-                    total += if part.get_type().is_subclass(library.text_part.bind(py))? {
-                        let place = format!("{at}.content[{index}]");
-                        count_str(text(
-                            &part.getattr(text_attr)?,
-                            Where::Named(&place),
-                            "text",
-                        )?)?
-                    } else {
-                        MEDIA_PART_TOKENS
-                    };
-                }
-                total
-            }
-        }
-        Kind::Ai => {
-            let mut total = MESSAGE_OVERHEAD;
-            if let Some(text) = optional_text(&message.getattr(text_attr)?, at, "text")? {
-                total += count_str(&text)?;
-            }
-            each_tool_call(library, message, at, |call, place| {
-                total += TOOL_CALL_OVERHEAD
-                    + count_str(text(&call.getattr(intern!(py, "name"))?, place, "name")?)?
-                    + count_str(text(
-                        &call.getattr(intern!(py, "arguments"))?,
-                        place,
-                        "arguments",
-                    )?)?;
-                Ok(())
-            })?;
-            // Provider items last, only when there are any, counted from their JSON text.
-            if message
-                .getattr(intern!(py, "provider_items"))?
-                .is_truthy()?
-            {
-                let items = message.getattr(intern!(py, "provider_text"))?;
-                total += count_str(text(&items, at, "provider_text")?)?;
-            }
-            total
-        }
-        Kind::Tool | Kind::System => {
-            MESSAGE_OVERHEAD + count_str(text(&message.getattr(text_attr)?, at, "text")?)?
-        }
-        Kind::Action | Kind::Form => 0,
-    })
 }

@@ -1,11 +1,12 @@
 //! Token counting for Python strs and messages: the heuristic (`rust/tokens.rs`) and the exact
 //! counts of the built-in encodings (`rust/bpe.rs`).
 
-use super::errors::{invalid_argument, invalid_message_type, type_name, Where};
+use super::errors::{invalid_argument, invalid_message_type, type_name};
 use super::history::sequence;
 use super::library::Library;
 use super::message::{core_of, tokens};
 use crate::bpe::{Bpe, Encoding};
+use crate::error::Where;
 use crate::tokens::{count_utf8_bytes_with, Heuristic, CL100K, O200K};
 use pyo3::intern;
 use pyo3::prelude::*;

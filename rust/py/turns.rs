@@ -1,9 +1,10 @@
 //! Turn segmentation (SPEC §4) over a Python history.
 
-use super::errors::{invalid_argument, Where};
+use super::errors::invalid_argument;
 use super::history::sequence;
 use super::library::Library;
 use super::message::{core_of, MessageCore};
+use crate::error::Where;
 use crate::turns;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyList, PyTuple};

@@ -1,5 +1,5 @@
 """How a core sees a message: its kind and the fields the rules need, read once through the
-message's properties and kept on the message (the Rust core's `rust/py/message.rs` reads the
+message's properties and kept on the message (the Rust core's `rust/read.rs` reads the
 same properties in the same order and raises the same errors).
 
 A message is what its class and properties say: its kind is the library class it derives from,
