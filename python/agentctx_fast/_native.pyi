@@ -35,8 +35,17 @@ class MessageBase:
 
     def __new__(cls, *_args: Any, **_kwargs: Any) -> MessageBase: ...
 
-def capture_library() -> None:
-    """Captures the package's classes the binding relies on (the backend switch calls it)."""
+def capture_library(
+    message: type,
+    kinds: Sequence[tuple[type, int]],
+    text_part: type,
+    tool_call: type,
+    invalid_argument: type,
+    invalid_message_type: type,
+    completed: object,
+) -> None:
+    """Keeps the package's classes the binding relies on (the backend switch hands them over:
+    ``capture_library(*core._reference.api.LIBRARY)``); the first ones handed over stay."""
 
 @final
 class CoreOptions:

@@ -9,7 +9,7 @@
 //! was first read, on both cores. No Python code can reach the kept core.
 
 use super::errors::type_name;
-use super::library::{Library, KINDS};
+use super::library::Library;
 use super::tokens::count_str;
 use crate::error::{CoreError, Where};
 use crate::model::{Kind, MessageInfo};
@@ -87,9 +87,9 @@ fn kind_of_subclass(library: &Library, class: &Bound<'_, PyType>, at: Where<'_>)
     if !class.is_subclass(library.message.bind(py))? {
         return Err(CoreError::NotAMessage { at, type_name }.into());
     }
-    for (known, (kind, _)) in library.kinds.iter().zip(KINDS) {
+    for (known, kind) in &library.kinds {
         if class.is_subclass(known.bind(py))? {
-            return Ok(kind);
+            return Ok(*kind);
         }
     }
     Err(CoreError::NoMessageKind { at, type_name }.into())

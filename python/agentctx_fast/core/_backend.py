@@ -11,9 +11,9 @@ from agentctx_fast.core._reference import api as reference
 __all__ = ["core"]
 
 if native is not None:
-    # The package classes the binding relies on, captured now that the reference has imported
-    # its own (the message classes derive from the extension, so it cannot capture them when
-    # it is imported).
-    native.capture_library()
+    # The package classes the binding relies on, handed over now that the reference has
+    # imported its own (the message classes derive from the extension, so they do not exist
+    # when it is imported).
+    native.capture_library(*reference.LIBRARY)
 
 core: ModuleType = native if backend == "rust" and native is not None else reference

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from agentctx_fast.core._reference.protocol import validate, validate_segment
 from agentctx_fast.core._reference.reach import window_reach
-from agentctx_fast.core._reference.read import read, tokens
+from agentctx_fast.core._reference.read import KINDS, read, tokens
 from agentctx_fast.core._reference.tokens import count_text
 from agentctx_fast.core._reference.turns import (
     Turn,
@@ -15,9 +16,12 @@ from agentctx_fast.core._reference.turns import (
     stream,
     turn_starts,
 )
-from agentctx_fast.core._reference.window import CoreOptions, count_turns, select
+from agentctx_fast.core._reference.window import _COMPLETED, CoreOptions, count_turns, select
+from agentctx_fast.core.messages import Message, TextPart, ToolCall
+from agentctx_fast.errors import InvalidArgumentError, InvalidMessageTypeError
 
 __all__ = [
+    "LIBRARY",
     "CoreOptions",
     "count_text",
     "count_turns",
@@ -51,3 +55,17 @@ def message_tokens(messages: Sequence[object]) -> list[int]:
         message, view = read(seq, index)
         counts.append(tokens(message, view, f"messages[{index}]", count_text))
     return counts
+
+
+LIBRARY: tuple[Any, ...] = (
+    Message,
+    KINDS,
+    TextPart,
+    ToolCall,
+    InvalidArgumentError,
+    InvalidMessageTypeError,
+    _COMPLETED,
+)
+"""The classes and values the Rust binding relies on, as the reference imported them (the
+backend switch hands them over: `_native.capture_library(*LIBRARY)`), so both cores know the
+same ones."""
