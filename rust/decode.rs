@@ -362,6 +362,26 @@ pub struct RecordType {
     pub needs_one_of: Vec<usize>,
 }
 
+impl RecordType {
+    /// A record type whose `needs_one_of` names fields by key (an unknown key is an error).
+    pub fn new(
+        tag: Option<String>,
+        fields: Vec<Field>,
+        needs_one_of: &[String],
+    ) -> Result<RecordType, String> {
+        let index = |key: &String| fields.iter().position(|field| field.key == *key);
+        let needs_one_of = needs_one_of
+            .iter()
+            .map(|key| index(key).ok_or_else(|| format!("no field {key:?}")))
+            .collect::<Result<_, _>>()?;
+        Ok(RecordType {
+            tag,
+            fields,
+            needs_one_of,
+        })
+    }
+}
+
 /// The record format (`stores/_schema.py`, handed over by the binding) and the values the
 /// message classes allow, as the Python library defines them.
 #[derive(Debug, Clone)]

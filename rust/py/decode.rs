@@ -41,68 +41,67 @@ struct Decoder {
 /// Set by `set_record_schema`; until then every record goes to the checked path.
 static DECODER: RwLock<Option<Arc<Decoder>>> = RwLock::new(None);
 
-/// One `stores._schema.Record`: the core's view of it and its class.
-fn record_type(record: &Bound<'_, PyAny>) -> PyResult<(RecordType, Class)> {
-    let py = record.py();
-    let mut fields = Vec::new();
-    let mut names = Vec::new();
-    let mut defaults = Vec::new();
-    for field in record.getattr("fields")?.try_iter()? {
-        let field = field?;
-        let key: String = field.getattr("key")?.extract()?;
-        let kind: String = field.getattr("kind")?.extract()?;
-        names.push(PyString::intern(py, &key).unbind());
-        defaults.push(field.getattr("default")?.unbind());
-        fields.push(decode::Field {
-            kind: Kind::named(&kind)
-                .ok_or_else(|| PyValueError::new_err(format!("unknown field kind {kind:?}")))?,
-            key,
-            required: field.getattr("required")?.extract()?,
-            nullable: field.getattr("nullable")?.extract()?,
-        });
-    }
-    let needs_one_of = record
-        .getattr("needs_one_of")?
-        .extract::<Vec<String>>()?
-        .iter()
-        .map(|key| {
-            fields
-                .iter()
-                .position(|field| field.key == *key)
-                .ok_or_else(|| PyValueError::new_err(format!("no field {key:?}")))
-        })
-        .collect::<PyResult<_>>()?;
-    let unstored = record
-        .getattr("unstored")?
-        .extract::<Vec<(String, Py<PyAny>)>>()?
-        .into_iter()
-        .map(|(name, value)| (PyString::intern(py, &name).unbind(), value))
-        .collect();
-    let kind = RecordType {
-        tag: record.getattr("tag")?.extract()?,
-        fields,
-        needs_one_of,
-    };
-    let cls = record.getattr("cls")?.cast_into::<PyType>()?;
-    let class = Class {
-        new: cls.getattr("__new__")?.unbind(),
-        class: cls.unbind(),
-        fields: names,
-        defaults,
-        unstored,
-    };
-    Ok((kind, class))
+/// One `stores._schema.Field`, as the binding reads it.
+#[derive(FromPyObject)]
+pub struct PyField {
+    #[pyo3(attribute)]
+    key: String,
+    #[pyo3(attribute)]
+    kind: String,
+    #[pyo3(attribute)]
+    required: bool,
+    #[pyo3(attribute)]
+    nullable: bool,
+    #[pyo3(attribute)]
+    default: Py<PyAny>,
 }
 
-fn record_types(records: &Bound<'_, PyAny>) -> PyResult<(Vec<RecordType>, Vec<Class>)> {
-    let mut kinds = Vec::new();
-    let mut classes = Vec::new();
-    for record in records.try_iter()? {
-        let (kind, class) = record_type(&record?)?;
-        kinds.push(kind);
-        classes.push(class);
+/// One `stores._schema.Record`, as the binding reads it.
+#[derive(FromPyObject)]
+pub struct PyRecord {
+    #[pyo3(attribute)]
+    tag: Option<String>,
+    #[pyo3(attribute)]
+    cls: Py<PyType>,
+    #[pyo3(attribute)]
+    fields: Vec<PyField>,
+    #[pyo3(attribute)]
+    needs_one_of: Vec<String>,
+    #[pyo3(attribute)]
+    unstored: Vec<(String, Py<PyAny>)>,
+}
+
+/// The core's view of a record type, and what builds its objects.
+fn record_type(py: Python<'_>, record: PyRecord) -> PyResult<(RecordType, Class)> {
+    let (mut fields, mut names, mut defaults) = (Vec::new(), Vec::new(), Vec::new());
+    for field in record.fields {
+        let kind = Kind::named(&field.kind);
+        let kind = kind
+            .ok_or_else(|| PyValueError::new_err(format!("unknown field kind {:?}", field.kind)))?;
+        names.push(PyString::intern(py, &field.key).unbind());
+        defaults.push(field.default);
+        fields.push(decode::Field {
+            key: field.key,
+            kind,
+            required: field.required,
+            nullable: field.nullable,
+        });
     }
-    Ok((kinds, classes))
+    let kind = RecordType::new(record.tag, fields, &record.needs_one_of);
+    let intern = |(name, value): (String, _)| (PyString::intern(py, &name).unbind(), value);
+    let class = Class {
+        new: record.cls.bind(py).getattr("__new__")?.unbind(),
+        class: record.cls,
+        fields: names,
+        defaults,
+        unstored: record.unstored.into_iter().map(intern).collect(),
+    };
+    Ok((kind.map_err(PyValueError::new_err)?, class))
+}
+
+fn record_types(py: Python<'_>, records: Vec<PyRecord>) -> PyResult<(Vec<RecordType>, Vec<Class>)> {
+    let types = records.into_iter().map(|record| record_type(py, record));
+    Ok(types.collect::<PyResult<Vec<_>>>()?.into_iter().unzip())
 }
 
 /// Takes the record format from `stores/_schema.py` (its message, part, call and usage
@@ -112,18 +111,18 @@ fn record_types(records: &Bound<'_, PyAny>) -> PyResult<(Vec<RecordType>, Vec<Cl
 #[allow(clippy::too_many_arguments)]
 pub fn set_record_schema(
     py: Python<'_>,
-    messages: &Bound<'_, PyAny>,
-    parts: &Bound<'_, PyAny>,
-    call: &Bound<'_, PyAny>,
-    usage: &Bound<'_, PyAny>,
+    messages: Vec<PyRecord>,
+    parts: Vec<PyRecord>,
+    call: PyRecord,
+    usage: PyRecord,
     max_inline_bytes: usize,
     system_roles: Vec<String>,
     image_details: Vec<String>,
 ) -> PyResult<()> {
-    let (message_types, message_classes) = record_types(messages)?;
-    let (part_types, part_classes) = record_types(parts)?;
-    let (call_type, call_class) = record_type(call)?;
-    let (usage_type, usage_class) = record_type(usage)?;
+    let (message_types, message_classes) = record_types(py, messages)?;
+    let (part_types, part_classes) = record_types(py, parts)?;
+    let (call_type, call_class) = record_type(py, call)?;
+    let (usage_type, usage_class) = record_type(py, usage)?;
     let object = py.import("builtins")?.getattr("object")?;
     let decoder = Decoder {
         schema: Schema {
