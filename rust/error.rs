@@ -47,6 +47,22 @@ pub enum CoreError {
     NotAToolCall { at: String, type_name: String },
     /// The history holds no user message, so no window can start with one.
     NoUserMessage,
+    /// A message of `at` names call `call`, which its AI message does not have.
+    NoSuchCall { at: String, call: usize },
+    /// Text to count is not a str.
+    NotText { type_name: String },
+    /// An encoding name is not a str.
+    EncodingNotAStr { type_name: String },
+    /// An encoding name names no built-in encoding; `repr` is the name's.
+    UnknownEncoding { repr: String },
+    /// An argument outside its domain: `what` must be `expected`; `repr` is the argument's.
+    OutOfDomain {
+        what: &'static str,
+        expected: &'static str,
+        repr: String,
+    },
+    /// Window options not made by `WindowOptions(...)`.
+    UncheckedOptions,
 }
 
 impl CoreError {
@@ -55,7 +71,12 @@ impl CoreError {
     pub fn is_invalid_argument(&self) -> bool {
         matches!(
             self,
-            CoreError::LoneSurrogate { .. } | CoreError::NoUserMessage
+            CoreError::LoneSurrogate { .. }
+                | CoreError::NoUserMessage
+                | CoreError::EncodingNotAStr { .. }
+                | CoreError::UnknownEncoding { .. }
+                | CoreError::OutOfDomain { .. }
+                | CoreError::UncheckedOptions
         )
     }
 }
@@ -86,6 +107,25 @@ impl fmt::Display for CoreError {
             CoreError::NoUserMessage => f.write_str(
                 "messages holds no UserMessage: a window must start with a user message",
             ),
+            CoreError::NoSuchCall { at, call } => write!(f, "{at} has no call {call}"),
+            CoreError::NotText { type_name } => {
+                write!(f, "count_text needs a str, got {type_name}")
+            }
+            CoreError::EncodingNotAStr { type_name } => {
+                write!(f, "encoding must be a str, got {type_name}")
+            }
+            CoreError::UnknownEncoding { repr } => write!(
+                f,
+                "encoding must be 'o200k_base' or 'cl100k_base', got {repr}"
+            ),
+            CoreError::OutOfDomain {
+                what,
+                expected,
+                repr,
+            } => write!(f, "{what} must be {expected}, got {repr}"),
+            CoreError::UncheckedOptions => {
+                f.write_str("options were not checked: make them with WindowOptions(...)")
+            }
         }
     }
 }

@@ -44,30 +44,20 @@ static DECODER: RwLock<Option<Arc<Decoder>>> = RwLock::new(None);
 /// One `stores._schema.Field`, as the binding reads it.
 #[derive(FromPyObject)]
 pub struct PyField {
-    #[pyo3(attribute)]
     key: String,
-    #[pyo3(attribute)]
     kind: String,
-    #[pyo3(attribute)]
     required: bool,
-    #[pyo3(attribute)]
     nullable: bool,
-    #[pyo3(attribute)]
     default: Py<PyAny>,
 }
 
 /// One `stores._schema.Record`, as the binding reads it.
 #[derive(FromPyObject)]
 pub struct PyRecord {
-    #[pyo3(attribute)]
     tag: Option<String>,
-    #[pyo3(attribute)]
     cls: Py<PyType>,
-    #[pyo3(attribute)]
     fields: Vec<PyField>,
-    #[pyo3(attribute)]
     needs_one_of: Vec<String>,
-    #[pyo3(attribute)]
     unstored: Vec<(String, Py<PyAny>)>,
 }
 

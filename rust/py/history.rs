@@ -3,7 +3,7 @@
 //! estimator) does to the list meanwhile. `_reference/turns.py::History` reads the same way;
 //! the window's list is made of the messages read, never sliced from the caller's list.
 
-use super::errors::{invalid_message_type, type_name};
+use super::errors::type_name;
 use super::library::Library;
 use super::message::{core_of, tokens, MessageCore};
 use crate::error::{CoreError, Where};
@@ -179,10 +179,8 @@ impl<'a, 'py> History<'a, 'py> {
         let info = &self.read(caller)?.core.info;
         let (Some(call_id), Some(name)) = (info.call_ids.get(call), info.call_names.get(call))
         else {
-            return Err(invalid_message_type(
-                py,
-                format!("messages[{caller}] has no call {call}"),
-            ));
+            let at = Where::Index(caller).to_string();
+            return Err(CoreError::NoSuchCall { at, call }.into());
         };
         let kwargs = PyDict::new(py);
         kwargs.set_item(intern!(py, "tool_name"), name)?;

@@ -1,12 +1,12 @@
 //! Token counting for Python strs and messages: the heuristic (`rust/tokens.rs`) and the exact
 //! counts of the built-in encodings (`rust/bpe.rs`).
 
-use super::errors::{invalid_argument, invalid_message_type, type_name};
+use super::errors::type_name;
 use super::history::sequence;
 use super::library::Library;
 use super::message::{core_of, tokens};
 use crate::bpe::{Bpe, Encoding};
-use crate::error::Where;
+use crate::error::{CoreError, Where};
 use crate::tokens::{count_utf8_bytes_with, Heuristic, CL100K, O200K};
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -67,18 +67,14 @@ fn heuristic_of(encoding: Option<&Bound<'_, PyAny>>) -> PyResult<&'static Heuris
 /// Estimated tokens of `text` (the heuristic of `rust/tokens.rs` for `encoding`).
 #[pyfunction]
 #[pyo3(signature = (text, encoding=None))]
-pub fn count_text(
-    py: Python<'_>,
-    text: &Bound<'_, PyAny>,
-    encoding: Option<&Bound<'_, PyAny>>,
-) -> PyResult<u64> {
+pub fn count_text(text: &Bound<'_, PyAny>, encoding: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
     let heuristic = heuristic_of(encoding)?;
     match text.cast::<PyString>() {
         Ok(text) => count_str_with(heuristic, text),
-        Err(_) => Err(invalid_message_type(
-            py,
-            format!("count_text needs a str, got {}", type_name(text)),
-        )),
+        Err(_) => Err(CoreError::NotText {
+            type_name: type_name(text),
+        }
+        .into()),
     }
 }
 
@@ -105,8 +101,8 @@ pub fn message_tokens<'py>(
 fn encoding_of(encoding: &Bound<'_, PyAny>) -> PyResult<Encoding> {
     let py = encoding.py();
     let Ok(name) = encoding.cast::<PyString>() else {
-        let message = format!("encoding must be a str, got {}", type_name(encoding));
-        return Err(invalid_argument(py, message));
+        let type_name = type_name(encoding);
+        return Err(CoreError::EncodingNotAStr { type_name }.into());
     };
     if let Some(found) = name.to_str().ok().and_then(Encoding::from_name) {
         return Ok(found);
@@ -117,11 +113,8 @@ fn encoding_of(encoding: &Bound<'_, PyAny>) -> PyResult<Encoding> {
     let copy = py
         .get_type::<PyString>()
         .call1((bytes, "utf-8", "surrogatepass"))?;
-    let message = format!(
-        "encoding must be 'o200k_base' or 'cl100k_base', got {}",
-        copy.repr()?.to_string_lossy()
-    );
-    Err(invalid_argument(py, message))
+    let repr = copy.repr()?.to_string_lossy().into_owned();
+    Err(CoreError::UnknownEncoding { repr }.into())
 }
 
 /// Exact tokens of a Python str; lone surrogates are read as tiktoken reads them.
@@ -136,9 +129,9 @@ pub fn bpe_count_text(encoding: &Bound<'_, PyAny>, text: &Bound<'_, PyAny>) -> P
     let encoding = encoding_of(encoding)?;
     match text.cast::<PyString>() {
         Ok(text) => bpe_count_str(Bpe::get(encoding), text),
-        Err(_) => Err(invalid_message_type(
-            text.py(),
-            format!("count_text needs a str, got {}", type_name(text)),
-        )),
+        Err(_) => Err(CoreError::NotText {
+            type_name: type_name(text),
+        }
+        .into()),
     }
 }

@@ -1,10 +1,9 @@
 //! Turn segmentation (SPEC §4) over a Python history.
 
-use super::errors::invalid_argument;
 use super::history::sequence;
 use super::library::Library;
 use super::message::{core_of, MessageCore};
-use crate::error::Where;
+use crate::error::{CoreError, Where};
 use crate::turns;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyList, PyTuple};
@@ -50,14 +49,13 @@ pub fn count_turns(
     end: &Bound<'_, PyAny>,
 ) -> PyResult<usize> {
     let library = Library::get(py)?;
-    let bad = || {
-        invalid_argument(
-            py,
-            format!(
-                "count_turns end must be an int >= 0, got {}",
-                end.repr().map(|r| r.to_string()).unwrap_or_default()
-            ),
-        )
+    let bad = || -> PyErr {
+        CoreError::OutOfDomain {
+            what: "count_turns end",
+            expected: "an int >= 0",
+            repr: end.repr().map(|r| r.to_string()).unwrap_or_default(),
+        }
+        .into()
     };
     if end.is_instance_of::<PyBool>() || !end.is_instance_of::<PyInt>() {
         return Err(bad());

@@ -3,10 +3,10 @@
 //! (`window.py` makes the `ContextWindow`), and how far back a window reaches
 //! (`crate::reach`).
 
-use super::errors::invalid_argument;
 use super::history::{History, Reads};
 use super::library::Library;
 use super::protocol::violations;
+use crate::error::CoreError;
 use crate::window::{self as core_window, CutBy, WindowOptions};
 use pyo3::exceptions::PyOverflowError;
 use pyo3::prelude::*;
@@ -38,8 +38,6 @@ fn current_turn(value: &Bound<'_, PyAny>) -> Option<bool> {
         _ => None,
     }
 }
-
-const UNCHECKED: &str = "options were not checked: make them with WindowOptions(...)";
 
 /// The window limits of a `WindowOptions` in the core's form, made once when the options are
 /// (`WindowOptions.__post_init__`) and immutable; `select` takes nothing else. The arguments
@@ -86,7 +84,7 @@ impl CoreOptions {
         };
         let py = current_turn.py();
         let Some(options) = read() else {
-            return Err(invalid_argument(py, UNCHECKED.to_owned()));
+            return Err(CoreError::UncheckedOptions.into());
         };
         let args = [
             max_attached_turns,
@@ -110,17 +108,8 @@ impl CoreOptions {
 pub(super) fn options(options: &Bound<'_, PyAny>) -> PyResult<WindowOptions> {
     match options.cast_exact::<CoreOptions>() {
         Ok(options) => Ok(options.get().options.clone()),
-        Err(_) => Err(invalid_argument(options.py(), UNCHECKED.to_owned())),
+        Err(_) => Err(CoreError::UncheckedOptions.into()),
     }
-}
-
-/// The option that cut the window, by name (None: nothing cut it).
-fn cut_by_name(cut_by: Option<CutBy>) -> Option<&'static str> {
-    Some(match cut_by? {
-        CutBy::Turns => "max_attached_turns",
-        CutBy::Messages => "max_attached_messages",
-        CutBy::Tokens => "max_attached_tokens",
-    })
 }
 
 /// Rules 1-7 of SPEC §5, as plain values for `window.py` to finish (compressor, the window
@@ -165,7 +154,7 @@ pub fn select<'py>(
         window.estimated_tokens,
         window.attached_turns,
         window.compacted_turns,
-        cut_by_name(window.cut_by),
+        window.cut_by.map(CutBy::name),
         violations(py, &window.repairs)?,
         window.seen_history_turns,
         window.unread_end,
@@ -185,9 +174,14 @@ pub fn window_reach(
     // The options first, as the reference checks them.
     let options = self::options(options)?;
     let Ok(has_current_turn) = has_current_turn.cast_exact::<PyBool>() else {
-        let shown = has_current_turn.repr()?;
-        let message = format!("window_reach has_current_turn must be a bool, got {shown}");
-        return Err(invalid_argument(py, message));
+        let repr = has_current_turn.repr()?.to_string();
+        let (what, expected) = ("window_reach has_current_turn", "a bool");
+        return Err(CoreError::OutOfDomain {
+            what,
+            expected,
+            repr,
+        }
+        .into());
     };
     let options = WindowOptions {
         has_current_turn: has_current_turn.is_true(),
