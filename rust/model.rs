@@ -1,6 +1,7 @@
 //! What the core knows of a message, and how it reads a history it does not own.
 
 use std::borrow::Borrow;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Message kinds: the library class a message derives from; the codes match
@@ -65,6 +66,50 @@ impl MessageInfo {
             call_names: Vec::new(),
             tool_call_id: String::new(),
         }
+    }
+}
+
+/// What a binding keeps of a message: its info, and its heuristic tokens once counted.
+pub struct MessageCore {
+    pub info: MessageInfo,
+    /// Heuristic tokens, `u64::MAX` until first counted.
+    tokens: AtomicU64,
+}
+
+impl MessageCore {
+    pub fn new(info: MessageInfo) -> MessageCore {
+        let tokens = AtomicU64::new(u64::MAX);
+        MessageCore { info, tokens }
+    }
+
+    /// The heuristic tokens counted so far (None until first counted).
+    #[inline]
+    pub fn known_tokens(&self) -> Option<u64> {
+        let known = self.tokens.load(Ordering::Relaxed);
+        (known != u64::MAX).then_some(known)
+    }
+
+    pub fn keep_tokens(&self, tokens: u64) {
+        self.tokens.store(tokens, Ordering::Relaxed);
+    }
+
+    /// The summed tokens of `messages`, or None if one was not counted yet.
+    pub fn known_sum<'a>(messages: impl IntoIterator<Item = &'a MessageCore>) -> Option<u128> {
+        let counts = messages.into_iter().map(|message| message.known_tokens());
+        counts.map(|count| count.map(u128::from)).sum()
+    }
+}
+
+/// How the core reads a message a binding keeps: borrowed in a window, shared when streamed.
+impl Borrow<MessageInfo> for &MessageCore {
+    fn borrow(&self) -> &MessageInfo {
+        &self.info
+    }
+}
+
+impl Borrow<MessageInfo> for Arc<MessageCore> {
+    fn borrow(&self) -> &MessageInfo {
+        &self.info
     }
 }
 

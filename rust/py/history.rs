@@ -5,9 +5,9 @@
 
 use super::errors::type_name;
 use super::library::Library;
-use super::message::{core_of, tokens, MessageCore};
+use super::message::{core_of, tokens};
 use crate::error::{CoreError, Where};
-use crate::model::{Item, Source};
+use crate::model::{Item, MessageCore, Source};
 use crate::tokens::missing_result_tokens;
 use crate::window::{leading_system, missing_result_id, MISSING_RESULT_TEXT};
 use pyo3::exceptions::PyRuntimeError;
@@ -244,12 +244,7 @@ impl<'a> Source for History<'a, '_> {
         if self.count_tokens.is_some() {
             return None;
         }
-        let mut total = 0u128;
-        for (_, message) in turn {
-            // One not counted yet: every message counted as `tokens` counts them.
-            total += u128::from(message.known_tokens()?);
-        }
-        Some(total)
+        MessageCore::known_sum(turn.iter().map(|(_, message)| *message))
     }
 
     fn system_tokens(&mut self) -> PyResult<u128> {

@@ -14,7 +14,7 @@ use pyo3::types::{PyString, PyType};
 pub struct Library {
     pub message: Py<PyType>,
     /// The message classes by kind, in the order a subclass is matched.
-    pub kinds: Vec<(Py<PyType>, Kind)>,
+    pub kinds: [(Py<PyType>, Kind); 6],
     pub text_part: Py<PyType>,
     pub tool_call: Py<PyType>,
     pub tool_message: Py<PyType>,
@@ -62,11 +62,13 @@ pub fn capture_library(
     invalid_message_type: Py<PyType>,
     completed: Py<PyAny>,
 ) -> PyResult<()> {
-    let bad = || PyValueError::new_err("capture_library: a kind code is unknown");
+    let bad = || PyValueError::new_err("capture_library: six kinds, each of a known code");
     let kinds = kinds
         .into_iter()
         .map(|(class, code)| Ok((class, Kind::from_code(code).ok_or_else(bad)?)))
         .collect::<PyResult<Vec<_>>>()?;
+    // An array: finding a class's kind is the binding's commonest step.
+    let kinds: [_; 6] = kinds.try_into().map_err(|_| bad())?;
     let tool_message = kinds.iter().find(|(_, kind)| *kind == Kind::Tool);
     let tool_message = tool_message.ok_or_else(bad)?.0.clone_ref(py);
     let library = Library {

@@ -12,12 +12,10 @@ use super::errors::type_name;
 use super::library::Library;
 use super::tokens::count_str;
 use crate::error::{CoreError, Where};
-use crate::model::{Kind, MessageInfo};
+use crate::model::{Kind, MessageCore};
 use crate::read::{self, Attr, Class, Str};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple, PyType};
-use std::borrow::Borrow;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// The native base of every message class: it keeps the message's core, set on first use.
@@ -36,36 +34,6 @@ impl MessageBase {
         MessageBase {
             core: OnceLock::new(),
         }
-    }
-}
-
-/// What the rules need of one message, and its heuristic tokens once counted.
-pub struct MessageCore {
-    pub info: MessageInfo,
-    /// Heuristic tokens, `u64::MAX` until first counted.
-    tokens: AtomicU64,
-}
-
-impl MessageCore {
-    /// The heuristic tokens counted so far (None until first counted).
-    #[inline]
-    pub fn known_tokens(&self) -> Option<u64> {
-        let known = self.tokens.load(Ordering::Relaxed);
-        (known != u64::MAX).then_some(known)
-    }
-}
-
-/// How the core crate reads a message the binding holds: borrowed in a window, shared (kept
-/// in its `MessageBase`) when streamed.
-impl Borrow<MessageInfo> for &MessageCore {
-    fn borrow(&self) -> &MessageInfo {
-        &self.info
-    }
-}
-
-impl Borrow<MessageInfo> for Arc<MessageCore> {
-    fn borrow(&self) -> &MessageInfo {
-        &self.info
     }
 }
 
@@ -141,10 +109,8 @@ fn read_core(
     kind: Kind,
     at: Where<'_>,
 ) -> PyResult<MessageCore> {
-    Ok(MessageCore {
-        info: read::info(&Object::new(library, message), kind, at)?,
-        tokens: AtomicU64::new(u64::MAX),
-    })
+    let info = read::info(&Object::new(library, message), kind, at)?;
+    Ok(MessageCore::new(info))
 }
 
 /// A Python value as the core's reading rules see it (`crate::read`).
@@ -219,8 +185,7 @@ pub fn tokens(
     core: &MessageCore,
     at: Where<'_>,
 ) -> PyResult<u64> {
-    let known = core.tokens.load(Ordering::Relaxed);
-    if known != u64::MAX {
+    if let Some(known) = core.known_tokens() {
         return Ok(known);
     }
     count_and_keep(library, message, core, at)
@@ -235,6 +200,6 @@ fn count_and_keep(
     at: Where<'_>,
 ) -> PyResult<u64> {
     let counted = read::tokens(&Object::new(library, message), core.info.kind, at)?;
-    core.tokens.store(counted, Ordering::Relaxed);
+    core.keep_tokens(counted);
     Ok(counted)
 }

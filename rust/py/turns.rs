@@ -2,8 +2,9 @@
 
 use super::history::sequence;
 use super::library::Library;
-use super::message::{core_of, MessageCore};
+use super::message::core_of;
 use crate::error::{CoreError, Where};
+use crate::model::MessageCore;
 use crate::turns;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyList, PyTuple};
