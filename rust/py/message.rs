@@ -50,17 +50,22 @@ pub fn kind_of(library: &Library, message: &Bound<'_, PyAny>, at: Where<'_>) -> 
 #[cold]
 fn kind_of_subclass(library: &Library, class: &Bound<'_, PyType>, at: Where<'_>) -> PyResult<Kind> {
     let py = class.py();
-    let type_name = class.name().map(|n| n.to_string()).unwrap_or_default();
-    let at = at.to_string();
-    if !class.is_subclass(library.message.bind(py))? {
-        return Err(CoreError::NotAMessage { at, type_name }.into());
-    }
-    for (known, kind) in &library.kinds {
-        if class.is_subclass(known.bind(py))? {
-            return Ok(*kind);
+    let is_message = class.is_subclass(library.message.bind(py))?;
+    if is_message {
+        for (known, kind) in &library.kinds {
+            if class.is_subclass(known.bind(py))? {
+                return Ok(*kind);
+            }
         }
     }
-    Err(CoreError::NoMessageKind { at, type_name }.into())
+    let at = at.to_string();
+    let type_name = class.name().map(|n| n.to_string()).unwrap_or_default();
+    Err(if is_message {
+        CoreError::NoMessageKind { at, type_name }
+    } else {
+        CoreError::NotAMessage { at, type_name }
+    }
+    .into())
 }
 
 /// The core of `message`, read on first use and kept in its base. The first core kept stays
