@@ -64,18 +64,20 @@ fn heuristic_of(encoding: Option<&Bound<'_, PyAny>>) -> PyResult<&'static Heuris
     })
 }
 
+/// `text` as a str, or the error both counters give for anything else.
+fn text_to_count<'a, 'py>(text: &'a Bound<'py, PyAny>) -> PyResult<&'a Bound<'py, PyString>> {
+    text.cast::<PyString>().map_err(|_| {
+        let type_name = type_name(text);
+        CoreError::NotText { type_name }.into()
+    })
+}
+
 /// Estimated tokens of `text` (the heuristic of `rust/tokens.rs` for `encoding`).
 #[pyfunction]
 #[pyo3(signature = (text, encoding=None))]
 pub fn count_text(text: &Bound<'_, PyAny>, encoding: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
     let heuristic = heuristic_of(encoding)?;
-    match text.cast::<PyString>() {
-        Ok(text) => count_str_with(heuristic, text),
-        Err(_) => Err(CoreError::NotText {
-            type_name: type_name(text),
-        }
-        .into()),
-    }
+    count_str_with(heuristic, text_to_count(text)?)
 }
 
 /// Heuristic tokens of every message.
@@ -127,11 +129,5 @@ fn bpe_count_str(bpe: &Bpe, text: &Bound<'_, PyString>) -> PyResult<u64> {
 #[pyfunction]
 pub fn bpe_count_text(encoding: &Bound<'_, PyAny>, text: &Bound<'_, PyAny>) -> PyResult<u64> {
     let encoding = encoding_of(encoding)?;
-    match text.cast::<PyString>() {
-        Ok(text) => bpe_count_str(Bpe::get(encoding), text),
-        Err(_) => Err(CoreError::NotText {
-            type_name: type_name(text),
-        }
-        .into()),
-    }
+    bpe_count_str(Bpe::get(encoding), text_to_count(text)?)
 }
